@@ -1,0 +1,35 @@
+# The two commands of the README: `make run` and `make test`. Everything else is what they need.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+
+.PHONY: run test install db lint bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -U pip
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+	@rm -f $(VENV)/.installed-* && touch $@
+
+install: $(STAMP)
+
+db: install
+	$(BIN)/engram db up
+
+run: db
+	$(BIN)/engram migrate
+	@echo "MCP endpoint: http://127.0.0.1:8000/mcp"
+	@echo "A token for tenant 'demo':"
+	@$(BIN)/engram token --tenant demo
+	$(BIN)/engram serve
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: db lint
+	$(BIN)/pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,134 @@
+"""The one settings object. Every field is read from an ``ENGRAM_``-prefixed environment variable."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from pathlib import Path
+from typing import Annotated, Literal, Self
+from urllib.parse import urlsplit
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+_DEFAULT_MIGRATIONS = Path(__file__).resolve().parent.parent / "sql" / "migrations"
+
+
+def cache_dir() -> Path:
+    """Where Engram keeps machine-local state: the dev database, the dev signing key."""
+    if explicit := os.environ.get("ENGRAM_CACHE_DIR"):
+        return Path(explicit)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "engram"
+
+
+def _comma_list(value: object) -> object:
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return value
+
+
+CommaList = Annotated[list[str], NoDecode]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ENGRAM_", extra="ignore", frozen=True)
+
+    # database
+    database_url: SecretStr | None = Field(
+        None, description="Run-time connection (the least-privilege role). Unset: the local `engram db`."
+    )
+    admin_database_url: SecretStr | None = Field(
+        None, description="Owner connection used by `engram migrate`. Unset: ENGRAM_DATABASE_URL."
+    )
+    pool_min_size: int = Field(2, ge=0, le=100)
+    pool_max_size: int = Field(10, ge=1, le=200)
+    statement_timeout_ms: int = Field(10_000, ge=100, le=600_000)
+    migrations_dir: Path = _DEFAULT_MIGRATIONS
+
+    # HTTP
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    public_url: str | None = Field(None, description="Base URL clients use; default http://HOST:PORT.")
+    allowed_hosts: CommaList = Field(default_factory=list)
+    allowed_origins: CommaList = Field(default_factory=list)
+    max_request_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=64 * 1024 * 1024)
+    shutdown_grace_seconds: int = Field(25, ge=0, le=600)
+
+    # auth
+    auth_mode: Literal["dev"] = "dev"
+    dev_key_file: Path = Field(default_factory=lambda: cache_dir() / "dev-signing-key.json")
+    token_ttl_seconds: int = Field(3600, ge=60, le=30 * 86400)
+    tenant_claim: str = Field("tenant_id", min_length=1, max_length=100)
+
+    # limits
+    max_batch: int = Field(100, ge=1, le=1000, description="Items in one write call.")
+    max_results: int = Field(200, ge=1, le=5000, description="Hard cap on any listing.")
+
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    _normalise_lists = field_validator("allowed_hosts", "allowed_origins", mode="before")(_comma_list)
+
+    @field_validator("public_url")
+    @classmethod
+    def _check_public_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+            raise ValueError("must be an http(s) URL with a host and no query")
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.pool_min_size > self.pool_max_size:
+            raise ValueError("ENGRAM_POOL_MIN_SIZE must not exceed ENGRAM_POOL_MAX_SIZE")
+        if self.auth_mode == "dev" and not _is_loopback(self.host):
+            raise ValueError("ENGRAM_AUTH_MODE=dev is allowed only when ENGRAM_HOST is a loopback address")
+        return self
+
+    @property
+    def base_url(self) -> str:
+        return self.public_url or f"http://{self.host}:{self.port}"
+
+    @property
+    def resource_url(self) -> str:
+        """The MCP endpoint's URL: the audience tokens must carry (RFC 8707)."""
+        return f"{self.base_url}/mcp"
+
+    @property
+    def issuer(self) -> str:
+        """In dev mode the server is its own token issuer."""
+        return self.base_url
+
+    def runtime_dsn(self) -> str:
+        if self.database_url is None:
+            raise ValueError("ENGRAM_DATABASE_URL is not set (run `engram db up` for a local database)")
+        return self.database_url.get_secret_value()
+
+    def admin_dsn(self) -> str:
+        return (self.admin_database_url or self.database_url or SecretStr(self.runtime_dsn())).get_secret_value()
+
+    def transport_hosts(self) -> tuple[list[str], list[str]]:
+        """Host and Origin values the MCP endpoint accepts (DNS-rebinding protection)."""
+        hosts = list(self.allowed_hosts)
+        origins = list(self.allowed_origins)
+        public = urlsplit(self.base_url)
+        hosts.append(public.netloc)
+        origins.append(f"{public.scheme}://{public.netloc}")
+        if _is_loopback(self.host):
+            hosts += [f"127.0.0.1:{self.port}", f"localhost:{self.port}", f"[::1]:{self.port}"]
+            origins += [f"http://127.0.0.1:{self.port}", f"http://localhost:{self.port}"]
+        return sorted(set(hosts)), sorted(set(origins))
+
+    def redacted(self) -> dict[str, object]:
+        """The configuration as it can be logged: secrets masked."""
+        return {k: ("***" if isinstance(v, SecretStr) else v) for k, v in self.model_dump().items()}
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,124 @@
+"""The connection pool and the tenant transaction every store call runs in."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+import orjson
+
+from app.config import Settings
+
+# AGE's operators (@> for {k: v} patterns, =) resolve through the search path.
+_SEARCH_PATH = "ag_catalog, public"
+_SCHEMA = re.compile(r"^t_[0-9a-f]{32}$")
+_TENANT_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@|-]{0,199}$")
+
+
+class InvalidTenant(ValueError):
+    """A tenant key that the server refuses before it reaches the database."""
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """A tenant as the store sees it. `schema` holds its AGE graph and search tables."""
+
+    id: str
+    key: str
+    schema: str
+
+    def __post_init__(self) -> None:
+        if not _SCHEMA.match(self.schema):  # the only identifier ever built into query text
+            raise InvalidTenant(f"refusing schema name {self.schema!r}")
+
+
+class Tx:
+    """One transaction, pinned to one tenant. Query text may contain ``{s}`` for the schema."""
+
+    __slots__ = ("conn", "tenant")
+
+    def __init__(self, conn: asyncpg.Connection, tenant: Tenant) -> None:
+        self.conn = conn
+        self.tenant = tenant
+
+    def _sql(self, query: str) -> str:
+        return query.replace("{s}", self.tenant.schema)
+
+    async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
+        return await self.conn.fetch(self._sql(query), *args)
+
+    async def fetchrow(self, query: str, *args: Any) -> asyncpg.Record | None:
+        return await self.conn.fetchrow(self._sql(query), *args)
+
+    async def fetchval(self, query: str, *args: Any) -> Any:
+        return await self.conn.fetchval(self._sql(query), *args)
+
+    async def execute(self, query: str, *args: Any) -> str:
+        return await self.conn.execute(self._sql(query), *args)
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    await conn.set_type_codec(
+        "jsonb",
+        schema="pg_catalog",
+        format="text",
+        encoder=lambda v: orjson.dumps(v).decode(),
+        decoder=orjson.loads,
+    )
+
+
+class Database:
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._pool: asyncpg.Pool | None = None
+        self._tenants: dict[str, Tenant] = {}
+
+    async def open(self) -> None:
+        s = self._settings
+        self._pool = await asyncpg.create_pool(
+            s.runtime_dsn(),
+            init=_init_connection,
+            min_size=s.pool_min_size,
+            max_size=s.pool_max_size,
+            server_settings={
+                "search_path": _SEARCH_PATH,
+                "statement_timeout": str(s.statement_timeout_ms),
+                "idle_in_transaction_session_timeout": str(s.statement_timeout_ms * 2),
+                "application_name": "engram",
+            },
+        )
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise RuntimeError("the database pool is not open")
+        return self._pool
+
+    async def tenant(self, key: str) -> Tenant:
+        """The tenant for `key`, created with its graph on first use."""
+        if (cached := self._tenants.get(key)) is not None:
+            return cached
+        if not _TENANT_KEY.match(key):
+            raise InvalidTenant("a tenant id is 1-200 letters, digits and . _ : @ | - (starting alphanumeric)")
+        async with self.pool.acquire() as conn:
+            row = await conn.fetchrow("SELECT tenant_id::text, schema_name FROM engram.tenant_schema($1)", key)
+        assert row is not None
+        tenant = Tenant(row[0], key, row[1])
+        self._tenants[key] = tenant
+        return tenant
+
+    @asynccontextmanager
+    async def transaction(self, tenant: Tenant, *, readonly: bool = False) -> AsyncIterator[Tx]:
+        """One transaction with the tenant pinned for row-level security; commits on success."""
+        async with self.pool.acquire() as conn, conn.transaction(readonly=readonly):
+            await conn.execute("SELECT set_config('engram.tenant_id', $1, true)", tenant.id)
+            yield Tx(conn, tenant)

@@ -1,0 +1,142 @@
+"""Real parts only: the database `engram db up` provides, `engram serve` in its own process on a
+free port, the SDK's streamable-HTTP client, and ES256 tokens signed by the server's dev key."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import orjson
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CallToolResult
+
+from app.auth.devkeys import mint_token
+from app.auth.principal import READ, WRITE
+from app.config import Settings
+from app.store import migrate, provision
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def db_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """The database, provisioned by the same code as `engram db up`, migrated to the latest schema."""
+    provision.up()
+    key_file = tmp_path_factory.mktemp("keys") / "dev-key.json"
+    settings = provision.with_local_database(Settings(dev_key_file=key_file))
+    import asyncio
+
+    asyncio.run(migrate.migrate(settings.admin_dsn(), settings.migrations_dir))
+    return settings
+
+
+@dataclass
+class Server:
+    url: str
+    base: str
+    settings: Settings
+    env: dict[str, str]
+    process: subprocess.Popen[bytes]
+
+    def token(self, tenant: str, scopes: tuple[str, ...] = (READ, WRITE), **kw: Any) -> str:
+        return mint_token(self.settings, tenant=tenant, scopes=scopes, **kw)
+
+
+def server_env(settings: Settings, port: int, **extra: str) -> dict[str, str]:
+    assert settings.database_url is not None and settings.admin_database_url is not None
+    return {
+        **os.environ,
+        "ENGRAM_DATABASE_URL": settings.database_url.get_secret_value(),
+        "ENGRAM_ADMIN_DATABASE_URL": settings.admin_database_url.get_secret_value(),
+        "ENGRAM_PORT": str(port),
+        "ENGRAM_DEV_KEY_FILE": str(settings.dev_key_file),
+        "ENGRAM_LOG_LEVEL": "WARNING",
+        **extra,
+    }
+
+
+def start_server(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], env=env, cwd=ROOT)
+    base = f"http://127.0.0.1:{env['ENGRAM_PORT']}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"engram serve exited with {process.returncode}")
+        try:
+            if httpx2.get(f"{base}/healthz", timeout=1).status_code == 200:
+                return process
+        except httpx2.TransportError:
+            time.sleep(0.1)
+    process.kill()
+    raise RuntimeError("engram serve did not answer /healthz within 30 s")
+
+
+@pytest.fixture(scope="session")
+def server(db_settings: Settings) -> Iterator[Server]:
+    port = free_port()
+    env = server_env(db_settings, port)
+    settings = db_settings.model_copy(update={"port": port})
+    process = start_server(env)
+    yield Server(f"http://127.0.0.1:{port}/mcp", f"http://127.0.0.1:{port}", settings, env, process)
+    process.terminate()
+    process.wait(timeout=30)
+
+
+@pytest.fixture
+def tenant() -> str:
+    """A fresh tenant for each test."""
+    return f"test-{uuid.uuid4().hex[:12]}"
+
+
+@asynccontextmanager
+async def connect(url: str, token: str | None, mode: str = "auto") -> AsyncIterator[Client]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=120))
+    async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
+        yield client
+
+
+@pytest.fixture
+def client_for(server: Server) -> Callable[..., Any]:
+    """`async with client_for(tenant) as c:` — a real MCP client holding a token for `tenant`."""
+
+    def make(tenant: str, scopes: tuple[str, ...] = (READ, WRITE), mode: str = "auto") -> Any:
+        return connect(server.url, server.token(tenant, scopes), mode)
+
+    return make
+
+
+def ok(result: CallToolResult) -> dict[str, Any]:
+    """The structured result of a successful call."""
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+def error_code(result: CallToolResult) -> str:
+    """The machine-readable code of a failed call (`not_found`, `ambiguous`, ...)."""
+    assert result.is_error, result.structured_content
+    text = result.content[0].text  # type: ignore[union-attr]
+    return text.split("Error executing tool ", 1)[-1].split(": ", 2)[1]
+
+
+def dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()

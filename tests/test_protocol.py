@@ -1,0 +1,39 @@
+"""Both protocol eras, through the SDK's streamable-HTTP client against the real server."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import ok
+
+TOOLS = {"upsert_entities", "get_entity", "connect_entities", "neighbors"}
+
+
+@pytest.mark.parametrize(("mode", "era"), [("legacy", "2025-11-25"), ("auto", "2026-07-28")])
+async def test_both_eras_list_and_call_tools(client_for, tenant, mode, era):
+    async with client_for(tenant, mode=mode) as client:
+        assert client.protocol_version == era
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+        assert set(listed) >= TOOLS
+        for name in TOOLS:
+            tool = listed[name]
+            assert tool.description and tool.output_schema, name
+            assert tool.annotations is not None and tool.annotations.open_world_hint is False
+        assert listed["get_entity"].annotations.read_only_hint is True
+        assert listed["upsert_entities"].annotations.read_only_hint is False
+
+        created = ok(await client.call_tool("upsert_entities", {"entities": [{"name": f"{mode} thing", "type": "t"}]}))
+        assert created["results"][0]["status"] == "created"
+        got = ok(await client.call_tool("get_entity", {"name": f"{mode} thing"}))
+        assert got["id"] == created["results"][0]["id"]
+
+
+async def test_schemas_are_bounded(client_for, tenant):
+    async with client_for(tenant) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    schema = tools["upsert_entities"].input_schema
+    assert schema["properties"]["entities"]["maxItems"] == 100
+    entity = schema["$defs"]["EntityIn"]
+    assert entity["additionalProperties"] is False
+    assert entity["properties"]["name"]["maxLength"] == 200
+    assert tools["neighbors"].input_schema["properties"]["depth"]["maximum"] == 3

@@ -13,12 +13,50 @@ CREATE POLICY tenant_self ON engram.tenants FOR SELECT TO engram_app
     USING (id = nullif(current_setting('engram.tenant_id', true), '')::uuid);
 GRANT SELECT ON engram.tenants TO engram_app;
 
--- The objects of one tenant: its AGE graph (vertex label Entity, edge label REL) and the
--- relational tables beside it in the same schema. Replaced by later migrations as the model grows.
+-- The objects of one tenant live in one schema, which is also its AGE graph. They are built by
+-- "tenant steps": each migration that changes what a tenant has adds a function
+-- engram.tenant_step_NNNN(schema) and registers it with engram.add_tenant_step(), which runs it
+-- for every existing tenant; a new tenant runs all steps in order.
+CREATE TABLE engram.tenant_steps (
+    version text PRIMARY KEY,
+    fn      regproc NOT NULL
+);
+
 CREATE FUNCTION engram.create_tenant_objects(s text) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, ag_catalog AS $fn$
+DECLARE
+    step record;
 BEGIN
     PERFORM ag_catalog.create_graph(s::name);
+    FOR step IN SELECT fn FROM engram.tenant_steps ORDER BY version LOOP
+        EXECUTE format('SELECT %s(%L)', step.fn, s);
+    END LOOP;
+    EXECUTE format('GRANT USAGE ON SCHEMA %I TO engram_app', s);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %I TO engram_app', s);
+    EXECUTE format('GRANT USAGE ON ALL SEQUENCES IN SCHEMA %I TO engram_app', s);
+END
+$fn$;
+REVOKE ALL ON FUNCTION engram.create_tenant_objects(text) FROM PUBLIC;
+
+CREATE FUNCTION engram.add_tenant_step(v text, step regproc) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, ag_catalog AS $fn$
+DECLARE
+    t record;
+BEGIN
+    INSERT INTO engram.tenant_steps (version, fn) VALUES (v, step);
+    FOR t IN SELECT schema_name FROM engram.tenants ORDER BY created_at LOOP
+        EXECUTE format('SELECT %s(%L)', step, t.schema_name);
+        EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %I TO engram_app', t.schema_name);
+        EXECUTE format('GRANT USAGE ON ALL SEQUENCES IN SCHEMA %I TO engram_app', t.schema_name);
+    END LOOP;
+END
+$fn$;
+REVOKE ALL ON FUNCTION engram.add_tenant_step(text, regproc) FROM PUBLIC;
+
+-- The graph (vertex label Entity, edge label REL) and the entity tables beside it.
+CREATE FUNCTION engram.tenant_step_0002(s text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, ag_catalog AS $fn$
+BEGIN
     PERFORM ag_catalog.create_vlabel(s::name, 'Entity');
     PERFORM ag_catalog.create_elabel(s::name, 'REL');
     -- AGE creates no index that helps: ids for joins, endpoints for traversal, and the
@@ -64,12 +102,9 @@ BEGIN
         CREATE UNIQUE INDEX ON %1$I.observations (entity_id, md5(content));
     $ddl$, s);
 
-    EXECUTE format('GRANT USAGE ON SCHEMA %I TO engram_app', s);
-    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %I TO engram_app', s);
-    EXECUTE format('GRANT USAGE ON ALL SEQUENCES IN SCHEMA %I TO engram_app', s);
 END
 $fn$;
-REVOKE ALL ON FUNCTION engram.create_tenant_objects(text) FROM PUBLIC;
+SELECT engram.add_tenant_step('0002', 'engram.tenant_step_0002');
 
 -- Resolve a tenant key to its id and schema, creating both on first use. Runs as the owner so
 -- that engram_app never needs CREATE on the database; the schema name is derived here, from a

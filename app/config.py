@@ -60,13 +60,27 @@ class Settings(BaseSettings):
     token_ttl_seconds: int = Field(3600, ge=60, le=30 * 86400)
     tenant_claim: str = Field("tenant_id", min_length=1, max_length=100)
 
+    # tools
+    tool_sets: CommaList = Field(default_factory=lambda: ["native", "memory"])
+    neo4j_namespace: str = Field("", max_length=40, pattern=r"^([A-Za-z0-9_]+-?)?$")
+
     # limits
     max_batch: int = Field(100, ge=1, le=1000, description="Items in one write call.")
     max_results: int = Field(200, ge=1, le=5000, description="Hard cap on any listing.")
+    graph_page_size: int = Field(100, ge=1, le=5000, description="Entities per read_graph page.")
+    observations_per_entity: int = Field(50, ge=1, le=1000, description="Observations listed per entity in slices.")
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
-    _normalise_lists = field_validator("allowed_hosts", "allowed_origins", mode="before")(_comma_list)
+    _normalise_lists = field_validator("allowed_hosts", "allowed_origins", "tool_sets", mode="before")(_comma_list)
+
+    @field_validator("tool_sets")
+    @classmethod
+    def _check_tool_sets(cls, value: list[str]) -> list[str]:
+        unknown = set(value) - {"native", "memory", "neo4j"}
+        if unknown or not value:
+            raise ValueError("a comma-separated list of: native, memory, neo4j")
+        return value
 
     @field_validator("public_url")
     @classmethod
@@ -82,6 +96,10 @@ class Settings(BaseSettings):
     def _check(self) -> Self:
         if self.pool_min_size > self.pool_max_size:
             raise ValueError("ENGRAM_POOL_MIN_SIZE must not exceed ENGRAM_POOL_MAX_SIZE")
+        if {"memory", "neo4j"} <= set(self.tool_sets) and not self.neo4j_namespace:
+            raise ValueError(
+                "ENGRAM_TOOL_SETS has memory and neo4j, whose tool names overlap: set ENGRAM_NEO4J_NAMESPACE"
+            )
         if self.auth_mode == "dev" and not _is_loopback(self.host):
             raise ValueError("ENGRAM_AUTH_MODE=dev is allowed only when ENGRAM_HOST is a loopback address")
         return self

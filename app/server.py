@@ -21,7 +21,7 @@ from app.auth.principal import ADMIN, READ, WRITE
 from app.auth.verifier import JwtVerifier
 from app.config import Settings
 from app.mcp.server import build_mcp
-from app.services.memory import Memory
+from app.services import Limits, Services
 from app.store import migrate
 from app.store.database import Database
 
@@ -43,10 +43,18 @@ async def _readiness(db: Database, settings: Settings) -> str | None:
 
 def create_app(settings: Settings) -> Starlette:
     db = Database(settings)
-    memory = Memory(db, max_batch=settings.max_batch, max_results=settings.max_results)
+    services = Services.create(
+        db,
+        Limits(
+            max_batch=settings.max_batch,
+            max_results=settings.max_results,
+            page_size=settings.graph_page_size,
+            observations_per_entity=settings.observations_per_entity,
+        ),
+    )
     key = load_or_create_key(settings.dev_key_file)
     verifier = JwtVerifier(KeySet([key]), issuer=settings.issuer, audience=settings.resource_url)
-    mcp = build_mcp(settings, memory, verifier)
+    mcp, _ = build_mcp(settings, services, verifier)
     hosts, origins = settings.transport_hosts()
     mcp_app = mcp.streamable_http_app(
         streamable_http_path="/mcp",

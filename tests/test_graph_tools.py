@@ -225,7 +225,7 @@ async def test_invalid_input_is_refused_with_the_field_named(client_for, tenant)
                 {"entities": [{"name": "n", "type": "t", "properties": {str(i): i for i in range(51)}}]},
                 "properties",
             ),
-            ("neighbors", {"entity": "n", "depth": 4}, "depth"),
+            ("neighbors", {"entity": "n", "depth": 6}, "depth"),
             ("connect_entities", {"relations": [{"from": "a", "to": "b", "type": "t", "strength": 2}]}, "strength"),
         ]
         for tool, args, field in cases:

@@ -36,4 +36,4 @@ async def test_schemas_are_bounded(client_for, tenant):
     entity = schema["$defs"]["EntityIn"]
     assert entity["additionalProperties"] is False
     assert entity["properties"]["name"]["maxLength"] == 200
-    assert tools["neighbors"].input_schema["properties"]["depth"]["maximum"] == 3
+    assert tools["neighbors"].input_schema["properties"]["depth"]["maximum"] == 5

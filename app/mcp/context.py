@@ -1,23 +1,25 @@
-"""The caller of a tool call, and how domain errors reach the model."""
+"""Tool registration: every tool checks its caller's scope, runs, and reports domain errors alike."""
 
 from __future__ import annotations
 
 import functools
-import logging
+import inspect
 from collections.abc import Awaitable, Callable
-from typing import ParamSpec, TypeVar
+from dataclasses import dataclass, field
+from typing import Any
 
 from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
 
 from app.auth.principal import Principal, principal_from_token
 from app.errors import EngramError
 from app.store.database import InvalidTenant
 
-logger = logging.getLogger(__name__)
-
-P = ParamSpec("P")
-R = TypeVar("R")
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+ADDITIVE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
 
 
 def caller(tenant_claim: str, scope: str) -> Principal:
@@ -31,16 +33,34 @@ def caller(tenant_claim: str, scope: str) -> Principal:
     return principal
 
 
-def tool_errors(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
-    """Report domain errors to the model as `isError` results carrying a code and a message."""
+@dataclass
+class ToolSet:
+    """Registers tools whose first parameter is the calling Principal (hidden from the schema)."""
 
-    @functools.wraps(fn)
-    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return await fn(*args, **kwargs)
-        except EngramError as exc:
-            raise ToolError(str(exc)) from exc
-        except InvalidTenant as exc:
-            raise ToolError(str(EngramError("forbidden", str(exc)))) from exc
+    mcp: MCPServer
+    tenant_claim: str
+    prefix: str = ""
+    scopes: dict[str, str] = field(default_factory=dict)  # tool name -> required scope
 
-    return wrapper
+    def __call__(
+        self, scope: str, annotations: ToolAnnotations, *, name: str | None = None
+    ) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
+        def register(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+            @functools.wraps(fn)
+            async def run(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return await fn(caller(self.tenant_claim, scope), *args, **kwargs)
+                except EngramError as exc:
+                    raise ToolError(str(exc)) from exc
+                except InvalidTenant as exc:
+                    raise ToolError(str(EngramError("forbidden", str(exc)))) from exc
+
+            signature = inspect.signature(fn)
+            run.__signature__ = signature.replace(parameters=list(signature.parameters.values())[1:])  # type: ignore[attr-defined]
+            del run.__wrapped__  # the SDK must read the signature above, not fn's
+            tool_name = self.prefix + (name or fn.__name__)
+            self.mcp.add_tool(run, name=tool_name, description=inspect.getdoc(fn), annotations=annotations)
+            self.scopes[tool_name] = scope
+            return fn
+
+        return register

@@ -1,4 +1,4 @@
-"""The MCP server: instructions and tool registration."""
+"""The MCP server: instructions, the tool sets chosen by settings, resources and the prompt."""
 
 from __future__ import annotations
 
@@ -7,20 +7,25 @@ from mcp.server.mcpserver import MCPServer
 
 from app.auth.verifier import JwtVerifier
 from app.config import Settings
-from app.mcp.tools import graph
-from app.services.memory import Memory
+from app.mcp import resources
+from app.mcp.context import ToolSet
+from app.mcp.tools import entities, graph, memory_dialect, neo4j_dialect, relations
+from app.services import Services
 
 INSTRUCTIONS = """\
 Engram is a persistent knowledge-graph memory shared by everyone in your tenant.
 Entities (people, projects, concepts) carry observations (atomic facts); relations link them
 with active-voice types ("works at", "depends on").
-- Before answering from memory, look things up: get_entity for a known name, neighbors to explore.
-- Record new facts with upsert_entities (it merges into existing names) and link them with
-  connect_entities. Keep each observation to one fact.
+- Before answering from memory, look it up: get_entity for a known name, find_entities to list by
+  filters, neighbors / shortest_path / subgraph to explore connections.
+- Record new facts with upsert_entities (it merges into existing names) and link entities with
+  connect_entities. Keep each observation to one fact. Fix mistakes with update_entity and
+  remove_observations; remove_entities is undone by restore_entities.
+- Lists are paged: pass `next_cursor` back as `cursor`.
 """
 
 
-def build_mcp(settings: Settings, memory: Memory, verifier: JwtVerifier) -> MCPServer:
+def build_mcp(settings: Settings, services: Services, verifier: JwtVerifier) -> tuple[MCPServer, ToolSet]:
     mcp = MCPServer(
         name="engram",
         title="Engram memory",
@@ -35,5 +40,13 @@ def build_mcp(settings: Settings, memory: Memory, verifier: JwtVerifier) -> MCPS
             validate_token_resource=False,
         ),
     )
-    graph.register(mcp, memory, settings.tenant_claim)
-    return mcp
+    tools = ToolSet(mcp, settings.tenant_claim)
+    if "native" in settings.tool_sets:
+        for module in (entities, relations, graph):
+            module.register(tools, services)
+    if "memory" in settings.tool_sets:
+        memory_dialect.register(tools, services)
+    if "neo4j" in settings.tool_sets:
+        neo4j_dialect.register(ToolSet(mcp, settings.tenant_claim, settings.neo4j_namespace, tools.scopes), services)
+    resources.register(mcp, services, settings.tenant_claim)
+    return mcp, tools

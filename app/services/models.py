@@ -1,4 +1,4 @@
-"""The shapes tools accept and return. Every string, list and number is bounded here, at the edge."""
+"""The shapes native tools accept and return. Every string, list and number is bounded here, at the edge."""
 
 from __future__ import annotations
 
@@ -16,10 +16,12 @@ Observation = Annotated[str, StringConstraints(strip_whitespace=True, min_length
 Description = Annotated[str, StringConstraints(max_length=4000)]
 Notes = Annotated[str, StringConstraints(max_length=2000)]
 Certainty = Annotated[int, Field(ge=0, le=100)]
+Cursor = Annotated[str, StringConstraints(min_length=1, max_length=1000)]
 Direction = Literal["out", "in", "both"]
+ClearableField = Literal["description", "area", "topic", "subtopic", "certainty"]
 
 
-def _bounded_properties(value: dict[str, Any] | None) -> dict[str, Any] | None:
+def bounded_properties(value: dict[str, Any] | None) -> dict[str, Any] | None:
     """Free-form JSON, but small: at most 50 keys and 8 KiB once encoded."""
     if value is None:
         return None
@@ -31,7 +33,7 @@ def _bounded_properties(value: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
 # --- inputs ---------------------------------------------------------------------------------
@@ -39,7 +41,7 @@ class Strict(BaseModel):
 
 class EntityIn(Strict):
     name: Name = Field(description="Unique name within the memory, e.g. 'Ada Lovelace'.")
-    type: TypeName = Field(description="Free-text kind, e.g. 'person', 'project', 'works at'.")
+    type: TypeName = Field(description="Free-text kind, e.g. 'person', 'project'.")
     description: Description | None = None
     observations: Annotated[list[Observation], Field(max_length=100)] = Field(
         default_factory=list, description="Atomic facts about the entity, one per string."
@@ -50,7 +52,7 @@ class EntityIn(Strict):
     certainty: Certainty | None = Field(None, description="How sure the facts are, 0-100.")
     properties: dict[str, Any] | None = Field(None, description="Any small JSON object (≤ 50 keys, ≤ 8 KiB).")
 
-    _check_properties = field_validator("properties")(_bounded_properties)
+    _check_properties = field_validator("properties")(bounded_properties)
 
 
 class RelationIn(Strict):
@@ -61,8 +63,37 @@ class RelationIn(Strict):
     notes: Notes | None = None
     properties: dict[str, Any] | None = None
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    _check_properties = field_validator("properties")(_bounded_properties)
+    _check_properties = field_validator("properties")(bounded_properties)
+
+
+class RelationKey(Strict):
+    from_: Ref = Field(alias="from", description="Source entity: id or name.")
+    to: Ref = Field(description="Target entity: id or name.")
+    type: TypeName
+
+
+class ObservationsIn(Strict):
+    entity: Ref = Field(description="The entity: id or name.")
+    observations: Annotated[list[Observation], Field(min_length=1, max_length=100)]
+
+
+class EntityPatch(Strict):
+    """Fields to change; a field left out keeps its value."""
+
+    name: Name | None = None
+    type: TypeName | None = None
+    description: Description | None = None
+    area: Label | None = None
+    topic: Label | None = None
+    subtopic: Label | None = None
+    certainty: Certainty | None = None
+    properties: dict[str, Any] | None = Field(None, description="Merged key by key into the stored properties.")
+    unset_properties: Annotated[list[Annotated[str, StringConstraints(max_length=200)]], Field(max_length=50)] = []
+    clear: Annotated[list[ClearableField], Field(max_length=5)] = Field(
+        default_factory=list, description="Fields to empty."
+    )
+
+    _check_properties = field_validator("properties")(bounded_properties)
 
 
 # --- outputs --------------------------------------------------------------------------------
@@ -86,9 +117,24 @@ class Relation(BaseModel):
     type: str
     from_: str = Field(alias="from", description="Source entity name.")
     to: str = Field(description="Target entity name.")
+    from_id: str
+    to_id: str
     strength: float | None = None
     notes: str | None = None
     properties: dict[str, Any] | None = None
+    created_at: str | None = None
+    created_by: str | None = None
+
+
+class HistoryEntry(BaseModel):
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    entity_id: str
+    other_id: str | None = None
+    relation_id: str | None = None
+    changes: dict[str, Any]
 
 
 class Entity(EntitySummary):
@@ -102,6 +148,7 @@ class Entity(EntitySummary):
     updated_by: str
     relations: list[Relation] | None = Field(None, description="Relations touching this entity (depth 1).")
     relations_truncated: bool = False
+    history: list[HistoryEntry] | None = None
 
 
 class UpsertItem(BaseModel):
@@ -116,6 +163,28 @@ class UpsertResult(BaseModel):
     results: list[UpsertItem]
 
 
+class Changed(BaseModel):
+    id: str
+    name: str
+    version: int
+
+
+class ChangeResult(BaseModel):
+    changed: list[Changed] = Field(description="Entities this call changed, with their new versions.")
+    unchanged: list[str] = Field(default_factory=list, description="Ids or names that needed no change.")
+
+
+class ObservationsChange(BaseModel):
+    entity_id: str
+    name: str
+    observations: list[str] = Field(description="The observations added, or removed.")
+    version: int
+
+
+class ObservationsResult(BaseModel):
+    results: list[ObservationsChange]
+
+
 class ConnectItem(BaseModel):
     status: Literal["created", "exists"]
     relation: Relation
@@ -123,6 +192,23 @@ class ConnectItem(BaseModel):
 
 class ConnectResult(BaseModel):
     results: list[ConnectItem]
+
+
+class DisconnectResult(BaseModel):
+    removed: list[Relation]
+    not_found: int = Field(description="How many of the given relations did not exist.")
+
+
+class HistoryPage(BaseModel):
+    entity: EntitySummary
+    entries: list[HistoryEntry]
+    next_cursor: str | None = None
+
+
+class EntityPage(BaseModel):
+    entities: list[EntitySummary]
+    total: int
+    next_cursor: str | None = None
 
 
 class Neighbor(BaseModel):
@@ -135,3 +221,65 @@ class NeighborsResult(BaseModel):
     start: EntitySummary
     neighbors: list[Neighbor]
     truncated: bool = Field(description="True when `limit` cut the walk short.")
+
+
+class PathResult(BaseModel):
+    found: bool
+    length: int | None = Field(None, description="Relations on the path.")
+    nodes: list[EntitySummary] = Field(default_factory=list, description="From start to end.")
+    relations: list[Relation] = Field(default_factory=list, description="relations[i] joins nodes[i] and nodes[i+1].")
+
+
+class SubgraphResult(BaseModel):
+    entities: list[EntitySummary]
+    relations: list[Relation]
+    truncated: bool
+
+
+class HierarchyNode(BaseModel):
+    name: str | None = Field(description="None groups the entities without a value at this level.")
+    count: int
+    children: list[HierarchyNode] = Field(default_factory=list)
+
+
+class HierarchyResult(BaseModel):
+    areas: list[HierarchyNode]
+    total: int
+
+
+class Count(BaseModel):
+    name: str
+    count: int
+
+
+class Connected(BaseModel):
+    id: str
+    name: str
+    type: str
+    degree: int
+
+
+class Activity(BaseModel):
+    at: datetime
+    actor: str
+    action: str
+    entity_id: str
+
+
+class StatsResult(BaseModel):
+    entities: int
+    deleted_entities: int
+    relations: int
+    observations: int
+    entity_types: list[Count]
+    relation_types: list[Count]
+    most_connected: list[Connected]
+    recent_activity: list[Activity]
+
+
+class StatusResult(BaseModel):
+    database: Literal["ok", "unavailable"]
+    graph: Literal["ok", "unavailable"]
+    embeddings: str
+    tools: list[str] = Field(description="Tools usable right now.")
+    version: str

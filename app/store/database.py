@@ -116,6 +116,13 @@ class Database:
         self._tenants[key] = tenant
         return tenant
 
+    async def secret(self, name: str) -> bytes:
+        """A server-wide secret kept in the database, so every replica shares it."""
+        value = await self.pool.fetchval("SELECT value FROM engram.server_secrets WHERE name = $1", name)
+        if value is None:
+            raise RuntimeError(f"server secret {name!r} is missing: run `engram migrate`")
+        return value
+
     @asynccontextmanager
     async def transaction(self, tenant: Tenant, *, readonly: bool = False) -> AsyncIterator[Tx]:
         """One transaction with the tenant pinned for row-level security; commits on success."""

@@ -61,7 +61,7 @@ CREATE TABLE IF NOT EXISTS engram.schema_migrations (
 async def migrate(dsn: str, directory: Path) -> list[str]:
     """Apply what is pending; returns the names applied (empty when up to date)."""
     migrations = load(directory)
-    conn = await asyncpg.connect(dsn, server_settings={"search_path": "ag_catalog, public"})
+    conn = await asyncpg.connect(dsn)
     try:
         await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)
         try:

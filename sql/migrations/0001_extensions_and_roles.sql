@@ -2,8 +2,8 @@
 -- Migrations run as the database owner; the server runs as engram_app, which may not bypass
 -- row-level security, own objects, or create schemas.
 CREATE EXTENSION IF NOT EXISTS age;
-CREATE EXTENSION IF NOT EXISTS vector;
-CREATE EXTENSION IF NOT EXISTS pg_trgm;
+CREATE EXTENSION IF NOT EXISTS vector SCHEMA public;
+CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public;
 
 DO $$
 BEGIN

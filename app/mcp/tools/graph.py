@@ -1,110 +1,97 @@
-"""Native tools over entities, relations and walks. Each one: check the caller, call one service."""
+"""Native tools that walk and summarise the graph."""
 
 # No `from __future__ import annotations`: the schemas use bounds known only at registration.
+from typing import Annotated
 
-from typing import Annotated, Literal
-
-from mcp.server.mcpserver import MCPServer
-from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from app.auth.principal import READ, WRITE
-from app.errors import EngramError
-from app.mcp.context import caller, tool_errors
-from app.services.memory import Memory
-from app.services.models import (
-    ConnectResult,
-    Direction,
-    Entity,
-    EntityIn,
-    NeighborsResult,
-    Ref,
-    RelationIn,
-    TypeName,
-    UpsertResult,
-)
+from app.auth.principal import READ, Principal
+from app.mcp.context import READ_ONLY, ToolSet
+from app.services import Services, models
 
-READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
-ADDITIVE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+RelationTypes = Annotated[list[models.TypeName] | None, Field(max_length=20, description="Exact relation types.")]
 
 
-def register(mcp: MCPServer, memory: Memory, tenant_claim: str) -> None:
-    batch = memory.max_batch
+def register(tool: ToolSet, s: Services) -> None:
+    cap = s.limits.max_results
 
-    @mcp.tool(annotations=ADDITIVE)
-    @tool_errors
-    async def upsert_entities(
-        entities: Annotated[list[EntityIn], Field(min_length=1, max_length=batch)],
-        on_existing: Literal["merge", "skip", "error"] = "merge",
-    ) -> UpsertResult:
-        """Create entities, or merge into existing ones with the same exact name.
-
-        Use it to record people, projects, concepts and the facts (observations) about them.
-        `merge` (default) sets the fields given and appends new observations; `skip` leaves
-        existing entities alone; `error` fails the whole call if any name exists. The batch is one
-        transaction. Returns, per entity, whether it was created, updated, unchanged or skipped.
-        """
-        who = caller(tenant_claim, WRITE)
-        return await memory.upsert_entities(who, entities, on_existing)
-
-    @mcp.tool(annotations=READ_ONLY)
-    @tool_errors
-    async def get_entity(
-        id: Annotated[str | None, Field(max_length=200, description="The entity's id.")] = None,
-        name: Annotated[str | None, Field(max_length=200, description="The entity's name.")] = None,
-        include_relations: bool = True,
-        max_observations: Annotated[int, Field(ge=0, le=1000)] = 100,
-    ) -> Entity:
-        """Read one entity by id or by name, with its observations and its direct relations.
-
-        A name is matched exactly, then case-insensitively; a name that matches several entities
-        case-insensitively is an `ambiguous` error listing the candidates. Observations beyond
-        `max_observations` are counted in `observations_total` but not listed.
-        """
-        who = caller(tenant_claim, READ)
-        ref = _one_ref(id, name)
-        return await memory.get_entity(
-            who,
-            ref,
-            include_relations=include_relations,
-            max_observations=max_observations,
-            max_relations=memory.max_results,
-        )
-
-    @mcp.tool(annotations=ADDITIVE)
-    @tool_errors
-    async def connect_entities(
-        relations: Annotated[list[RelationIn], Field(min_length=1, max_length=batch)],
-    ) -> ConnectResult:
-        """Create directed relations between existing entities, e.g. Ada --works at--> Acme.
-
-        Ends are given by id or name and must exist. An exact duplicate (same from, type, to) is
-        reported as `exists` and not created twice. The batch is one transaction.
-        """
-        who = caller(tenant_claim, WRITE)
-        return await memory.connect_entities(who, relations)
-
-    @mcp.tool(annotations=READ_ONLY)
-    @tool_errors
+    @tool(READ, READ_ONLY)
     async def neighbors(
-        entity: Annotated[Ref, Field(description="Start entity: id or name.")],
-        depth: Annotated[int, Field(ge=1, le=3)] = 2,
-        direction: Direction = "both",
-        relation_types: Annotated[list[TypeName] | None, Field(max_length=20)] = None,
-        limit: Annotated[int, Field(ge=1, le=memory.max_results)] = 50,
-    ) -> NeighborsResult:
+        who: Principal,
+        entity: Annotated[models.Ref, Field(description="Start entity: id or name.")],
+        depth: Annotated[int, Field(ge=1, le=5)] = 2,
+        direction: models.Direction = "both",
+        relation_types: RelationTypes = None,
+        limit: Annotated[int, Field(ge=1, le=cap)] = 50,
+    ) -> models.NeighborsResult:
         """Explore the graph around an entity, breadth first, up to `depth` relations away.
 
-        Each neighbour appears once, at its shortest distance, with the relation that reached it.
-        Filter by `direction` (out, in, both) and by exact `relation_types`.
+        Each neighbour appears once, at its shortest distance, with the relation that first reached
+        it (`via`, in its real direction). Filter by `direction` (out, in, both) and exact
+        `relation_types`. `truncated` is true when `limit` cut the walk short.
         """
-        who = caller(tenant_claim, READ)
-        return await memory.neighbors(
-            who, entity, depth=depth, direction=direction, relation_types=relation_types, limit=limit
-        )
+        return await s.graph.neighbors(who, entity, depth=depth, direction=direction, types=relation_types, limit=limit)
 
+    @tool(READ, READ_ONLY)
+    async def shortest_path(
+        who: Principal,
+        from_: Annotated[models.Ref, Field(alias="from", description="Start entity: id or name.")],
+        to: Annotated[models.Ref, Field(description="End entity: id or name.")],
+        max_depth: Annotated[int, Field(ge=1, le=10)] = 5,
+        direction: models.Direction = "both",
+        relation_types: RelationTypes = None,
+    ) -> models.PathResult:
+        """How two entities connect: a shortest chain of relations between them, up to `max_depth` long.
 
-def _one_ref(id: str | None, name: str | None) -> str:
-    if (id is None) == (name is None):
-        raise EngramError("invalid", "give exactly one of `id` or `name`")
-    return (id or name or "").strip()
+        Returns the nodes from start to end and the relations between them (`relations[i]` joins
+        `nodes[i]` and `nodes[i+1]`, each in its real direction). No path is a normal answer
+        (`found: false`), not an error.
+        """
+        return await s.graph.path(who, from_, to, max_depth=max_depth, direction=direction, types=relation_types)
+
+    @tool(READ, READ_ONLY)
+    async def relation_chain(
+        who: Principal,
+        entity: Annotated[models.Ref, Field(description="Start entity: id or name.")],
+        relation_type: models.TypeName,
+        direction: models.Direction = "out",
+        depth: Annotated[int, Field(ge=1, le=10)] = 5,
+    ) -> models.NeighborsResult:
+        """Follow one kind of relation transitively, e.g. every prerequisite of a course, or every
+        part a component belongs to. Results are ordered by distance.
+        """
+        return await s.graph.chain(who, entity, relation_type=relation_type, direction=direction, depth=depth)
+
+    @tool(READ, READ_ONLY)
+    async def subgraph(
+        who: Principal,
+        entities: Annotated[list[models.Ref], Field(min_length=1, max_length=20, description="Ids or names.")],
+        depth: Annotated[int, Field(ge=1, le=3)] = 1,
+        max_nodes: Annotated[int, Field(ge=1, le=500)] = 100,
+        max_relations: Annotated[int, Field(ge=1, le=2000)] = 300,
+    ) -> models.SubgraphResult:
+        """A bounded bundle of context in one call: the given entities, everything within `depth`
+        relations of them, and the relations among all of those.
+        """
+        return await s.graph.subgraph(who, entities, depth=depth, max_nodes=max_nodes, max_relations=max_relations)
+
+    @tool(READ, READ_ONLY)
+    async def hierarchy(who: Principal) -> models.HierarchyResult:
+        """The area → topic → subtopic tree of the memory with entity counts. Entities without an
+        area (or topic, subtopic) are grouped under `name: null` at that level.
+        """
+        return await s.graph.hierarchy(who)
+
+    @tool(READ, READ_ONLY)
+    async def graph_stats(who: Principal) -> models.StatsResult:
+        """An overview of the memory: counts of entities, relations and observations, the commonest
+        entity and relation types, the most connected entities, and the latest changes.
+        """
+        return await s.graph.stats(who)
+
+    @tool(READ, READ_ONLY)
+    async def server_status(who: Principal) -> models.StatusResult:
+        """Whether the memory works right now: the database, this tenant's graph, the embedding
+        provider, and which tools are usable. Answers even when the database is down.
+        """
+        return await s.status.check(who, list(tool.scopes))

@@ -1,0 +1,58 @@
+"""MCP resources (the graph and single entities, as JSON) and the prompt on using the memory well."""
+
+from __future__ import annotations
+
+import orjson
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError
+
+from app.auth.principal import READ
+from app.errors import EngramError
+from app.mcp.context import caller
+from app.services import Services
+
+GUIDE = """\
+You have a long-term memory (Engram), shared with your team. Use it like this:
+1. Before answering anything about people, projects, decisions or preferences you may have met
+   before, look them up: get_entity for a name you know, find_entities or search for anything else,
+   neighbors to see what is connected.
+2. When the user tells you something worth keeping, record it: upsert_entities with one entity per
+   person/project/concept and one short, self-contained fact per observation ("Prefers morning
+   meetings", not "likes them"). Link entities with connect_entities using active-voice relation
+   types ("works at", "depends on", "reports to").
+3. Keep the memory correct: when a fact changes, remove_observations the old one and add the new;
+   rename or retype with update_entity. Never store secrets or credentials.
+4. Say when an answer comes from memory, and how sure it is (entities carry a certainty 0-100).
+"""
+
+
+def register(mcp: MCPServer, s: Services, tenant_claim: str) -> None:
+    @mcp.resource(
+        "memory://knowledge-graph",
+        name="knowledge-graph",
+        description="The knowledge graph (first page): entities with observations, and their relations",
+        mime_type="application/json",
+    )
+    async def knowledge_graph() -> str:
+        try:
+            page = await s.graph.page(caller(tenant_claim, READ), None)
+        except EngramError as exc:
+            raise ResourceError(str(exc)) from exc
+        return page.model_dump_json(exclude_none=True)
+
+    @mcp.resource(
+        "memory://entities/{name}",
+        name="entity",
+        description="One entity by name, with its observations and relations",
+        mime_type="application/json",
+    )
+    async def entity(name: str) -> str:
+        try:
+            found = await s.entities.get(caller(tenant_claim, READ), name)
+        except EngramError as exc:
+            raise ResourceError(str(exc)) from exc
+        return orjson.dumps(found.model_dump(mode="json", by_alias=True)).decode()
+
+    @mcp.prompt(name="use_memory", title="Use Engram memory well", description="How to read and write the memory")
+    def use_memory() -> str:
+        return GUIDE

@@ -1,0 +1,182 @@
+"""Native tools for entities and observations."""
+
+# No `from __future__ import annotations`: the schemas use bounds known only at registration.
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from app.auth.principal import READ, WRITE, Principal
+from app.errors import EngramError
+from app.mcp.context import ADDITIVE, DESTRUCTIVE, READ_ONLY, ToolSet
+from app.services import Services, models
+from app.store.entities import Filters
+
+IdOrName = Annotated[str | None, Field(max_length=200)]
+
+
+def one_ref(id: str | None, name: str | None) -> str:
+    if (id is None) == (name is None):
+        raise EngramError("invalid", "give exactly one of `id` or `name`")
+    return (id or name or "").strip()
+
+
+def register(tool: ToolSet, s: Services) -> None:
+    batch = s.limits.max_batch
+    cap = s.limits.max_results
+
+    @tool(WRITE, ADDITIVE)
+    async def upsert_entities(
+        who: Principal,
+        entities: Annotated[list[models.EntityIn], Field(min_length=1, max_length=batch)],
+        on_existing: Literal["merge", "skip", "error"] = "merge",
+    ) -> models.UpsertResult:
+        """Create entities, or merge into existing ones with the same exact name.
+
+        Use it to record people, projects, concepts and the facts (observations) about them.
+        `merge` (default) sets the fields given, merges `properties` key by key and appends new
+        observations (exact duplicates are skipped); `skip` leaves existing entities alone;
+        `error` fails the whole call if any name exists. Entries of one batch with the same name
+        are merged. The batch is one transaction. Returns, per name, created / updated /
+        unchanged / skipped, with the id and version.
+        """
+        return await s.entities.upsert(who, entities, on_existing)
+
+    @tool(READ, READ_ONLY)
+    async def get_entity(
+        who: Principal,
+        id: IdOrName = None,
+        name: IdOrName = None,
+        include_relations: bool = True,
+        include_history: bool = False,
+        max_observations: Annotated[int, Field(ge=0, le=1000)] = 100,
+    ) -> models.Entity:
+        """Read one entity by id or by name: its fields, observations, direct relations, and optionally history.
+
+        A name is matched exactly, then case-insensitively; if several entities match
+        case-insensitively the call fails with `ambiguous` and lists them. Observations beyond
+        `max_observations` are counted in `observations_total`. `include_history` adds the 20
+        latest changes (entity_history pages through all of them).
+        """
+        return await s.entities.get(
+            who,
+            one_ref(id, name),
+            include_relations=include_relations,
+            include_history=include_history,
+            max_observations=max_observations,
+        )
+
+    @tool(WRITE, DESTRUCTIVE)
+    async def update_entity(
+        who: Principal,
+        changes: models.EntityPatch,
+        id: IdOrName = None,
+        name: IdOrName = None,
+        expected_version: Annotated[int | None, Field(ge=1)] = None,
+    ) -> models.ChangeResult:
+        """Change some fields of one entity (id or name): rename it, retype it, edit its description,
+        category, certainty or properties.
+
+        Fields left out keep their value; `properties` merge key by key; `unset_properties` removes
+        keys; `clear` empties fields. Pass `expected_version` (from get_entity) to make sure nobody
+        changed it since you read it: a different current version fails with `conflict`. Old
+        values go to the entity's history.
+        """
+        return await s.entities.update(who, one_ref(id, name), changes, expected_version)
+
+    @tool(WRITE, DESTRUCTIVE)
+    async def remove_entities(
+        who: Principal,
+        entities: Annotated[list[models.Ref], Field(min_length=1, max_length=batch, description="Ids or names.")],
+    ) -> models.ChangeResult:
+        """Delete entities (soft): they and their relations disappear from every read and walk.
+
+        Deleted entities can be brought back, relations included, with restore_entities and their
+        ids. Unknown names fail the whole call with `not_found`.
+        """
+        return await s.entities.set_deleted(who, entities, True)
+
+    @tool(WRITE, ADDITIVE)
+    async def restore_entities(
+        who: Principal,
+        ids: Annotated[list[Annotated[str, Field(max_length=64)]], Field(min_length=1, max_length=batch)],
+    ) -> models.ChangeResult:
+        """Undo remove_entities: bring deleted entities (by id) back with their observations and relations.
+
+        Fails with `conflict` if a live entity has taken a deleted entity's name meanwhile.
+        """
+        return await s.entities.set_deleted(who, ids, False)
+
+    @tool(WRITE, ADDITIVE)
+    async def append_observations(
+        who: Principal, items: Annotated[list[models.ObservationsIn], Field(min_length=1, max_length=batch)]
+    ) -> models.ObservationsResult:
+        """Add facts to existing entities (id or name). Exact duplicates of stored facts are skipped.
+
+        An unknown entity fails the whole call and nothing is saved. Returns what each entity gained.
+        """
+        return await s.entities.change_observations(who, items, add=True)
+
+    @tool(WRITE, DESTRUCTIVE)
+    async def remove_observations(
+        who: Principal, items: Annotated[list[models.ObservationsIn], Field(min_length=1, max_length=batch)]
+    ) -> models.ObservationsResult:
+        """Delete facts from entities by their exact text. Texts not stored are ignored.
+
+        An unknown entity fails the whole call. Returns what each entity lost.
+        """
+        return await s.entities.change_observations(who, items, add=False)
+
+    @tool(READ, READ_ONLY)
+    async def entity_history(
+        who: Principal,
+        id: IdOrName = None,
+        name: IdOrName = None,
+        limit: Annotated[int, Field(ge=1, le=cap)] = 20,
+        cursor: models.Cursor | None = None,
+    ) -> models.HistoryPage:
+        """What changed on an entity, when, and by whom, newest first: field changes (old → new),
+        observations added and removed, relations made and removed, deletions and restores.
+
+        Pass `next_cursor` back as `cursor` for the next page.
+        """
+        return await s.entities.history(who, one_ref(id, name), limit, cursor)
+
+    @tool(READ, READ_ONLY)
+    async def find_entities(
+        who: Principal,
+        name_contains: Annotated[str | None, Field(min_length=1, max_length=200)] = None,
+        text_contains: Annotated[str | None, Field(min_length=1, max_length=200)] = None,
+        types: Annotated[list[models.TypeName] | None, Field(max_length=20)] = None,
+        area: models.Label | None = None,
+        topic: models.Label | None = None,
+        subtopic: models.Label | None = None,
+        certainty_min: models.Certainty | None = None,
+        certainty_max: models.Certainty | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        sort: Literal["recent", "name", "certainty"] = "recent",
+        limit: Annotated[int, Field(ge=1, le=cap)] = 20,
+        cursor: models.Cursor | None = None,
+    ) -> models.EntityPage:
+        """List entities by exact filters (all given filters must hold), sorted, a page at a time.
+
+        `name_contains` matches names case-insensitively; `text_contains` matches names, types,
+        descriptions, observations and property values. `types` are exact. `sort`: recent
+        (last changed first), name, or certainty (highest first). Returns the page, the total
+        count, and `next_cursor` when there is more (pass it back as `cursor` with the same filters).
+        For questions in natural language, prefer `search`.
+        """
+        filters = Filters(
+            name_contains,
+            text_contains,
+            types,
+            area,
+            topic,
+            subtopic,
+            certainty_min,
+            certainty_max,
+            created_after,
+            created_before,
+        )
+        return await s.entities.find(who, filters, sort, limit, cursor)

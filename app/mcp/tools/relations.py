@@ -1,0 +1,40 @@
+"""Native tools for relations."""
+
+# No `from __future__ import annotations`: the schemas use bounds known only at registration.
+from typing import Annotated
+
+from pydantic import Field
+
+from app.auth.principal import WRITE, Principal
+from app.errors import EngramError
+from app.mcp.context import ADDITIVE, DESTRUCTIVE, ToolSet
+from app.services import Services, models
+
+
+def register(tool: ToolSet, s: Services) -> None:
+    batch = s.limits.max_batch
+
+    @tool(WRITE, ADDITIVE)
+    async def connect_entities(
+        who: Principal, relations: Annotated[list[models.RelationIn], Field(min_length=1, max_length=batch)]
+    ) -> models.ConnectResult:
+        """Create directed relations between existing entities, e.g. Ada --works at--> Acme.
+
+        Ends are given by id or name and must exist (else `not_found`, and nothing is saved).
+        Write types in active voice; they are free text. An exact duplicate (same from, type, to),
+        stored or repeated in the batch, is reported as `exists` with its id, not created twice.
+        """
+        return await s.relations.connect(who, relations)
+
+    @tool(WRITE, DESTRUCTIVE)
+    async def disconnect_entities(
+        who: Principal,
+        relations: Annotated[list[models.RelationKey], Field(max_length=batch)] = [],  # noqa: B006
+        ids: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=batch)] = [],  # noqa: B006
+    ) -> models.DisconnectResult:
+        """Delete relations, given as (from, to, type) or by relation id. Ones that do not exist are counted
+        in `not_found`, not treated as errors. The change is recorded in both entities' history.
+        """
+        if not relations and not ids:
+            raise EngramError("invalid", "give `relations` or `ids`")
+        return await s.relations.disconnect(who, relations, ids)

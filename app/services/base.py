@@ -1,0 +1,72 @@
+"""What every service shares: the caller's tenant transaction, limits, and record → model shaping."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import asyncpg
+
+from app.auth.principal import Principal
+from app.errors import EngramError
+from app.services import models
+from app.services.cursors import Cursors
+from app.store import relations
+from app.store.database import Database, Tx
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_batch: int = 100
+    max_results: int = 200
+    page_size: int = 100  # entities per read_graph page
+    observations_per_entity: int = 50  # in listings that carry observations
+
+
+class Service:
+    def __init__(self, db: Database, cursors: Cursors, limits: Limits) -> None:
+        self.db = db
+        self.cursors = cursors
+        self.limits = limits
+
+    @asynccontextmanager
+    async def tx(self, who: Principal, *, readonly: bool = False) -> AsyncIterator[Tx]:
+        """One transaction in the caller's tenant; everything a tool call does happens inside it."""
+        tenant = await self.db.tenant(who.tenant)
+        async with self.db.transaction(tenant, readonly=readonly) as tx:
+            yield tx
+
+    def check_batch(self, size: int) -> None:
+        if size > self.limits.max_batch:
+            raise EngramError("limit", f"at most {self.limits.max_batch} items per call (got {size})")
+
+
+def summary(row: asyncpg.Record) -> models.EntitySummary:
+    return models.EntitySummary(
+        id=row["id"],
+        name=row["name"],
+        type=row["type"],
+        description=row["description"],
+        area=row["area"],
+        topic=row["topic"],
+        subtopic=row["subtopic"],
+        certainty=row["certainty"],
+    )
+
+
+def relation(rel: relations.Relation) -> models.Relation:
+    p = rel.props
+    return models.Relation(
+        id=p["id"],
+        type=p["type"],
+        from_=rel.source,
+        to=rel.target,
+        from_id=rel.source_id,
+        to_id=rel.target_id,
+        strength=p.get("strength"),
+        notes=p.get("notes"),
+        properties=p.get("properties"),
+        created_at=p.get("created_at"),
+        created_by=p.get("created_by"),
+    )

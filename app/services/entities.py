@@ -1,0 +1,342 @@
+"""Entities and observations: upsert, read, update, soft delete, history, listing.
+
+Every method is one transaction in the caller's tenant; every change writes its history rows in
+that same transaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import asyncpg
+import orjson
+
+from app.auth.principal import Principal
+from app.errors import EngramError
+from app.services import models
+from app.services.base import Service, relation, summary
+from app.store import entities, history, relations
+from app.store.database import Tx
+from app.store.history import Event
+
+OnExisting = Literal["merge", "skip", "error"]
+
+
+@dataclass(slots=True)
+class _Merged:
+    """One name's inputs of a batch, folded together: later fields win, observations concatenate."""
+
+    name: str
+    fields: dict[str, Any]
+    observations: list[str] = field(default_factory=list)
+
+
+def _fold(items: Sequence[models.EntityIn]) -> list[_Merged]:
+    merged: dict[str, _Merged] = {}
+    for item in items:
+        given = item.model_dump(exclude={"name", "observations"}, exclude_none=True)
+        current = merged.setdefault(item.name, _Merged(item.name, {}))
+        props = {**current.fields.get("properties", {}), **given.pop("properties", {})}
+        current.fields.update(given)
+        if props:
+            current.fields["properties"] = props
+        current.observations = list(dict.fromkeys([*current.observations, *item.observations]))
+    return list(merged.values())
+
+
+def _apply(row: asyncpg.Record, fields: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """The entity's fields after `fields` are set (properties merge), and the changes as {field: [old, new]}."""
+    new = {f: row[f] for f in entities.FIELDS}
+    for f, value in fields.items():
+        new[f] = {**row["properties"], **value} if f == "properties" else value
+    changes = {f: [row[f], new[f]] for f in entities.FIELDS if new[f] != row[f]}
+    return new, changes
+
+
+class Entities(Service):
+    async def upsert(
+        self, who: Principal, items: Sequence[models.EntityIn], on_existing: OnExisting
+    ) -> models.UpsertResult:
+        self.check_batch(len(items))
+        folded = _fold(items)
+        async with self.tx(who) as tx:
+            results = await self._upsert(tx, folded, on_existing, who.actor)
+        return models.UpsertResult(results=results)
+
+    async def _upsert(
+        self, tx: Tx, folded: list[_Merged], on_existing: OnExisting, actor: str
+    ) -> list[models.UpsertItem]:
+        await entities.lock_names(tx, (m.name for m in folded))
+        existing = await entities.live_by_names(tx, [m.name for m in folded], lock=True)
+        if existing and on_existing == "error":
+            raise EngramError("conflict", "entities with these names exist", names=sorted(existing))
+
+        events: list[Event] = []
+        new = [
+            entities.NewEntity(id=str(uuid.uuid4()), name=m.name, **m.fields) for m in folded if m.name not in existing
+        ]
+        if new:
+            await entities.insert(tx, new, actor)
+        events += [Event(e.id, "created", {"name": e.name, "type": e.type}) for e in new]
+        ids = {e.name: e.id for e in new} | {name: r["id"] for name, r in existing.items()}
+
+        updates, changed = [], set()
+        if on_existing == "merge":
+            for m in folded:
+                if m.name in existing:
+                    values, changes = _apply(existing[m.name], m.fields)
+                    if changes:
+                        updates.append({"id": ids[m.name], **values})
+                        changed.add(ids[m.name])
+                        events.append(Event(ids[m.name], "updated", changes))
+        await entities.write_fields(tx, updates)
+
+        writable = [m for m in folded if m.name not in existing or on_existing == "merge"]
+        added = await entities.add_observations(tx, [(ids[m.name], o) for m in writable for o in m.observations], actor)
+        events += [Event(eid, "observations_added", {"observations": texts}) for eid, texts in added.items()]
+        versions = await entities.touch(tx, (changed | set(added)) - {e.id for e in new}, actor)
+        await history.record(tx, events, actor)
+
+        out = []
+        for m in folded:
+            eid = ids[m.name]
+            if m.name not in existing:
+                status, version = "created", 1
+            elif on_existing == "skip":
+                status, version = "skipped", existing[m.name]["version"]
+            else:
+                status = "updated" if eid in versions else "unchanged"
+                version = versions.get(eid, existing[m.name]["version"])
+            n_added = len(added.get(eid, ()))
+            out.append(
+                models.UpsertItem(name=m.name, id=eid, status=status, version=version, observations_added=n_added)
+            )
+        return out
+
+    async def get(
+        self,
+        who: Principal,
+        ref: str,
+        *,
+        include_relations: bool = True,
+        include_history: bool = False,
+        max_observations: int = 100,
+    ) -> models.Entity:
+        async with self.tx(who, readonly=True) as tx:
+            row = (await entities.resolve(tx, [ref]))[ref]
+            obs = (await entities.observations(tx, [row["id"]], max_observations))[row["id"]]
+            rels = truncated = None
+            if include_relations:
+                found = await relations.touching(tx, row["id"], self.limits.max_results + 1)
+                truncated = len(found) > self.limits.max_results
+                rels = [relation(r) for r in found[: self.limits.max_results]]
+            entries = None
+            if include_history:
+                entries = [_history(h) for h in await history.of_entity(tx, row["id"], 20, None)]
+        return models.Entity(
+            **summary(row).model_dump(),
+            properties=row["properties"],
+            observations=obs.texts,
+            observations_total=obs.total,
+            version=row["version"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            created_by=row["created_by"],
+            updated_by=row["updated_by"],
+            relations=rels,
+            relations_truncated=bool(truncated),
+            history=entries,
+        )
+
+    async def update(
+        self, who: Principal, ref: str, patch: models.EntityPatch, expected_version: int | None
+    ) -> models.ChangeResult:
+        async with self.tx(who) as tx:
+            row = (await entities.resolve(tx, [ref], lock=True))[ref]
+            if expected_version is not None and row["version"] != expected_version:
+                raise EngramError(
+                    "conflict",
+                    f"{row['name']!r} is at version {row['version']}, not {expected_version}; read it again",
+                    current_version=row["version"],
+                )
+            fields = patch.model_dump(exclude={"unset_properties", "clear"}, exclude_none=True)
+            fields |= {f: "" if f == "description" else None for f in patch.clear}
+            values, _ = _apply(row, fields)
+            values["properties"] = {k: v for k, v in values["properties"].items() if k not in patch.unset_properties}
+            changes = {f: [row[f], values[f]] for f in entities.FIELDS if values[f] != row[f]}
+            if not changes:
+                return models.ChangeResult(changed=[], unchanged=[ref])
+            if "name" in changes:
+                await entities.lock_names(tx, [values["name"]])
+                if await entities.live_names_taken(tx, [values["name"]]):
+                    raise EngramError("conflict", f"another entity is already named {values['name']!r}")
+            await entities.write_fields(tx, [{"id": row["id"], **values}])
+            version = (await entities.touch(tx, [row["id"]], who.actor))[row["id"]]
+            await history.record(tx, [Event(row["id"], "updated", changes)], who.actor)
+        return models.ChangeResult(changed=[models.Changed(id=row["id"], name=values["name"], version=version)])
+
+    async def set_deleted(self, who: Principal, refs: Sequence[str], deleted: bool) -> models.ChangeResult:
+        """Soft delete (hides the entity and its relations from every read) or restore."""
+        self.check_batch(len(refs))
+        async with self.tx(who) as tx:
+            if deleted:
+                rows = list((await entities.resolve(tx, list(dict.fromkeys(refs)), lock=True)).values())
+            else:
+                rows = await self._deleted(tx, refs)
+                taken = await entities.live_names_taken(tx, [r["name"] for r in rows])
+                if taken:
+                    raise EngramError("conflict", "live entities now hold these names; rename them first", names=taken)
+            versions = await entities.set_deleted(tx, [r["id"] for r in rows], deleted, who.actor)
+            action = "deleted" if deleted else "restored"
+            await history.record(tx, [Event(eid, action) for eid in versions], who.actor)
+        return models.ChangeResult(
+            changed=[
+                models.Changed(id=r["id"], name=r["name"], version=versions[r["id"]])
+                for r in rows
+                if r["id"] in versions
+            ],
+            unchanged=[r["id"] for r in rows if r["id"] not in versions],
+        )
+
+    @staticmethod
+    async def _deleted(tx: Tx, ids: Sequence[str]) -> list[asyncpg.Record]:
+        bad = [i for i in ids if not entities.is_uuid(i)]
+        if bad:
+            raise EngramError("invalid", "restore takes entity ids", ids=bad)
+        found = await entities.by_ids(tx, list(dict.fromkeys(ids)), lock=True)
+        missing = [i for i in ids if i not in found]
+        if missing:
+            raise EngramError("not_found", "no entities with these ids", ids=missing)
+        return list(found.values())
+
+    async def change_observations(
+        self, who: Principal, items: Sequence[models.ObservationsIn], *, add: bool
+    ) -> models.ObservationsResult:
+        self.check_batch(sum(len(i.observations) for i in items))
+        async with self.tx(who) as tx:
+            found = await entities.resolve(tx, list(dict.fromkeys(i.entity for i in items)), lock=True)
+            pairs = [(found[i.entity]["id"], o) for i in items for o in i.observations]
+            done, versions = await self._observations(tx, pairs, add, who.actor)
+        rows = {r["id"]: r for r in found.values()}
+        return models.ObservationsResult(
+            results=[
+                models.ObservationsChange(
+                    entity_id=eid,
+                    name=rows[eid]["name"],
+                    observations=done.get(eid, []),
+                    version=versions.get(eid, rows[eid]["version"]),
+                )
+                for eid in dict.fromkeys(found[i.entity]["id"] for i in items)
+            ]
+        )
+
+    async def change_observations_by_name(
+        self, who: Principal, items: Sequence[tuple[str, Sequence[str]]], *, add: bool, missing_ok: bool
+    ) -> list[list[str] | None]:
+        """Observations by exact entity name (the compatibility dialects' rule); per item, what changed.
+
+        An unknown name fails the call, or with `missing_ok` its item changes nothing and reports None.
+        """
+        self.check_batch(sum(len(texts) for _, texts in items))
+        async with self.tx(who) as tx:
+            found = await entities.live_by_names(tx, sorted({name for name, _ in items}), lock=True)
+            missing = [name for name, _ in items if name not in found]
+            if missing and not missing_ok:
+                raise EngramError("not_found", f"Entity with name {missing[0]} not found", names=missing)
+            pairs = [(found[name]["id"], t) for name, texts in items if name in found for t in texts]
+            done, _ = await self._observations(tx, pairs, add, who.actor)
+        out: list[list[str] | None] = []
+        claimed: set[tuple[str, str]] = set()
+        for name, texts in items:  # report each change once, against the first item that asked for it
+            if name not in found:
+                out.append(None)
+                continue
+            eid = found[name]["id"]
+            mine = [t for t in dict.fromkeys(texts) if t in done.get(eid, ()) and (eid, t) not in claimed]
+            claimed.update((eid, t) for t in mine)
+            out.append(mine)
+        return out
+
+    async def put(self, who: Principal, items: Sequence[tuple[str, str, Sequence[str]]]) -> None:
+        """Create each (name, type, observations), or make an existing one exactly that (type and observations)."""
+        self.check_batch(len(items))
+        folded = [_Merged(name, {"type": type_}, list(dict.fromkeys(obs))) for name, type_, obs in items]
+        async with self.tx(who) as tx:
+            await self._upsert(tx, folded, "merge", who.actor)
+            found = await entities.live_by_names(tx, [m.name for m in folded])
+            stored = await entities.observations(tx, [r["id"] for r in found.values()], 100_000)
+            stale = [
+                (found[m.name]["id"], text)
+                for m in folded
+                for text in stored[found[m.name]["id"]].texts
+                if text not in m.observations
+            ]
+            if stale:
+                await self._observations(tx, stale, False, who.actor)
+
+    async def _observations(
+        self, tx: Tx, pairs: list[tuple[str, str]], add: bool, actor: str
+    ) -> tuple[dict[str, list[str]], dict[str, int]]:
+        if add:
+            done = await entities.add_observations(tx, pairs, actor)
+        else:
+            done = await entities.remove_observations(tx, pairs)
+        versions = await entities.touch(tx, done, actor)
+        action = "observations_added" if add else "observations_removed"
+        await history.record(tx, [Event(e, action, {"observations": t}) for e, t in done.items()], actor)
+        return done, versions
+
+    async def delete_by_name(self, who: Principal, names: Sequence[str]) -> None:
+        """Soft-delete the live entities with exactly these names; unknown names are ignored."""
+        self.check_batch(len(names))
+        async with self.tx(who) as tx:
+            found = await entities.live_by_names(tx, sorted(set(names)), lock=True)
+            versions = await entities.set_deleted(tx, [r["id"] for r in found.values()], True, who.actor)
+            await history.record(tx, [Event(eid, "deleted") for eid in versions], who.actor)
+
+    async def history(self, who: Principal, ref: str, limit: int, cursor: str | None) -> models.HistoryPage:
+        async with self.tx(who, readonly=True) as tx:
+            row = (await entities.resolve(tx, [ref]))[ref]
+            before = self.cursors.decode(cursor, tx.tenant.id, f"history:{row['id']}") if cursor else None
+            rows = await history.of_entity(tx, row["id"], limit + 1, before)
+            more = len(rows) > limit
+            next_cursor = (
+                self.cursors.encode(tx.tenant.id, f"history:{row['id']}", rows[limit - 1]["id"]) if more else None
+            )
+        return models.HistoryPage(
+            entity=summary(row), entries=[_history(h) for h in rows[:limit]], next_cursor=next_cursor
+        )
+
+    async def find(
+        self, who: Principal, filters: entities.Filters, sort: str, limit: int, cursor: str | None
+    ) -> models.EntityPage:
+        async with self.tx(who, readonly=True) as tx:
+            listing = f"find:{sort}:{hash_filters(filters)}"
+            after = tuple(self.cursors.decode(cursor, tx.tenant.id, listing)) if cursor else None
+            rows, total = await entities.find(tx, filters, sort, limit + 1, after)  # type: ignore[arg-type]
+            more = len(rows) > limit
+            last = rows[limit - 1] if more else None
+            next_cursor = self.cursors.encode(tx.tenant.id, listing, [last["sort_key"], last["id"]]) if last else None
+        return models.EntityPage(entities=[summary(r) for r in rows[:limit]], total=total, next_cursor=next_cursor)
+
+
+def hash_filters(filters: entities.Filters) -> str:
+    """A short fingerprint of a listing's filters, so a cursor only continues the listing it came from."""
+    return hashlib.sha256(orjson.dumps(filters, default=str)).hexdigest()[:16]
+
+
+def _history(row: asyncpg.Record) -> models.HistoryEntry:
+    return models.HistoryEntry(
+        id=row["id"],
+        at=row["at"],
+        actor=row["actor"],
+        action=row["action"],
+        entity_id=row["entity_id"],
+        other_id=row["other_id"],
+        relation_id=row["relation_id"],
+        changes=row["changes"],
+    )

@@ -1,0 +1,273 @@
+"""Walks, paths, context bundles, overviews and bounded slices of one tenant's graph.
+
+Walks are breadth-first, one indexed query per level (store.traversal.expand), with the visited
+set kept here: each node is expanded once, at its shortest distance, and a walk stops at its limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import asyncpg
+from pydantic import BaseModel
+
+from app.auth.principal import Principal
+from app.services import models
+from app.services.base import Service, relation, summary
+from app.store import entities, history, overview, relations, traversal
+from app.store.database import Tx
+from app.store.traversal import Step
+
+UNCATEGORISED = None
+
+
+@dataclass(slots=True)
+class Reached:
+    gid: str
+    depth: int
+    via: Step
+
+
+def _sides(direction: str) -> tuple[bool, bool]:
+    return direction in ("out", "both"), direction in ("in", "both")
+
+
+async def walk(
+    tx: Tx, starts: Sequence[str], depth: int, direction: str, types: Sequence[str] | None, limit: int
+) -> list[Reached]:
+    """Breadth-first from several vertices: each other node once, at its shortest distance, ≤ `limit` nodes."""
+    outgoing, incoming = _sides(direction)
+    seen = set(starts)
+    frontier = list(starts)
+    reached: list[Reached] = []
+    for level in range(1, depth + 1):
+        if not frontier:
+            break
+        steps = await traversal.expand(tx, frontier, outgoing=outgoing, incoming=incoming, types=types)
+        frontier = []
+        for step in steps:
+            if step.other in seen:
+                continue
+            seen.add(step.other)
+            frontier.append(step.other)
+            reached.append(Reached(step.other, level, step))
+            if len(reached) >= limit:
+                return reached
+    return reached
+
+
+async def shortest(
+    tx: Tx, start: str, end: str, max_depth: int, direction: str, types: Sequence[str] | None
+) -> list[Step] | None:
+    """The steps of a shortest path from `start` to `end`, by bidirectional breadth-first search."""
+    if start == end:
+        return []
+    forward, backward = _sides(direction)
+    # node -> (depth, the step that reached it); the start and end have no step
+    near: dict[str, tuple[int, Step | None]] = {start: (0, None)}
+    far: dict[str, tuple[int, Step | None]] = {end: (0, None)}
+    near_front, far_front = [start], [end]
+    near_depth = far_depth = 0
+    while near_front and far_front and near_depth + far_depth < max_depth:
+        from_start = len(near_front) <= len(far_front)
+        front, mine, other = (near_front, near, far) if from_start else (far_front, far, near)
+        out, inc = (forward, backward) if from_start else (backward, forward)
+        steps = await traversal.expand(tx, front, outgoing=out, incoming=inc, types=types)
+        level = (near_depth if from_start else far_depth) + 1
+        next_front, meets = [], []
+        for step in steps:
+            if step.other in mine:
+                continue
+            mine[step.other] = (level, step)
+            next_front.append(step.other)
+            if step.other in other:
+                meets.append(step.other)
+        if from_start:
+            near_front, near_depth = next_front, level
+        else:
+            far_front, far_depth = next_front, level
+        if meets:
+            meet = min(meets, key=lambda n: near[n][0] + far[n][0])
+            return _unwind(near, meet)[::-1] + _unwind(far, meet)
+    return None
+
+
+def _unwind(tree: dict[str, tuple[int, Step | None]], node: str) -> list[Step]:
+    """The steps from `node` back to the root of one search tree, nearest first."""
+    steps = []
+    while (step := tree[node][1]) is not None:
+        steps.append(step)
+        node = step.node
+    return steps
+
+
+class EntityWithObservations(BaseModel):
+    entity: models.EntitySummary
+    observations: list[str]
+    observations_total: int
+
+
+class Slice(BaseModel):
+    """Entities with their observations and the relations the slice includes."""
+
+    entities: list[EntityWithObservations]
+    relations: list[models.Relation]
+    total_entities: int | None = None
+    next_cursor: str | None = None
+    truncated: bool = False
+
+
+class Graph(Service):
+    async def neighbors(
+        self, who: Principal, ref: str, *, depth: int, direction: str, types: list[str] | None, limit: int
+    ) -> models.NeighborsResult:
+        async with self.tx(who, readonly=True) as tx:
+            start = (await entities.resolve(tx, [ref]))[ref]
+            reached = await walk(tx, [start["gid"]], depth, direction, types, limit + 1)
+            kept = reached[:limit]
+            rows = await entities.by_gids(tx, [start["gid"], *(g for r in kept for g in (r.via.source, r.via.target))])
+        return models.NeighborsResult(
+            start=summary(start),
+            neighbors=[
+                models.Neighbor(entity=summary(rows[r.gid]), depth=r.depth, via=_step(r.via, rows)) for r in kept
+            ],
+            truncated=len(reached) > limit,
+        )
+
+    async def path(
+        self, who: Principal, source: str, target: str, *, max_depth: int, direction: str, types: list[str] | None
+    ) -> models.PathResult:
+        async with self.tx(who, readonly=True) as tx:
+            ends = await entities.resolve(tx, list(dict.fromkeys([source, target])))
+            a, b = ends[source], ends[target]
+            steps = await shortest(tx, a["gid"], b["gid"], max_depth, direction, types)
+            if steps is None:
+                return models.PathResult(found=False)
+            order = [a["gid"]]
+            for s in steps:  # a step was taken from whichever of its ends was reached first
+                order.append(s.other if s.node == order[-1] else s.node)
+            rows = await entities.by_gids(tx, order)
+        return models.PathResult(
+            found=True,
+            length=len(steps),
+            nodes=[summary(rows[g]) for g in order],
+            relations=[_step(s, rows) for s in steps],
+        )
+
+    async def chain(
+        self, who: Principal, ref: str, *, relation_type: str, direction: str, depth: int
+    ) -> models.NeighborsResult:
+        return await self.neighbors(
+            who, ref, depth=depth, direction=direction, types=[relation_type], limit=self.limits.max_results
+        )
+
+    async def subgraph(
+        self, who: Principal, refs: Sequence[str], *, depth: int, max_nodes: int, max_relations: int
+    ) -> models.SubgraphResult:
+        async with self.tx(who, readonly=True) as tx:
+            starts = await entities.resolve(tx, list(dict.fromkeys(refs)))
+            gids = list(dict.fromkeys(r["gid"] for r in starts.values()))
+            reached = await walk(tx, gids, depth, "both", None, max(max_nodes - len(gids), 0) + 1)
+            room = max_nodes - len(gids)
+            gids += [r.gid for r in reached[:room]]
+            rels = await relations.among(tx, gids, either_end=False, limit=max_relations + 1)
+            rows = await entities.by_gids(tx, gids)
+        return models.SubgraphResult(
+            entities=[summary(rows[g]) for g in gids if g in rows],
+            relations=[relation(r) for r in rels[:max_relations]],
+            truncated=len(reached) > room or len(rels) > max_relations,
+        )
+
+    async def hierarchy(self, who: Principal) -> models.HierarchyResult:
+        async with self.tx(who, readonly=True) as tx:
+            rows = await overview.categories(tx)
+        areas: dict[str | None, models.HierarchyNode] = {}
+        for r in rows:
+            area = areas.setdefault(r["area"], models.HierarchyNode(name=r["area"], count=0))
+            area.count += r["n"]
+            topic = _child(area, r["topic"])
+            topic.count += r["n"]
+            _child(topic, r["subtopic"]).count += r["n"]
+        return models.HierarchyResult(areas=list(areas.values()), total=sum(r["n"] for r in rows))
+
+    async def stats(self, who: Principal) -> models.StatsResult:
+        async with self.tx(who, readonly=True) as tx:
+            totals = await overview.totals(tx)
+            types = await overview.type_counts(tx, 20)
+            rel_types = await overview.relation_type_counts(tx, 20)
+            connected = await overview.most_connected(tx, 10)
+            recent = await history.recent(tx, 10)
+        return models.StatsResult(
+            **dict(totals),
+            entity_types=[models.Count(name=r["type"], count=r["n"]) for r in types],
+            relation_types=[models.Count(name=r["type"], count=r["n"]) for r in rel_types],
+            most_connected=[models.Connected(**dict(r)) for r in connected],
+            recent_activity=[
+                models.Activity(**{k: r[k] for k in ("at", "actor", "action", "entity_id")}) for r in recent
+            ],
+        )
+
+    # --- bounded slices, for the compatibility dialects and resources ----------------------
+
+    async def page(self, who: Principal, cursor: str | None) -> Slice:
+        """A page of the whole graph: entities by name, each page owning its entities' outgoing relations."""
+        async with self.tx(who, readonly=True) as tx:
+            after = self.cursors.decode(cursor, tx.tenant.id, "graph") if cursor else None
+            rows = await entities.page_by_name(tx, self.limits.page_size + 1, after)
+            more = len(rows) > self.limits.page_size
+            rows = rows[: self.limits.page_size]
+            rels = await relations.from_sources(tx, [r["gid"] for r in rows])
+            total = await entities.count_live(tx)
+            out = await self._slice(tx, rows, rels)
+            out.total_entities = total
+            out.next_cursor = self.cursors.encode(tx.tenant.id, "graph", rows[-1]["name"]) if more else None
+        return out
+
+    async def matching(self, who: Principal, text: str) -> Slice:
+        """Entities whose name, type or an observation contains `text`; relations with either end among them."""
+        async with self.tx(who, readonly=True) as tx:
+            rows = await entities.matching_text(tx, text, self.limits.max_results + 1)
+            return await self._bounded(tx, rows)
+
+    async def named(self, who: Principal, names: Sequence[str]) -> Slice:
+        """Entities with exactly these names; relations with either end among them."""
+        async with self.tx(who, readonly=True) as tx:
+            found = await entities.live_by_names(tx, names)
+            return await self._bounded(tx, list(found.values()))
+
+    async def _bounded(self, tx: Tx, rows: list[asyncpg.Record]) -> Slice:
+        cap = self.limits.max_results
+        rels = await relations.among(tx, [r["gid"] for r in rows[:cap]], either_end=True, limit=cap * 5 + 1)
+        out = await self._slice(tx, rows[:cap], rels[: cap * 5])
+        out.truncated = len(rows) > cap or len(rels) > cap * 5
+        return out
+
+    async def _slice(self, tx: Tx, rows: Sequence[asyncpg.Record], rels: Sequence[relations.Relation]) -> Slice:
+        obs = await entities.observations(tx, [r["id"] for r in rows], self.limits.observations_per_entity)
+        return Slice(
+            entities=[
+                EntityWithObservations(
+                    entity=summary(r), observations=obs[r["id"]].texts, observations_total=obs[r["id"]].total
+                )
+                for r in rows
+            ],
+            relations=[relation(r) for r in rels],
+        )
+
+
+def _child(node: models.HierarchyNode, name: str | None) -> models.HierarchyNode:
+    for child in node.children:
+        if child.name == name:
+            return child
+    node.children.append(models.HierarchyNode(name=name, count=0))
+    return node.children[-1]
+
+
+def _step(step: Step, rows: dict[str, asyncpg.Record]) -> models.Relation:
+    source, target = rows[step.source], rows[step.target]
+    return relation(
+        relations.Relation(
+            step.props, source["id"], source["name"], target["id"], target["name"], step.source, step.target
+        )
+    )

@@ -1,0 +1,421 @@
+"""Entities and their observations in one tenant's schema.
+
+An entity is a row of ``entities`` (its content) plus a vertex of the AGE label ``Entity`` whose
+properties ``{id, name, type}`` are kept in step, so Cypher sees what the entity says. Vertices
+are inserted straight into AGE's label table: one set-based statement per batch.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from app.errors import EngramError
+from app.store.database import Tx
+
+COLUMNS = (
+    "e.id::text AS id, e.gid::text AS gid, e.name, e.type, e.description, e.area, e.topic, e.subtopic,"
+    " e.certainty, e.properties, e.version, e.created_at, e.updated_at, e.created_by, e.updated_by, e.deleted_at"
+)
+# The fields a caller may change, in the order `write_fields` sends them.
+FIELDS = ("name", "type", "description", "area", "topic", "subtopic", "certainty", "properties")
+
+
+def name_key(name: str) -> str:
+    """The case-insensitive lookup key of a name."""
+    return name.casefold()
+
+
+def is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass(slots=True)
+class NewEntity:
+    id: str
+    name: str
+    type: str
+    description: str = ""
+    area: str | None = None
+    topic: str | None = None
+    subtopic: str | None = None
+    certainty: int | None = None
+    properties: dict[str, Any] | None = None
+
+
+async def lock_names(tx: Tx, names: Iterable[str]) -> None:
+    """Serialise writers of the same names, so two upserts of one new name cannot both insert it."""
+    await tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended($1 || n, 0)) FROM unnest($2::text[]) AS n ORDER BY n",
+        tx.tenant.schema,
+        sorted(set(names)),
+    )
+
+
+async def live_by_names(tx: Tx, names: Sequence[str], *, lock: bool = False) -> dict[str, asyncpg.Record]:
+    """Live entities with exactly these names, in name order."""
+    rows = await tx.fetch(
+        f"SELECT {COLUMNS} FROM {{s}}.entities e WHERE e.name = ANY($1::text[]) AND e.deleted_at IS NULL"
+        " ORDER BY e.name" + (" FOR UPDATE" if lock else ""),
+        list(names),
+    )
+    return {r["name"]: r for r in rows}
+
+
+async def by_ids(tx: Tx, ids: Sequence[str], *, lock: bool = False) -> dict[str, asyncpg.Record]:
+    """Entities by id, deleted ones included."""
+    rows = await tx.fetch(
+        f"SELECT {COLUMNS} FROM {{s}}.entities e WHERE e.id = ANY($1::uuid[])" + (" FOR UPDATE" if lock else ""),
+        list(ids),
+    )
+    return {r["id"]: r for r in rows}
+
+
+async def by_gids(tx: Tx, gids: Sequence[str]) -> dict[str, asyncpg.Record]:
+    """Live entities by graph id."""
+    rows = await tx.fetch(
+        f"SELECT {COLUMNS} FROM {{s}}.entities e"
+        " WHERE e.gid = ANY($1::text[]::ag_catalog.graphid[]) AND e.deleted_at IS NULL",
+        list(gids),
+    )
+    return {r["gid"]: r for r in rows}
+
+
+async def resolve(
+    tx: Tx, refs: Sequence[str], *, lock: bool = False, missing_ok: bool = False, exact: bool = False
+) -> dict[str, asyncpg.Record]:
+    """Map each reference (an id, or a name) to a live entity.
+
+    An exact id or name wins; otherwise a case-insensitive name match, which must be unique.
+    With `exact`, a reference is a name and only an exact match counts (the compatibility dialects'
+    rule). With `missing_ok`, references that match nothing are left out instead of failing the call.
+    """
+    rows = await tx.fetch(
+        f"SELECT {COLUMNS}, e.name_key FROM {{s}}.entities e"
+        " WHERE e.deleted_at IS NULL AND (e.id = ANY($1::uuid[]) OR e.name = ANY($2::text[])"
+        " OR e.name_key = ANY($3::text[]))" + (" FOR UPDATE" if lock else ""),
+        [r for r in refs if is_uuid(r)],
+        list(refs),
+        [name_key(r) for r in refs],
+    )
+    found: dict[str, asyncpg.Record] = {}
+    for ref in refs:
+        if exact:
+            loose = [r for r in rows if r["name"] == ref]
+        else:
+            same = [r for r in rows if r["id"] == ref or r["name"] == ref]
+            loose = same or [r for r in rows if r["name_key"] == name_key(ref)]
+        if not loose and missing_ok:
+            continue
+        if not loose:
+            raise EngramError("not_found", f"no entity with id or name {ref!r}", ref=ref)
+        if len(loose) > 1:
+            raise EngramError(
+                "ambiguous",
+                f"{ref!r} matches several entities by name; use the exact name or id",
+                ref=ref,
+                candidates=[{"id": r["id"], "name": r["name"], "type": r["type"]} for r in loose],
+            )
+        found[ref] = loose[0]
+    return found
+
+
+async def insert(tx: Tx, items: Sequence[NewEntity], actor: str) -> None:
+    await tx.execute(
+        """
+        WITH u AS (
+            SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                                 $7::text[], $8::text[], $9::smallint[], $10::jsonb[])
+                AS u(id, name, name_key, type, description, area, topic, subtopic, certainty, properties)
+        ), v AS (
+            INSERT INTO {s}."Entity" (properties)
+            SELECT ag_catalog.agtype_build_map('id', u.id::text, 'name', u.name, 'type', u.type) FROM u
+            RETURNING id AS gid,
+                ag_catalog.agtype_access_operator(VARIADIC ARRAY[properties, '"id"'::ag_catalog.agtype])
+                    ::text::uuid AS eid
+        )
+        INSERT INTO {s}.entities (id, gid, name, name_key, type, description, area, topic, subtopic,
+                                  certainty, properties, created_by, updated_by)
+        SELECT u.id, v.gid, u.name, u.name_key, u.type, u.description, u.area, u.topic, u.subtopic,
+               u.certainty, coalesce(u.properties, '{}'), $11, $11
+        FROM u JOIN v ON v.eid = u.id
+        """,
+        [i.id for i in items],
+        [i.name for i in items],
+        [name_key(i.name) for i in items],
+        [i.type for i in items],
+        [i.description for i in items],
+        [i.area for i in items],
+        [i.topic for i in items],
+        [i.subtopic for i in items],
+        [i.certainty for i in items],
+        [i.properties for i in items],
+        actor,
+    )
+
+
+async def write_fields(tx: Tx, rows: Sequence[dict[str, Any]]) -> None:
+    """Store new field values (each row: id and every name in FIELDS); the vertex follows name and type."""
+    if not rows:
+        return
+    await tx.execute(
+        """
+        WITH u AS (
+            SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                                 $7::text[], $8::smallint[], $9::jsonb[], $10::text[])
+                AS u(id, name, type, description, area, topic, subtopic, certainty, properties, name_key)
+        ), e AS (
+            UPDATE {s}.entities e SET name = u.name, name_key = u.name_key, type = u.type,
+                description = u.description, area = u.area, topic = u.topic, subtopic = u.subtopic,
+                certainty = u.certainty, properties = u.properties
+            FROM u WHERE e.id = u.id
+            RETURNING e.gid, e.id, e.name, e.type
+        )
+        UPDATE {s}."Entity" v
+        SET properties = ag_catalog.agtype_build_map('id', e.id::text, 'name', e.name, 'type', e.type)
+        FROM e WHERE v.id = e.gid
+        """,
+        [r["id"] for r in rows],
+        *([r[f] for r in rows] for f in FIELDS),
+        [name_key(r["name"]) for r in rows],
+    )
+
+
+async def touch(tx: Tx, ids: Iterable[str], actor: str) -> dict[str, int]:
+    """Bump the version of changed entities once; returns each one's new version."""
+    rows = await tx.fetch(
+        "UPDATE {s}.entities SET version = version + 1, updated_at = now(), updated_by = $2"
+        " WHERE id = ANY($1::uuid[]) RETURNING id::text, version",
+        list(set(ids)),
+        actor,
+    )
+    return {r[0]: r[1] for r in rows}
+
+
+async def set_deleted(tx: Tx, ids: Sequence[str], deleted: bool, actor: str) -> dict[str, int]:
+    """Soft-delete or restore; returns the new versions of the entities whose state changed."""
+    rows = await tx.fetch(
+        """
+        UPDATE {s}.entities SET deleted_at = CASE WHEN $2 THEN now() END, version = version + 1,
+            updated_at = now(), updated_by = $3
+        WHERE id = ANY($1::uuid[]) AND (deleted_at IS NULL) = $2
+        RETURNING id::text, version
+        """,
+        list(ids),
+        deleted,
+        actor,
+    )
+    return {r[0]: r[1] for r in rows}
+
+
+async def live_names_taken(tx: Tx, names: Sequence[str]) -> list[str]:
+    rows = await tx.fetch(
+        "SELECT name FROM {s}.entities WHERE name = ANY($1::text[]) AND deleted_at IS NULL", list(names)
+    )
+    return [r[0] for r in rows]
+
+
+# --- observations ---------------------------------------------------------------------------
+
+
+async def add_observations(tx: Tx, pairs: Sequence[tuple[str, str]], actor: str) -> dict[str, list[str]]:
+    """Insert (entity id, text) pairs in order, skipping exact duplicates; returns what each entity gained."""
+    if not pairs:
+        return {}
+    rows = await tx.fetch(
+        """
+        INSERT INTO {s}.observations (entity_id, content, created_by)
+        SELECT p.entity_id, p.content, $3
+        FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS p(entity_id, content, n)
+        ORDER BY p.n
+        ON CONFLICT (entity_id, md5(content)) DO NOTHING
+        RETURNING entity_id::text, content
+        """,
+        [p[0] for p in pairs],
+        [p[1] for p in pairs],
+        actor,
+    )
+    return _group(rows)
+
+
+async def remove_observations(tx: Tx, pairs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
+    """Delete exact (entity id, text) pairs; returns what each entity lost."""
+    if not pairs:
+        return {}
+    rows = await tx.fetch(
+        """
+        DELETE FROM {s}.observations o USING unnest($1::uuid[], $2::text[]) AS p(entity_id, content)
+        WHERE o.entity_id = p.entity_id AND md5(o.content) = md5(p.content) AND o.content = p.content
+        RETURNING o.entity_id::text, o.content
+        """,
+        [p[0] for p in pairs],
+        [p[1] for p in pairs],
+    )
+    return _group(rows)
+
+
+async def replace_observations(tx: Tx, entity_id: str, contents: Sequence[str], actor: str) -> None:
+    """Make an entity's observations exactly `contents`, in that order."""
+    await tx.execute("DELETE FROM {s}.observations WHERE entity_id = $1", entity_id)
+    await add_observations(tx, [(entity_id, c) for c in contents], actor)
+
+
+def _group(rows: Iterable[asyncpg.Record]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for r in rows:
+        out.setdefault(r[0], []).append(r[1])
+    return out
+
+
+@dataclass(slots=True)
+class Observations:
+    texts: list[str]
+    total: int
+
+
+async def observations(tx: Tx, entity_ids: Sequence[str], per_entity: int) -> dict[str, Observations]:
+    """The first `per_entity` observations of each entity, oldest first, and each entity's total."""
+    rows = await tx.fetch(
+        """
+        SELECT entity_id::text, content, total FROM (
+            SELECT o.entity_id, o.content, row_number() OVER w AS n,
+                   count(*) OVER (PARTITION BY o.entity_id) AS total
+            FROM {s}.observations o WHERE o.entity_id = ANY($1::uuid[])
+            WINDOW w AS (PARTITION BY o.entity_id ORDER BY o.id)
+        ) x WHERE n <= $2 ORDER BY entity_id, n
+        """,
+        list(entity_ids),
+        per_entity,
+    )
+    out = {eid: Observations([], 0) for eid in entity_ids}
+    for eid, content, total in rows:
+        out[eid].texts.append(content)
+        out[eid].total = total
+    if per_entity == 0:  # no rows came back: count separately
+        for eid, total in await tx.fetch(
+            "SELECT entity_id::text, count(*) FROM {s}.observations WHERE entity_id = ANY($1::uuid[])"
+            " GROUP BY entity_id",
+            list(entity_ids),
+        ):
+            out[eid].total = total
+    return out
+
+
+# --- listing --------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Filters:
+    name_contains: str | None = None
+    text_contains: str | None = None
+    types: Sequence[str] | None = None
+    area: str | None = None
+    topic: str | None = None
+    subtopic: str | None = None
+    certainty_min: int | None = None
+    certainty_max: int | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+
+
+def like_pattern(text: str) -> str:
+    """A LIKE pattern matching `text` anywhere, with its own % _ and \\ taken literally."""
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+_SORTS = {
+    # sort name: (key expression, direction)
+    "name": ("e.name", "ASC"),
+    "recent": ("e.updated_at", "DESC"),
+    "certainty": ("coalesce(e.certainty, -1)", "DESC"),
+}
+
+
+async def find(
+    tx: Tx, f: Filters, sort: str, limit: int, after: tuple[str, str] | None
+) -> tuple[list[asyncpg.Record], int]:
+    """A page of live entities matching every given filter, keyset-paged; and the total matching.
+
+    `after` is the (sort key as text, id) of the last row of the previous page.
+    """
+    key, direction = _SORTS[sort]
+    op = ">" if direction == "ASC" else "<"
+    where = """
+        e.deleted_at IS NULL
+        AND ($1::text IS NULL OR e.name ILIKE $1)
+        AND ($2::text IS NULL OR e.name ILIKE $2 OR e.type ILIKE $2 OR e.description ILIKE $2
+             OR e.properties::text ILIKE $2
+             OR EXISTS (SELECT 1 FROM {s}.observations o WHERE o.entity_id = e.id AND o.content ILIKE $2))
+        AND ($3::text[] IS NULL OR e.type = ANY($3))
+        AND ($4::text IS NULL OR e.area = $4) AND ($5::text IS NULL OR e.topic = $5)
+        AND ($6::text IS NULL OR e.subtopic = $6)
+        AND ($7::int IS NULL OR e.certainty >= $7) AND ($8::int IS NULL OR e.certainty <= $8)
+        AND ($9::timestamptz IS NULL OR e.created_at >= $9) AND ($10::timestamptz IS NULL OR e.created_at < $10)
+    """
+    args = [
+        like_pattern(f.name_contains) if f.name_contains else None,
+        like_pattern(f.text_contains) if f.text_contains else None,
+        list(f.types) if f.types else None,
+        f.area,
+        f.topic,
+        f.subtopic,
+        f.certainty_min,
+        f.certainty_max,
+        f.created_after,
+        f.created_before,
+    ]
+    rows = await tx.fetch(
+        f"""
+        SELECT {COLUMNS}, ({key})::text AS sort_key FROM {{s}}.entities e
+        WHERE {where} AND ($11::text IS NULL OR ({key}, e.id) {op} ($11::text::{_key_type(sort)}, $12::uuid))
+        ORDER BY {key} {direction}, e.id {direction} LIMIT $13
+        """,
+        *args,
+        after[0] if after else None,
+        after[1] if after else None,
+        limit,
+    )
+    total = await tx.fetchval(f"SELECT count(*) FROM {{s}}.entities e WHERE {where}", *args)
+    return rows, total
+
+
+def _key_type(sort: str) -> str:
+    return {"name": "text", "recent": "timestamptz", "certainty": "int"}[sort]
+
+
+async def page_by_name(tx: Tx, limit: int, after: str | None) -> list[asyncpg.Record]:
+    rows = await tx.fetch(
+        f"SELECT {COLUMNS} FROM {{s}}.entities e WHERE e.deleted_at IS NULL AND ($1::text IS NULL OR e.name > $1)"
+        " ORDER BY e.name LIMIT $2",
+        after,
+        limit,
+    )
+    return list(rows)
+
+
+async def count_live(tx: Tx) -> int:
+    return await tx.fetchval("SELECT count(*) FROM {s}.entities WHERE deleted_at IS NULL")
+
+
+async def matching_text(tx: Tx, text: str, limit: int) -> list[asyncpg.Record]:
+    """Live entities whose name, type or an observation contains `text`, case-insensitively."""
+    rows = await tx.fetch(
+        f"""
+        SELECT {COLUMNS} FROM {{s}}.entities e
+        WHERE e.deleted_at IS NULL AND (e.name ILIKE $1 OR e.type ILIKE $1 OR EXISTS (
+            SELECT 1 FROM {{s}}.observations o WHERE o.entity_id = e.id AND o.content ILIKE $1))
+        ORDER BY e.name LIMIT $2
+        """,
+        like_pattern(text),
+        limit,
+    )
+    return list(rows)

@@ -1,0 +1,63 @@
+"""The history of changes, written in the same transaction as the change it records."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+
+from app.store.database import Tx
+
+
+@dataclass(slots=True)
+class Event:
+    entity_id: str
+    action: str  # created | updated | deleted | restored | observations_added | observations_removed | ...
+    changes: dict[str, Any] = field(default_factory=dict)  # field -> [old, new], or what was added/removed
+    other_id: str | None = None  # the other end of a relation
+    relation_id: str | None = None
+
+
+async def record(tx: Tx, events: Sequence[Event], actor: str) -> None:
+    if not events:
+        return
+    await tx.execute(
+        """
+        INSERT INTO {s}.history (entity_id, other_id, relation_id, action, changes, actor)
+        SELECT * , $6 FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::jsonb[])
+        """,
+        [e.entity_id for e in events],
+        [e.other_id for e in events],
+        [e.relation_id for e in events],
+        [e.action for e in events],
+        [e.changes for e in events],
+        actor,
+    )
+
+
+async def of_entity(tx: Tx, entity_id: str, limit: int, before: int | None) -> list[asyncpg.Record]:
+    """Newest first: changes to the entity, its observations, and relations touching it."""
+    rows = await tx.fetch(
+        """
+        SELECT h.id, h.entity_id::text AS entity_id, h.other_id::text AS other_id,
+               h.relation_id::text AS relation_id, h.action, h.changes, h.actor, h.at
+        FROM {s}.history h
+        WHERE (h.entity_id = $1 OR h.other_id = $1) AND ($2::bigint IS NULL OR h.id < $2)
+        ORDER BY h.id DESC LIMIT $3
+        """,
+        entity_id,
+        before,
+        limit,
+    )
+    return list(rows)
+
+
+async def recent(tx: Tx, limit: int) -> list[asyncpg.Record]:
+    rows = await tx.fetch(
+        "SELECT h.id, h.entity_id::text AS entity_id, h.action, h.actor, h.at FROM {s}.history h"
+        " ORDER BY h.id DESC LIMIT $1",
+        limit,
+    )
+    return list(rows)

@@ -1,0 +1,68 @@
+"""Aggregates over one tenant's graph: the area/topic tree and the counts behind graph_stats."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from app.store.database import Tx
+from app.store.relations import REL_TYPE
+
+
+async def categories(tx: Tx) -> list[asyncpg.Record]:
+    """Live entity counts per (area, topic, subtopic); None where an entity has no such value."""
+    rows = await tx.fetch(
+        "SELECT area, topic, subtopic, count(*) AS n FROM {s}.entities WHERE deleted_at IS NULL"
+        " GROUP BY area, topic, subtopic ORDER BY area NULLS LAST, topic NULLS LAST, subtopic NULLS LAST"
+    )
+    return list(rows)
+
+
+async def type_counts(tx: Tx, limit: int) -> list[asyncpg.Record]:
+    rows = await tx.fetch(
+        "SELECT type, count(*) AS n FROM {s}.entities WHERE deleted_at IS NULL"
+        " GROUP BY type ORDER BY n DESC, type LIMIT $1",
+        limit,
+    )
+    return list(rows)
+
+
+_LIVE_EDGES = """
+    FROM {s}."REL" r
+    JOIN {s}.entities se ON se.gid = r.start_id AND se.deleted_at IS NULL
+    JOIN {s}.entities te ON te.gid = r.end_id AND te.deleted_at IS NULL
+"""
+
+
+async def relation_type_counts(tx: Tx, limit: int) -> list[asyncpg.Record]:
+    rows = await tx.fetch(
+        f"SELECT {REL_TYPE} AS type, count(*) AS n {_LIVE_EDGES} GROUP BY 1 ORDER BY n DESC, 1 LIMIT $1", limit
+    )
+    return list(rows)
+
+
+async def most_connected(tx: Tx, limit: int) -> list[asyncpg.Record]:
+    rows = await tx.fetch(
+        f"""
+        SELECT e.id::text AS id, e.name, e.type, d.degree FROM (
+            SELECT g, count(*) AS degree FROM (
+                SELECT r.start_id AS g {_LIVE_EDGES} UNION ALL SELECT r.end_id {_LIVE_EDGES}
+            ) ends GROUP BY g ORDER BY degree DESC LIMIT $1
+        ) d JOIN {{s}}.entities e ON e.gid = d.g ORDER BY d.degree DESC, e.name
+        """,
+        limit,
+    )
+    return list(rows)
+
+
+async def totals(tx: Tx) -> asyncpg.Record:
+    row = await tx.fetchrow(
+        f"""
+        SELECT (SELECT count(*) FROM {{s}}.entities WHERE deleted_at IS NULL) AS entities,
+               (SELECT count(*) FROM {{s}}.entities WHERE deleted_at IS NOT NULL) AS deleted_entities,
+               (SELECT count(*) {_LIVE_EDGES}) AS relations,
+               (SELECT count(*) FROM {{s}}.observations o JOIN {{s}}.entities e ON e.id = o.entity_id
+                 AND e.deleted_at IS NULL) AS observations
+        """
+    )
+    assert row is not None
+    return row

@@ -1,0 +1,176 @@
+"""Relations: edges of the AGE label ``REL`` whose properties hold the relation itself.
+
+Edges are inserted straight into the label table (Cypher CREATE of an edge scans the vertex table
+per endpoint on AGE 1.5); a unique index on (start, end, type) keeps (from, type, to) unique.
+A relation is visible only while both of its ends are live entities.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+import orjson
+
+from app.store.database import Tx
+
+REL_TYPE = "ag_catalog.agtype_access_operator(VARIADIC ARRAY[r.properties, '\"type\"'::ag_catalog.agtype])::text"
+REL_ID = "ag_catalog.agtype_access_operator(VARIADIC ARRAY[r.properties, '\"id\"'::ag_catalog.agtype])::text"
+_SELECT = """
+    SELECT r.start_id::text AS a, r.end_id::text AS b, r.properties AS rel,
+           se.id::text AS source_id, se.name AS source, te.id::text AS target_id, te.name AS target
+    FROM {s}."REL" r
+    JOIN {s}.entities se ON se.gid = r.start_id AND se.deleted_at IS NULL
+    JOIN {s}.entities te ON te.gid = r.end_id AND te.deleted_at IS NULL
+"""
+
+
+@dataclass(slots=True)
+class Relation:
+    """A stored relation with the ids and names of its ends."""
+
+    props: dict[str, Any]  # id, type, strength?, notes?, properties?, created_at, created_by
+    source_id: str
+    source: str
+    target_id: str
+    target: str
+    source_gid: str
+    target_gid: str
+
+    @property
+    def id(self) -> str:
+        return self.props["id"]
+
+    @property
+    def type(self) -> str:
+        return self.props["type"]
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return self.source_gid, self.target_gid, self.type
+
+
+def _relation(row: asyncpg.Record) -> Relation:
+    return Relation(
+        orjson.loads(row["rel"]), row["source_id"], row["source"], row["target_id"], row["target"], row["a"], row["b"]
+    )
+
+
+@dataclass(slots=True)
+class NewRelation:
+    source: asyncpg.Record  # resolved live entities
+    target: asyncpg.Record
+    type: str
+    strength: float | None = None
+    notes: str | None = None
+    properties: dict[str, Any] | None = None
+
+
+async def insert(tx: Tx, items: Sequence[NewRelation], actor: str) -> list[str | None]:
+    """Create edges; returns each item's new relation id, or None where (from, type, to) already existed."""
+    props = []
+    for i in items:
+        p: dict[str, Any] = {"id": str(uuid.uuid4()), "type": i.type, "created_by": actor}
+        if i.strength is not None:
+            p["strength"] = i.strength
+        if i.notes is not None:
+            p["notes"] = i.notes
+        if i.properties:
+            p["properties"] = i.properties
+        props.append(p)
+    rows = await tx.fetch(
+        f"""
+        INSERT INTO {{s}}."REL" (start_id, end_id, properties)
+        SELECT a::ag_catalog.graphid, b::ag_catalog.graphid,
+               (p::jsonb || jsonb_build_object('created_at', now()))::text::ag_catalog.agtype
+        FROM unnest($1::text[], $2::text[], $3::text[]) AS u(a, b, p)
+        ON CONFLICT DO NOTHING
+        RETURNING {REL_ID.replace("r.properties", "properties")}
+        """,
+        [i.source["gid"] for i in items],
+        [i.target["gid"] for i in items],
+        [orjson.dumps(p).decode() for p in props],
+    )
+    created = {r[0] for r in rows}
+    return [p["id"] if p["id"] in created else None for p in props]
+
+
+async def by_keys(tx: Tx, keys: Sequence[tuple[str, str, str]]) -> dict[tuple[str, str, str], Relation]:
+    """Live relations by (source gid, target gid, type)."""
+    if not keys:
+        return {}
+    rows = await tx.fetch(
+        _SELECT
+        + f"""
+        JOIN unnest($1::text[], $2::text[], $3::text[]) AS k(a, b, t)
+          ON r.start_id = k.a::ag_catalog.graphid AND r.end_id = k.b::ag_catalog.graphid AND {REL_TYPE} = k.t
+        """,
+        [k[0] for k in keys],
+        [k[1] for k in keys],
+        [k[2] for k in keys],
+    )
+    return {(rel := _relation(r)).key: rel for r in rows}
+
+
+async def by_ids(tx: Tx, ids: Sequence[str]) -> list[Relation]:
+    rows = await tx.fetch(_SELECT + f" WHERE {REL_ID} = ANY($1::text[])", list(ids))
+    return [_relation(r) for r in rows]
+
+
+async def delete(tx: Tx, ids: Sequence[str]) -> None:
+    await tx.execute(f'DELETE FROM {{s}}."REL" r WHERE {REL_ID} = ANY($1::text[])', list(ids))
+
+
+async def touching(tx: Tx, entity_id: str, limit: int) -> list[Relation]:
+    """Live relations of one entity, by two directed Cypher matches (never an undirected one)."""
+    rows = await tx.fetch(
+        _SELECT
+        + """
+        JOIN (
+            SELECT * FROM ag_catalog.cypher('{s}', $$
+                MATCH (a:Entity {id: $id})-[r:REL]->(b:Entity) RETURN id(r)
+            $$, $1) AS (edge ag_catalog.graphid)
+            UNION ALL
+            SELECT * FROM ag_catalog.cypher('{s}', $$
+                MATCH (a:Entity {id: $id})<-[r:REL]-(b:Entity) RETURN id(r)
+            $$, $1) AS (edge ag_catalog.graphid)
+        ) c ON c.edge = r.id
+        ORDER BY se.id::text = $2 DESC, se.name, te.name
+        LIMIT $3
+        """,
+        orjson.dumps({"id": entity_id}).decode(),
+        entity_id,
+        limit,
+    )
+    return [_relation(r) for r in rows]
+
+
+async def among(tx: Tx, gids: Sequence[str], *, either_end: bool, limit: int) -> list[Relation]:
+    """Live relations with both ends (or, with `either_end`, at least one end) among `gids`."""
+    join = "OR" if either_end else "AND"
+    rows = await tx.fetch(
+        _SELECT
+        + f"""
+        WHERE (r.start_id = ANY($1::text[]::ag_catalog.graphid[])
+               {join} r.end_id = ANY($1::text[]::ag_catalog.graphid[]))
+        ORDER BY se.name, te.name LIMIT $2
+        """,
+        list(gids),
+        limit,
+    )
+    return [_relation(r) for r in rows]
+
+
+async def from_sources(tx: Tx, gids: Sequence[str]) -> list[Relation]:
+    """Live relations whose source is among `gids` (a page of read_graph owns its entities' outgoing edges)."""
+    rows = await tx.fetch(
+        _SELECT + " WHERE r.start_id = ANY($1::text[]::ag_catalog.graphid[]) ORDER BY se.name, te.name", list(gids)
+    )
+    return [_relation(r) for r in rows]
+
+
+async def count_live(tx: Tx) -> int:
+    return await tx.fetchval("SELECT count(*) FROM (" + _SELECT + ") x")

@@ -12,6 +12,7 @@ from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
+from pydantic.fields import FieldInfo
 
 from app.auth.principal import Principal, principal_from_token
 from app.errors import EngramError
@@ -46,16 +47,19 @@ class ToolSet:
         self, scope: str, annotations: ToolAnnotations, *, name: str | None = None
     ) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
         def register(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+            signature = inspect.signature(fn)
+            renamed = _aliases(signature)
+
             @functools.wraps(fn)
-            async def run(*args: Any, **kwargs: Any) -> Any:
+            async def run(**kwargs: Any) -> Any:
+                kwargs = {renamed.get(k, k): v for k, v in kwargs.items()}  # the SDK passes aliases ("from")
                 try:
-                    return await fn(caller(self.tenant_claim, scope), *args, **kwargs)
+                    return await fn(caller(self.tenant_claim, scope), **kwargs)
                 except EngramError as exc:
                     raise ToolError(str(exc)) from exc
                 except InvalidTenant as exc:
                     raise ToolError(str(EngramError("forbidden", str(exc)))) from exc
 
-            signature = inspect.signature(fn)
             run.__signature__ = signature.replace(parameters=list(signature.parameters.values())[1:])  # type: ignore[attr-defined]
             del run.__wrapped__  # the SDK must read the signature above, not fn's
             tool_name = self.prefix + (name or fn.__name__)
@@ -64,3 +68,13 @@ class ToolSet:
             return fn
 
         return register
+
+
+def _aliases(signature: inspect.Signature) -> dict[str, str]:
+    """Parameter names by their schema alias, for parameters such as `from_` published as "from"."""
+    out = {}
+    for name, param in signature.parameters.items():
+        for meta in getattr(param.annotation, "__metadata__", ()):
+            if isinstance(meta, FieldInfo) and meta.alias:
+                out[meta.alias] = name
+    return out

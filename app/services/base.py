@@ -34,6 +34,8 @@ class Service:
     async def tx(self, who: Principal, *, readonly: bool = False) -> AsyncIterator[Tx]:
         """One transaction in the caller's tenant; everything a tool call does happens inside it."""
         tenant = await self.db.tenant(who.tenant)
+        if self.cursors.key is None:  # loaded on first use: it lives in the database, shared by replicas
+            self.cursors.key = await self.db.secret("cursor")
         async with self.db.transaction(tenant, readonly=readonly) as tx:
             yield tx
 

@@ -300,7 +300,9 @@ class Entities(Service):
 
     async def history(self, who: Principal, ref: str, limit: int, cursor: str | None) -> models.HistoryPage:
         async with self.tx(who, readonly=True) as tx:
-            row = (await entities.resolve(tx, [ref]))[ref]
+            # A deleted entity's history stays readable by its id.
+            by_id = await entities.by_ids(tx, [ref]) if entities.is_uuid(ref) else {}
+            row = by_id.get(ref) or (await entities.resolve(tx, [ref]))[ref]
             before = self.cursors.decode(cursor, tx.tenant.id, f"history:{row['id']}") if cursor else None
             rows = await history.of_entity(tx, row["id"], limit + 1, before)
             more = len(rows) > limit

@@ -88,6 +88,75 @@ def cmd_token(args: argparse.Namespace) -> None:
     print(mint_token(settings, tenant=args.tenant, subject=args.subject, scopes=scopes, ttl=args.ttl))
 
 
+def _admin(work):  # type: ignore[no-untyped-def]
+    """Run `work(conn)` on an owner connection; domain errors exit with their message."""
+    import asyncpg
+
+    from app.errors import EngramError
+
+    settings = _with_database(_settings())
+
+    async def run():  # type: ignore[no-untyped-def]
+        conn = await asyncpg.connect(settings.admin_dsn())
+        try:
+            return await work(conn)
+        finally:
+            await conn.close()
+
+    try:
+        return asyncio.run(run())
+    except EngramError as exc:
+        sys.exit(f"error: {exc.message}")
+
+
+def cmd_tenant(args: argparse.Namespace) -> None:
+    from app.store import tenants
+
+    if args.action == "create":
+        row = _admin(lambda c: tenants.create(c, args.tenant))
+        print(f"tenant {args.tenant}: {row['id']}")
+    elif args.action == "list":
+        for r in _admin(tenants.list_all):
+            print(f"{r['key']}\t{r['id']}\t{r['created_at']:%Y-%m-%d %H:%M}")
+    elif args.action == "show":
+        info = _admin(lambda c: tenants.show(c, args.tenant))
+        for k, v in info.items():
+            print(f"{k}: {v}")
+    else:
+        _admin(lambda c: tenants.delete(c, args.tenant))
+        print(f"tenant {args.tenant} and all its data deleted")
+
+
+def cmd_apikey(args: argparse.Namespace) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from app.auth import apikeys
+    from app.store import tenants
+
+    if args.action == "create":
+        key_id, key, digest = apikeys.generate()
+        expires = datetime.now(UTC) + timedelta(days=args.expires_days) if args.expires_days else None
+        scopes = args.scope or [READ, WRITE]
+        _admin(lambda c: tenants.add_key(c, args.tenant, key_id, digest, scopes, args.name or "", expires))
+        print(key)
+        print(
+            f"(key {key_id} for tenant {args.tenant}, scopes {' '.join(scopes)}; shown once, store it now)",
+            file=sys.stderr,
+        )
+    elif args.action == "list":
+        for r in _admin(lambda c: tenants.list_keys(c, args.tenant)):
+            state = (
+                "revoked"
+                if r["revoked_at"]
+                else ("expires " + f"{r['expires_at']:%Y-%m-%d}" if r["expires_at"] else "active")
+            )
+            print(f"{r['id']}\t{r['tenant']}\t{' '.join(r['scopes'])}\t{state}\t{r['name']}")
+    else:
+        if not _admin(lambda c: tenants.revoke_key(c, args.key_id)):
+            sys.exit(f"error: no active key {args.key_id}")
+        print(f"key {args.key_id} revoked (servers stop accepting it within 30 seconds)")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="engram", description="Engram: knowledge-graph memory over MCP.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -108,7 +177,25 @@ def main(argv: list[str] | None = None) -> None:
     )
     token.add_argument("--ttl", type=int, help="lifetime in seconds (default ENGRAM_TOKEN_TTL_SECONDS)")
     token.set_defaults(func=cmd_token)
+    tenant = sub.add_parser("tenant", help="create, list, show or delete tenants")
+    tenant.add_argument("action", choices=["create", "list", "show", "delete"])
+    tenant.add_argument("tenant", nargs="?", help="the tenant id (not for list)")
+    tenant.set_defaults(func=cmd_tenant)
+    apikey = sub.add_parser("apikey", help="API keys for headless agents")
+    apikey.add_argument("action", choices=["create", "list", "revoke"])
+    apikey.add_argument("key_id", nargs="?", help="with revoke: the key's id")
+    apikey.add_argument("--tenant", help="with create (required) and list")
+    apikey.add_argument("--scope", action="append", choices=[READ, WRITE, ADMIN])
+    apikey.add_argument("--name", help="a label to recognise the key by")
+    apikey.add_argument("--expires-days", type=int, help="lifetime in days (default: no expiry)")
+    apikey.set_defaults(func=cmd_apikey)
     args = parser.parse_args(argv)
+    if args.command == "tenant" and args.action != "list" and not args.tenant:
+        parser.error("tenant: give the tenant id")
+    if args.command == "apikey" and args.action == "create" and not args.tenant:
+        parser.error("apikey create: --tenant is required")
+    if args.command == "apikey" and args.action == "revoke" and not args.key_id:
+        parser.error("apikey revoke: give the key id")
     args.func(args)
 
 

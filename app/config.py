@@ -55,10 +55,23 @@ class Settings(BaseSettings):
     shutdown_grace_seconds: int = Field(25, ge=0, le=600)
 
     # auth
-    auth_mode: Literal["dev"] = "dev"
+    auth_mode: Literal["dev", "oidc"] = "dev"
     dev_key_file: Path = Field(default_factory=lambda: cache_dir() / "dev-signing-key.json")
     token_ttl_seconds: int = Field(3600, ge=60, le=30 * 86400)
+    oidc_issuer: str | None = Field(None, description="The identity provider's issuer URL (auth mode oidc).")
+    oidc_audiences: CommaList = Field(default_factory=list, description="Accepted `aud`; default the resource URL.")
+    oidc_jwks_url: str | None = Field(None, description="JWKS URL; default the one the issuer's metadata names.")
+    oidc_client_id: str | None = Field(None, max_length=500, description="For token introspection (opaque tokens).")
+    oidc_client_secret: SecretStr | None = None
+    jwks_min_refresh_seconds: int = Field(30, ge=1, le=3600)
+    jwks_max_age_seconds: int = Field(3600, ge=60, le=86400)
+    scope_read: str = Field("memory:read", min_length=1, max_length=200)
+    scope_write: str = Field("memory:write", min_length=1, max_length=200)
+    scope_admin: str = Field("memory:admin", min_length=1, max_length=200)
+    documentation_url: str | None = Field(None, description="Linked from the protected resource metadata.")
     tenant_claim: str = Field("tenant_id", min_length=1, max_length=100)
+    tenant_fallback_claims: CommaList = Field(default_factory=lambda: ["org_id", "tid"])
+    tenant_policy: Literal["auto", "managed"] = "auto"
 
     # tools
     tool_sets: CommaList = Field(default_factory=lambda: ["native", "memory"])
@@ -72,7 +85,9 @@ class Settings(BaseSettings):
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
-    _normalise_lists = field_validator("allowed_hosts", "allowed_origins", "tool_sets", mode="before")(_comma_list)
+    _normalise_lists = field_validator(
+        "allowed_hosts", "allowed_origins", "tool_sets", "tenant_fallback_claims", "oidc_audiences", mode="before"
+    )(_comma_list)
 
     @field_validator("tool_sets")
     @classmethod
@@ -82,9 +97,9 @@ class Settings(BaseSettings):
             raise ValueError("a comma-separated list of: native, memory, neo4j")
         return value
 
-    @field_validator("public_url")
+    @field_validator("public_url", "oidc_issuer", "oidc_jwks_url", "documentation_url")
     @classmethod
-    def _check_public_url(cls, value: str | None) -> str | None:
+    def _check_url(cls, value: str | None) -> str | None:
         if value is None:
             return None
         parts = urlsplit(value)
@@ -100,6 +115,10 @@ class Settings(BaseSettings):
             raise ValueError(
                 "ENGRAM_TOOL_SETS has memory and neo4j, whose tool names overlap: set ENGRAM_NEO4J_NAMESPACE"
             )
+        if self.auth_mode == "oidc" and not self.oidc_issuer:
+            raise ValueError("ENGRAM_AUTH_MODE=oidc needs ENGRAM_OIDC_ISSUER")
+        if bool(self.oidc_client_id) != bool(self.oidc_client_secret):
+            raise ValueError("ENGRAM_OIDC_CLIENT_ID and ENGRAM_OIDC_CLIENT_SECRET go together")
         if self.auth_mode == "dev" and not _is_loopback(self.host):
             raise ValueError("ENGRAM_AUTH_MODE=dev is allowed only when ENGRAM_HOST is a loopback address")
         return self
@@ -115,8 +134,17 @@ class Settings(BaseSettings):
 
     @property
     def issuer(self) -> str:
-        """In dev mode the server is its own token issuer."""
-        return self.base_url
+        """Who issues access tokens: the identity provider, or in dev mode the server itself."""
+        return self.oidc_issuer if self.auth_mode == "oidc" and self.oidc_issuer else self.base_url
+
+    @property
+    def audiences(self) -> list[str]:
+        return self.oidc_audiences or [self.resource_url]
+
+    @property
+    def scope_names(self) -> dict[str, str]:
+        """Scope names as the identity provider spells them, by Engram's own name."""
+        return {"memory:read": self.scope_read, "memory:write": self.scope_write, "memory:admin": self.scope_admin}
 
     def runtime_dsn(self) -> str:
         if self.database_url is None:

@@ -8,18 +8,21 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import asyncpg
+import httpx2
 from joserfc.jwk import KeySet
-from mcp.server.auth.routes import create_protected_resource_routes
+from mcp.server.auth.routes import build_resource_metadata_url, create_protected_resource_routes
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
+from app.auth.apikeys import ApiKeys
 from app.auth.devkeys import load_or_create_key, public_jwks
-from app.auth.principal import ADMIN, READ, WRITE
-from app.auth.verifier import JwtVerifier
+from app.auth.keys import Issuer, StaticKeys
+from app.auth.verifier import Introspection, TokenVerifier
 from app.config import Settings
+from app.mcp.scope_guard import ScopeGuard
 from app.mcp.server import build_mcp
 from app.services import Limits, Services
 from app.store import migrate
@@ -41,6 +44,33 @@ async def _readiness(db: Database, settings: Settings) -> str | None:
     return f"migrations pending: {', '.join(todo)}" if todo else None
 
 
+def _verifier(settings: Settings, db: Database, http: httpx2.AsyncClient) -> tuple[TokenVerifier, list[Route]]:
+    """The token verifier for the auth mode, and the routes that mode publishes."""
+    api_keys = ApiKeys(db.api_key, settings.tenant_claim)
+    common = {"audiences": settings.audiences, "scope_names": settings.scope_names, "api_keys": api_keys}
+    if settings.auth_mode == "dev":
+        key = load_or_create_key(settings.dev_key_file)
+
+        async def jwks(request: Request) -> JSONResponse:
+            return JSONResponse(public_jwks(key))
+
+        verifier = TokenVerifier(StaticKeys(KeySet([key])), issuer=settings.issuer, **common)  # type: ignore[arg-type]
+        return verifier, [Route("/.well-known/jwks.json", jwks)]
+    issuer = Issuer(
+        settings.issuer,
+        http,
+        jwks_url=settings.oidc_jwks_url,
+        min_refresh=settings.jwks_min_refresh_seconds,
+        max_age=settings.jwks_max_age_seconds,
+    )
+    introspection = None
+    if settings.oidc_client_id and settings.oidc_client_secret:
+        introspection = Introspection(
+            issuer, http, settings.oidc_client_id, settings.oidc_client_secret.get_secret_value()
+        )
+    return TokenVerifier(issuer, issuer=settings.issuer, introspection=introspection, **common), []  # type: ignore[arg-type]
+
+
 def create_app(settings: Settings) -> Starlette:
     db = Database(settings)
     services = Services.create(
@@ -52,9 +82,10 @@ def create_app(settings: Settings) -> Starlette:
             observations_per_entity=settings.observations_per_entity,
         ),
     )
-    key = load_or_create_key(settings.dev_key_file)
-    verifier = JwtVerifier(KeySet([key]), issuer=settings.issuer, audience=settings.resource_url)
-    mcp, _ = build_mcp(settings, services, verifier)
+    # Only for the identity provider's metadata, keys and introspection; never forwards client tokens.
+    http = httpx2.AsyncClient(timeout=httpx2.Timeout(5.0), follow_redirects=False)
+    verifier, auth_routes = _verifier(settings, db, http)
+    mcp, tools = build_mcp(settings, services, verifier)
     hosts, origins = settings.transport_hosts()
     mcp_app = mcp.streamable_http_app(
         streamable_http_path="/mcp",
@@ -64,6 +95,14 @@ def create_app(settings: Settings) -> Starlette:
         max_request_body_size=settings.max_request_bytes,
         transport_security=TransportSecuritySettings(allowed_hosts=hosts, allowed_origins=origins),
         host=settings.host,
+    )
+    guarded = ScopeGuard(
+        mcp_app,
+        verifier,
+        tools.scopes,
+        settings.scope_names,
+        str(build_resource_metadata_url(settings.resource_url)),  # type: ignore[arg-type]
+        settings.max_request_bytes,
     )
 
     async def healthz(request: Request) -> JSONResponse:
@@ -79,9 +118,6 @@ def create_app(settings: Settings) -> Starlette:
         if problem:
             return JSONResponse({"status": "not ready", "reason": problem}, status_code=503)
         return JSONResponse({"status": "ready"})
-
-    async def jwks(request: Request) -> JSONResponse:
-        return JSONResponse(public_jwks(key))
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -103,23 +139,23 @@ def create_app(settings: Settings) -> Starlette:
                 yield
         finally:
             app.state.accepting = False
+            await http.aclose()
             await db.close()
 
     metadata = create_protected_resource_routes(
-        resource_url=settings.resource_url,
-        authorization_servers=[settings.issuer],
-        scopes_supported=[READ, WRITE, ADMIN],
+        resource_url=settings.resource_url,  # type: ignore[arg-type]
+        authorization_servers=[settings.issuer],  # type: ignore[list-item]
+        scopes_supported=list(settings.scope_names.values()),
         resource_name="Engram memory",
+        resource_documentation=settings.documentation_url,  # type: ignore[arg-type]
     )
     routes = [
         Route("/healthz", healthz),
         Route("/readyz", readyz),
-        Route("/.well-known/jwks.json", jwks),
+        *auth_routes,
         *metadata,  # RFC 9728, at the path clients derive from the resource URL ...
-        Route(
-            "/.well-known/oauth-protected-resource", metadata[0].endpoint, methods=["GET", "OPTIONS"]
-        ),  # ... and root
-        Mount("/", app=mcp_app),
+        Route("/.well-known/oauth-protected-resource", metadata[0].endpoint, methods=["GET", "OPTIONS"]),  # ... root
+        Mount("/", app=guarded),
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.accepting = False

@@ -93,8 +93,26 @@ def test_dns_rebinding_hosts_are_refused(server, host):
     assert response.status_code == 421
 
 
+def _call(server, token: str, tool: str, arguments: dict) -> httpx2.Response:
+    body = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "Authorization": f"Bearer {token}",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    return httpx2.post(server.url, content=orjson.dumps(body), headers=headers, timeout=10)
+
+
 async def test_read_scope_cannot_write(server, tenant):
-    async with connect(server.url, server.token(tenant, scopes=(READ,))) as c:
-        refused = await c.call_tool("upsert_entities", {"entities": [{"name": "x", "type": "t"}]})
-        assert error_code(refused) == "forbidden"
-        assert error_code(await c.call_tool("get_entity", {"name": "x"})) == "not_found"
+    read_only = server.token(tenant, scopes=(READ,))
+    refused = _call(server, read_only, "upsert_entities", {"entities": [{"name": "x", "type": "t"}]})
+    assert refused.status_code == 403
+    challenge = refused.headers["www-authenticate"]
+    assert 'error="insufficient_scope"' in challenge and 'scope="memory:write"' in challenge
+    assert "resource_metadata=" in challenge
+    async with connect(server.url, read_only) as c:
+        assert error_code(await c.call_tool("get_entity", {"name": "x"})) == "not_found"  # reads work; nothing written
+        listed = {t.name: t for t in (await c.list_tools()).tools}
+    assert listed["upsert_entities"].meta == {"engram/requiredScope": "memory:write"}
+    assert listed["get_entity"].meta == {"engram/requiredScope": "memory:read"}

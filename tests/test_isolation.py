@@ -52,8 +52,17 @@ async def test_every_native_tool_keeps_tenants_apart(client_for, tenant):
     """Tenant B uses tenant A's ids, names and cursors with every tool; A's data never moves."""
     other = tenant + "-b"
     async with client_for(tenant) as a:
-        made = ok(await a.call_tool("upsert_entities", {"entities": [
-            {"name": f"A{i}", "type": "secret", "observations": [f"fact {i}"], "area": "hidden"} for i in range(6)]}))
+        made = ok(
+            await a.call_tool(
+                "upsert_entities",
+                {
+                    "entities": [
+                        {"name": f"A{i}", "type": "secret", "observations": [f"fact {i}"], "area": "hidden"}
+                        for i in range(6)
+                    ]
+                },
+            )
+        )
         ids = [r["id"] for r in made["results"]]
         rel = ok(await a.call_tool("connect_entities", {"relations": [{"from": "A0", "to": "A1", "type": "knows"}]}))
         rel_id = rel["results"][0]["relation"]["id"]
@@ -84,8 +93,11 @@ async def test_every_native_tool_keeps_tenants_apart(client_for, tenant):
                 assert error_code(await b.call_tool(tool, args)) == "not_found", (tool, args)
         linked = await b.call_tool("connect_entities", {"relations": [{"from": "B0", "to": ids[0], "type": "steals"}]})
         assert error_code(linked) == "not_found"
-        gone = ok(await b.call_tool("disconnect_entities", {"ids": [rel_id], "relations": [
-            {"from": "A0", "to": "A1", "type": "knows"}]}))
+        gone = ok(
+            await b.call_tool(
+                "disconnect_entities", {"ids": [rel_id], "relations": [{"from": "A0", "to": "A1", "type": "knows"}]}
+            )
+        )
         assert gone == {"removed": [], "not_found": 2}
         listed = ok(await b.call_tool("find_entities", {"text_contains": "fact"}))
         assert listed == {"entities": [], "total": 0, "next_cursor": None}
@@ -97,8 +109,12 @@ async def test_every_native_tool_keeps_tenants_apart(client_for, tenant):
         for tool, args in [("search_nodes", {"query": "fact"}), ("open_nodes", {"names": ["A0"]}), ("read_graph", {})]:
             result = ok(await b.call_tool(tool, args))
             assert "A0" not in str(result) and "fact" not in str(result), tool
-        assert error_code(await b.call_tool("add_observations", {"observations": [
-            {"entityName": "A0", "contents": ["planted"]}]})) == "not_found"
+        assert (
+            error_code(
+                await b.call_tool("add_observations", {"observations": [{"entityName": "A0", "contents": ["planted"]}]})
+            )
+            == "not_found"
+        )
         ok(await b.call_tool("delete_entities", {"entityNames": ["A0", "A1"]}))
         ok(await b.call_tool("delete_observations", {"deletions": [{"entityName": "A0", "observations": ["fact 0"]}]}))
         ok(await b.call_tool("delete_relations", {"relations": [{"from": "A0", "to": "A1", "relationType": "knows"}]}))

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from mcp.server.auth.provider import AccessToken
 
+# Engram's own scope names; an identity provider's may differ (ENGRAM_SCOPE_*), the verifier maps them.
 READ, WRITE, ADMIN = "memory:read", "memory:write", "memory:admin"
 
 
@@ -21,7 +23,7 @@ class Principal:
 
     @property
     def actor(self) -> str:
-        """What history and authorship record as the author of a change."""
+        """What history records as the author of a change."""
         return self.subject
 
 
@@ -30,15 +32,16 @@ def personal_tenant(issuer: str, subject: str) -> str:
     return "u-" + hashlib.sha256(f"{issuer}\x00{subject}".encode()).hexdigest()[:32]
 
 
-def principal_from_token(token: AccessToken, tenant_claim: str) -> Principal:
+def principal_from_token(token: AccessToken, tenant_claims: Sequence[str]) -> Principal:
+    """The first of `tenant_claims` the token carries names the tenant; else the user's personal one."""
     claims: dict[str, Any] = token.claims or {}
     issuer = str(claims.get("iss", ""))
     subject = token.subject or token.client_id
-    tenant = claims.get(tenant_claim)
+    tenant = next((v for c in tenant_claims if isinstance(v := claims.get(c), str) and v), None)
     return Principal(
         subject=subject,
         client_id=token.client_id,
-        tenant=str(tenant) if isinstance(tenant, str) and tenant else personal_tenant(issuer, subject),
+        tenant=tenant or personal_tenant(issuer, subject),
         scopes=frozenset(token.scopes),
         issuer=issuer,
     )

@@ -1,51 +1,144 @@
-"""Bearer-token verification for the MCP endpoint (the SDK's TokenVerifier protocol)."""
+"""Bearer-token verification for the MCP endpoint (the SDK's TokenVerifier protocol).
+
+Three kinds of token reach it: Engram API keys; JWTs, checked against the issuer's keys
+(signature with an asymmetric algorithm only, issuer, audience, expiry, not-before); and, when
+introspection is configured, opaque tokens, asked about at the issuer (RFC 7662). The answer for
+each token is cached until it expires (briefly for introspection), so a request costs one lookup.
+"""
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Sequence
+from typing import Any
 
-from joserfc import jwt
+import httpx2
+from joserfc import jws, jwt
 from joserfc.errors import JoseError
-from joserfc.jwk import KeySet
 from mcp.server.auth.provider import AccessToken
+
+from app.auth.apikeys import PREFIX, ApiKeys
+from app.auth.keys import Issuer, KeySource
 
 logger = logging.getLogger(__name__)
 
 # Asymmetric only: 'none' and HMAC (which a public key could be abused to forge) are refused.
-ALGORITHMS = ("ES256", "ES384", "RS256", "RS384", "RS512", "PS256", "EdDSA")
+ALGORITHMS = ("ES256", "ES384", "ES512", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "EdDSA")
 LEEWAY_SECONDS = 30
+INTROSPECTION_CACHE_SECONDS = 60
+CACHE_SIZE = 10_000
 
 
-class JwtVerifier:
-    """Checks signature, issuer, audience, expiry and not-before against a known key set."""
+class Introspection:
+    """RFC 7662 token introspection with client credentials."""
 
-    def __init__(self, keys: KeySet, *, issuer: str, audience: str) -> None:
+    def __init__(self, issuer: Issuer, http: httpx2.AsyncClient, client_id: str, client_secret: str) -> None:
+        self._issuer = issuer
+        self._http = http
+        self._auth = httpx2.BasicAuth(client_id, client_secret)
+
+    async def __call__(self, token: str) -> dict[str, Any] | None:
+        endpoint = (await self._issuer.discover()).get("introspection_endpoint")
+        if not endpoint:
+            return None
+        try:
+            response = await self._http.post(endpoint, data={"token": token}, auth=self._auth)
+        except httpx2.HTTPError as exc:
+            logger.warning("introspection failed: %s", type(exc).__name__)
+            return None
+        if response.status_code != 200:
+            return None
+        data = response.json()
+        return data if data.get("active") is True else None
+
+
+class TokenVerifier:
+    def __init__(
+        self,
+        keys: KeySource,
+        *,
+        issuer: str,
+        audiences: Sequence[str],
+        scope_names: dict[str, str],
+        api_keys: ApiKeys | None = None,
+        introspection: Introspection | None = None,
+    ) -> None:
         self._keys = keys
         self._issuer = issuer
-        self._audience = audience
+        self._audiences = list(audiences)
+        self._to_internal = {external: internal for internal, external in scope_names.items()}
+        self._api_keys = api_keys
+        self._introspection = introspection
         self._claims = jwt.JWTClaimsRegistry(
             leeway=LEEWAY_SECONDS,
             iss={"essential": True, "value": issuer},
-            aud={"essential": True, "value": audience},
+            aud={"essential": True, "values": self._audiences},
             exp={"essential": True},
             sub={"essential": True},
         )
+        self._cache: dict[str, AccessToken] = {}
 
     async def verify_token(self, token: str) -> AccessToken | None:
+        if token.startswith(PREFIX):
+            return await self._api_keys.verify(token) if self._api_keys else None
+        hit = self._cache.get(token)
+        if hit is not None and (hit.expires_at or 0) > time.time():
+            return hit
+        found = await self._verify_jwt(token) if token.count(".") == 2 else await self._introspect(token)
+        if found is not None:  # refusals are not cached: a key rotation may make the token good
+            if len(self._cache) >= CACHE_SIZE:
+                self._cache.clear()
+            self._cache[token] = found
+        return found
+
+    async def _verify_jwt(self, token: str) -> AccessToken | None:
         try:
-            decoded = jwt.decode(token, self._keys, algorithms=ALGORITHMS)
+            header = jws.extract_compact(token.encode()).protected
+            if header.get("alg") not in ALGORITHMS:
+                raise JoseError(f"algorithm {header.get('alg')!r} is not accepted")
+            keys = await self._keys.key_set(header.get("kid"))
+            decoded = jwt.decode(token, keys, algorithms=ALGORITHMS)
             self._claims.validate(decoded.claims)
-        except (JoseError, ValueError) as exc:
+        except (JoseError, ValueError, TypeError) as exc:
             logger.info("token refused: %s", type(exc).__name__)
             return None
-        claims = decoded.claims
+        return self._access_token(token, decoded.claims)
+
+    async def _introspect(self, token: str) -> AccessToken | None:
+        if self._introspection is None:
+            return None
+        data = await self._introspection(token)
+        if data is None:
+            return None
+        if data.get("iss") not in (None, self._issuer):
+            return None
+        aud = data.get("aud")
+        if aud is not None and not set([aud] if isinstance(aud, str) else aud) & set(self._audiences):
+            return None
+        exp = data.get("exp")
+        now = int(time.time())
+        if isinstance(exp, int) and exp <= now:
+            return None
+        # Cache an introspection answer briefly: the issuer may revoke the token at any time.
+        claims = {
+            "iss": self._issuer,
+            **data,
+            "exp": min(exp or now + INTROSPECTION_CACHE_SECONDS, now + INTROSPECTION_CACHE_SECONDS),
+        }
+        if "sub" not in claims:
+            return None
+        return self._access_token(token, claims)
+
+    def _access_token(self, token: str, claims: dict[str, Any]) -> AccessToken:
         scope = claims.get("scope", "")
+        scopes = scope.split() if isinstance(scope, str) else []
         return AccessToken(
             token=token,
             client_id=str(claims.get("client_id") or claims.get("azp") or claims["sub"]),
-            scopes=scope.split() if isinstance(scope, str) else [],
+            scopes=sorted({self._to_internal[s] for s in scopes if s in self._to_internal}),
             expires_at=int(claims["exp"]),
-            resource=self._audience,
+            resource=self._audiences[0],
             subject=str(claims["sub"]),
             claims=claims,
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,12 +23,12 @@ ADDITIVE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempot
 DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
 
 
-def caller(tenant_claim: str, scope: str) -> Principal:
+def caller(tenant_claims: Sequence[str], scope: str) -> Principal:
     """The verified principal of this request, which must hold `scope`."""
     token = get_access_token()
     if token is None:
         raise EngramError("forbidden", "this call carries no verified token")
-    principal = principal_from_token(token, tenant_claim)
+    principal = principal_from_token(token, tenant_claims)
     if scope not in principal.scopes:
         raise EngramError("forbidden", f"this tool needs the {scope!r} scope", required_scope=scope)
     return principal
@@ -39,7 +39,7 @@ class ToolSet:
     """Registers tools whose first parameter is the calling Principal (hidden from the schema)."""
 
     mcp: MCPServer
-    tenant_claim: str
+    tenant_claims: Sequence[str]
     prefix: str = ""
     scopes: dict[str, str] = field(default_factory=dict)  # tool name -> required scope
 
@@ -54,7 +54,7 @@ class ToolSet:
             async def run(**kwargs: Any) -> Any:
                 kwargs = {renamed.get(k, k): v for k, v in kwargs.items()}  # the SDK passes aliases ("from")
                 try:
-                    return await fn(caller(self.tenant_claim, scope), **kwargs)
+                    return await fn(caller(self.tenant_claims, scope), **kwargs)
                 except EngramError as exc:
                     raise ToolError(str(exc)) from exc
                 except InvalidTenant as exc:
@@ -63,7 +63,13 @@ class ToolSet:
             run.__signature__ = signature.replace(parameters=list(signature.parameters.values())[1:])  # type: ignore[attr-defined]
             del run.__wrapped__  # the SDK must read the signature above, not fn's
             tool_name = self.prefix + (name or fn.__name__)
-            self.mcp.add_tool(run, name=tool_name, description=inspect.getdoc(fn), annotations=annotations)
+            self.mcp.add_tool(
+                run,
+                name=tool_name,
+                description=inspect.getdoc(fn),
+                annotations=annotations,
+                meta={"engram/requiredScope": scope},  # tools/list shows every tool, marked with its scope
+            )
             self.scopes[tool_name] = scope
             return fn
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import orjson
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError
@@ -26,7 +28,7 @@ You have a long-term memory (Engram), shared with your team. Use it like this:
 """
 
 
-def register(mcp: MCPServer, s: Services, tenant_claim: str) -> None:
+def register(mcp: MCPServer, s: Services, tenant_claims: Sequence[str]) -> None:
     @mcp.resource(
         "memory://knowledge-graph",
         name="knowledge-graph",
@@ -35,7 +37,7 @@ def register(mcp: MCPServer, s: Services, tenant_claim: str) -> None:
     )
     async def knowledge_graph() -> str:
         try:
-            page = await s.graph.page(caller(tenant_claim, READ), None)
+            page = await s.graph.page(caller(tenant_claims, READ), None)
         except EngramError as exc:
             raise ResourceError(str(exc)) from exc
         return page.model_dump_json(exclude_none=True)
@@ -48,7 +50,7 @@ def register(mcp: MCPServer, s: Services, tenant_claim: str) -> None:
     )
     async def entity(name: str) -> str:
         try:
-            found = await s.entities.get(caller(tenant_claim, READ), name)
+            found = await s.entities.get(caller(tenant_claims, READ), name)
         except EngramError as exc:
             raise ResourceError(str(exc)) from exc
         return orjson.dumps(found.model_dump(mode="json", by_alias=True)).decode()

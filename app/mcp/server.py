@@ -5,7 +5,7 @@ from __future__ import annotations
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 
-from app.auth.verifier import JwtVerifier
+from app.auth.verifier import TokenVerifier
 from app.config import Settings
 from app.mcp import resources
 from app.mcp.context import ToolSet
@@ -25,7 +25,7 @@ with active-voice types ("works at", "depends on").
 """
 
 
-def build_mcp(settings: Settings, services: Services, verifier: JwtVerifier) -> tuple[MCPServer, ToolSet]:
+def build_mcp(settings: Settings, services: Services, verifier: TokenVerifier) -> tuple[MCPServer, ToolSet]:
     mcp = MCPServer(
         name="engram",
         title="Engram memory",
@@ -40,13 +40,14 @@ def build_mcp(settings: Settings, services: Services, verifier: JwtVerifier) -> 
             validate_token_resource=False,
         ),
     )
-    tools = ToolSet(mcp, settings.tenant_claim)
+    claims = [settings.tenant_claim, *settings.tenant_fallback_claims]
+    tools = ToolSet(mcp, claims)
     if "native" in settings.tool_sets:
         for module in (entities, relations, graph):
             module.register(tools, services)
     if "memory" in settings.tool_sets:
         memory_dialect.register(tools, services)
     if "neo4j" in settings.tool_sets:
-        neo4j_dialect.register(ToolSet(mcp, settings.tenant_claim, settings.neo4j_namespace, tools.scopes), services)
-    resources.register(mcp, services, settings.tenant_claim)
+        neo4j_dialect.register(ToolSet(mcp, claims, settings.neo4j_namespace, tools.scopes), services)
+    resources.register(mcp, services, claims)
     return mcp, tools

@@ -20,7 +20,7 @@ _TENANT_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@|-]{0,199}$")
 
 
 class InvalidTenant(ValueError):
-    """A tenant key that the server refuses before it reaches the database."""
+    """A tenant key that the server refuses: malformed, or unknown while tenants are managed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +76,7 @@ class Database:
         self._settings = settings
         self._pool: asyncpg.Pool | None = None
         self._tenants: dict[str, Tenant] = {}
+        self._create_tenants = settings.tenant_policy == "auto"
 
     async def open(self) -> None:
         s = self._settings
@@ -104,14 +105,17 @@ class Database:
         return self._pool
 
     async def tenant(self, key: str) -> Tenant:
-        """The tenant for `key`, created with its graph on first use."""
+        """The tenant for `key`; under the `auto` policy it is created with its graph on first use."""
         if (cached := self._tenants.get(key)) is not None:
             return cached
         if not _TENANT_KEY.match(key):
             raise InvalidTenant("a tenant id is 1-200 letters, digits and . _ : @ | - (starting alphanumeric)")
         async with self.pool.acquire() as conn:
-            row = await conn.fetchrow("SELECT tenant_id::text, schema_name FROM engram.tenant_schema($1)", key)
-        assert row is not None
+            row = await conn.fetchrow(
+                "SELECT tenant_id::text, schema_name FROM engram.tenant_schema($1, $2)", key, self._create_tenants
+            )
+        if row is None or row[0] is None:
+            raise InvalidTenant(f"tenant {key!r} does not exist here; an administrator must create it")
         tenant = Tenant(row[0], key, row[1])
         self._tenants[key] = tenant
         return tenant
@@ -125,7 +129,23 @@ class Database:
 
     @asynccontextmanager
     async def transaction(self, tenant: Tenant, *, readonly: bool = False) -> AsyncIterator[Tx]:
-        """One transaction with the tenant pinned for row-level security; commits on success."""
+        """One transaction in the tenant's context; commits on success.
+
+        The context is the tenant's own role (the only one with privileges on its schema) and the
+        setting that row-level security on shared tables reads; both end with the transaction.
+        """
         async with self.pool.acquire() as conn, conn.transaction(readonly=readonly):
-            await conn.execute("SELECT set_config('engram.tenant_id', $1, true)", tenant.id)
+            await conn.execute(
+                "SELECT set_config('engram.tenant_id', $1, true), set_config('role', $2, true)",
+                tenant.id,
+                tenant.schema,
+            )
             yield Tx(conn, tenant)
+
+    def forget_tenant(self, key: str) -> None:
+        """Drop a cached tenant (after it was deleted)."""
+        self._tenants.pop(key, None)
+
+    async def api_key(self, key_id: str) -> asyncpg.Record | None:
+        """An API key's record by its public id, looked up before any tenant is known."""
+        return await self.pool.fetchrow("SELECT * FROM engram.api_key($1)", key_id)

@@ -7,11 +7,25 @@ CREATE TABLE engram.tenants (
 );
 ALTER TABLE engram.tenants ENABLE ROW LEVEL SECURITY;
 ALTER TABLE engram.tenants FORCE ROW LEVEL SECURITY;
--- engram_app reads only the tenant pinned in its transaction; it resolves and creates tenants
--- through engram.tenant_schema() below.
-CREATE POLICY tenant_self ON engram.tenants FOR SELECT TO engram_app
+-- Each tenant has a role named like its schema, the only role with privileges on that schema.
+-- engram_app is a member of every tenant role WITHOUT inheriting its privileges: it reaches a
+-- tenant's objects only inside a transaction that switched to that role (the server's tenant
+-- context), and a transaction can hold one tenant role at a time. engram_tenant carries what
+-- every tenant role shares.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'engram_tenant') THEN
+        CREATE ROLE engram_tenant NOLOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE;
+    END IF;
+END
+$$;
+GRANT USAGE ON SCHEMA ag_catalog TO engram_tenant;
+GRANT USAGE ON SCHEMA engram TO engram_tenant;
+
+-- Rows of shared tables are visible only for the tenant pinned in the transaction.
+CREATE POLICY tenant_self ON engram.tenants FOR SELECT TO engram_app, engram_tenant
     USING (id = nullif(current_setting('engram.tenant_id', true), '')::uuid);
-GRANT SELECT ON engram.tenants TO engram_app;
+GRANT SELECT ON engram.tenants TO engram_app, engram_tenant;
 
 -- The objects of one tenant live in one schema, which is also its AGE graph. They are built by
 -- "tenant steps": each migration that changes what a tenant has adds a function
@@ -22,18 +36,30 @@ CREATE TABLE engram.tenant_steps (
     fn      regproc NOT NULL
 );
 
+CREATE FUNCTION engram.grant_tenant_tables(s text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog AS $fn$
+BEGIN
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %I TO %I', s, s);
+    EXECUTE format('GRANT USAGE ON ALL SEQUENCES IN SCHEMA %I TO %I', s, s);
+END
+$fn$;
+REVOKE ALL ON FUNCTION engram.grant_tenant_tables(text) FROM PUBLIC;
+
 CREATE FUNCTION engram.create_tenant_objects(s text) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, ag_catalog AS $fn$
 DECLARE
     step record;
 BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = s) THEN
+        EXECUTE format('CREATE ROLE %I NOLOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE IN ROLE engram_tenant', s);
+    END IF;
+    EXECUTE format('GRANT %I TO engram_app WITH INHERIT FALSE, SET TRUE', s);
     PERFORM ag_catalog.create_graph(s::name);
     FOR step IN SELECT fn FROM engram.tenant_steps ORDER BY version LOOP
         EXECUTE format('SELECT %s(%L)', step.fn, s);
     END LOOP;
-    EXECUTE format('GRANT USAGE ON SCHEMA %I TO engram_app', s);
-    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %I TO engram_app', s);
-    EXECUTE format('GRANT USAGE ON ALL SEQUENCES IN SCHEMA %I TO engram_app', s);
+    EXECUTE format('GRANT USAGE ON SCHEMA %I TO %I', s, s);
+    PERFORM engram.grant_tenant_tables(s);
 END
 $fn$;
 REVOKE ALL ON FUNCTION engram.create_tenant_objects(text) FROM PUBLIC;
@@ -46,8 +72,7 @@ BEGIN
     INSERT INTO engram.tenant_steps (version, fn) VALUES (v, step);
     FOR t IN SELECT schema_name FROM engram.tenants ORDER BY created_at LOOP
         EXECUTE format('SELECT %s(%L)', step, t.schema_name);
-        EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %I TO engram_app', t.schema_name);
-        EXECUTE format('GRANT USAGE ON ALL SEQUENCES IN SCHEMA %I TO engram_app', t.schema_name);
+        PERFORM engram.grant_tenant_tables(t.schema_name);
     END LOOP;
 END
 $fn$;
@@ -106,14 +131,15 @@ END
 $fn$;
 SELECT engram.add_tenant_step('0002', 'engram.tenant_step_0002');
 
--- Resolve a tenant key to its id and schema, creating both on first use. Runs as the owner so
--- that engram_app never needs CREATE on the database; the schema name is derived here, from a
--- generated uuid, never from the caller.
-CREATE FUNCTION engram.tenant_schema(p_key text, OUT tenant_id uuid, OUT schema_name text)
+-- Resolve a tenant key to its id and schema, creating both on first use when `p_create`
+-- (otherwise an unknown key gives NULLs). Runs as the owner so that engram_app never needs
+-- CREATE on the database; the schema name is derived here, from a generated uuid, never from
+-- the caller.
+CREATE FUNCTION engram.tenant_schema(p_key text, p_create boolean, OUT tenant_id uuid, OUT schema_name text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, engram AS $fn$
 BEGIN
     SELECT t.id, t.schema_name INTO tenant_id, schema_name FROM engram.tenants t WHERE t.key = p_key;
-    IF FOUND THEN
+    IF FOUND OR NOT p_create THEN
         RETURN;
     END IF;
     PERFORM pg_advisory_xact_lock(hashtext('engram.tenant'), hashtext(p_key));
@@ -127,5 +153,5 @@ BEGIN
     PERFORM engram.create_tenant_objects(schema_name);
 END
 $fn$;
-REVOKE ALL ON FUNCTION engram.tenant_schema(text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION engram.tenant_schema(text) TO engram_app;
+REVOKE ALL ON FUNCTION engram.tenant_schema(text, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION engram.tenant_schema(text, boolean) TO engram_app;

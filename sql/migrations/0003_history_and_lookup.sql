@@ -5,7 +5,7 @@ CREATE TABLE engram.server_secrets (
     value bytea NOT NULL
 );
 INSERT INTO engram.server_secrets (name, value) VALUES ('cursor', uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()));
-GRANT SELECT ON engram.server_secrets TO engram_app;
+GRANT SELECT ON engram.server_secrets TO engram_app;  -- read outside any tenant context
 
 CREATE FUNCTION engram.tenant_step_0003(s text) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, ag_catalog AS $fn$

@@ -1,0 +1,83 @@
+"""API keys for headless agents: `egk_<id>_<secret>`; only a SHA-256 of the secret is stored.
+
+The secret has 256 bits of entropy, so a plain hash is as strong as a slow one would be.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+import string
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from mcp.server.auth.provider import AccessToken
+
+PREFIX = "egk_"
+ISSUER = "engram:api-key"
+_FORMAT = re.compile(r"^egk_([a-z0-9]{12})_([A-Za-z0-9_-]{43})$")
+_ALPHABET = string.ascii_lowercase + string.digits
+CACHE_SECONDS = 30  # how long a revocation may take to bite
+
+Lookup = Callable[
+    [str], Awaitable[Any]
+]  # key id -> record with tenant_key, secret_hash, scopes, expires_at, revoked_at
+
+
+def generate() -> tuple[str, str, bytes]:
+    """A new key: (id, the full key to show once, the hash to store)."""
+    key_id = "".join(secrets.choice(_ALPHABET) for _ in range(12))
+    secret = secrets.token_urlsafe(32)
+    return key_id, f"{PREFIX}{key_id}_{secret}", hash_secret(secret)
+
+
+def hash_secret(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode()).digest()
+
+
+class ApiKeys:
+    """Verifies API keys against the database, caching each answer briefly."""
+
+    def __init__(self, lookup: Lookup, tenant_claim: str) -> None:
+        self._lookup = lookup
+        self._tenant_claim = tenant_claim
+        self._cache: dict[str, tuple[float, AccessToken | None]] = {}
+
+    async def verify(self, token: str) -> AccessToken | None:
+        match = _FORMAT.match(token)
+        if match is None:
+            return None
+        now = time.time()
+        cached = self._cache.get(token)
+        if cached is not None and cached[0] > now:
+            found = cached[1]
+            return found if found is None or (found.expires_at or now + 1) > now else None
+        found = await self._check(match[1], match[2], now)
+        if len(self._cache) > 10_000:
+            self._cache.clear()
+        self._cache[token] = (now + CACHE_SECONDS, found)
+        return found
+
+    async def _check(self, key_id: str, secret: str, now: float) -> AccessToken | None:
+        row = await self._lookup(key_id)
+        if row is None or row["tenant_key"] is None:
+            return None
+        if not hmac.compare_digest(bytes(row["secret_hash"]), hash_secret(secret)):
+            return None
+        if row["revoked_at"] is not None:
+            return None
+        expires = int(row["expires_at"].timestamp()) if row["expires_at"] is not None else None
+        if expires is not None and expires <= now:
+            return None
+        subject = f"api-key:{key_id}"
+        return AccessToken(
+            token=f"{PREFIX}{key_id}",  # never keep the secret around
+            client_id=subject,
+            scopes=list(row["scopes"]),
+            expires_at=expires,
+            subject=subject,
+            claims={"iss": ISSUER, "sub": subject, self._tenant_claim: row["tenant_key"]},
+        )

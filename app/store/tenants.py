@@ -1,0 +1,93 @@
+"""Tenant and API-key administration, on an owner connection (the `engram tenant` / `apikey` commands)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+import asyncpg
+
+from app.errors import EngramError
+from app.store.database import Tenant
+
+
+async def create(conn: asyncpg.Connection, key: str) -> asyncpg.Record:
+    row = await conn.fetchrow("SELECT tenant_id::text AS id, schema_name FROM engram.tenant_schema($1, true)", key)
+    assert row is not None
+    return row
+
+
+async def list_all(conn: asyncpg.Connection) -> list[asyncpg.Record]:
+    return list(await conn.fetch("SELECT id::text, key, schema_name, created_at FROM engram.tenants ORDER BY key"))
+
+
+async def show(conn: asyncpg.Connection, key: str) -> dict[str, object]:
+    row = await _get(conn, key)
+    s = row["schema_name"]
+    counts = await conn.fetchrow(
+        f"""SELECT (SELECT count(*) FROM {s}.entities WHERE deleted_at IS NULL) AS entities,
+                   (SELECT count(*) FROM {s}.entities WHERE deleted_at IS NOT NULL) AS deleted_entities,
+                   (SELECT count(*) FROM {s}."REL") AS relations,
+                   (SELECT count(*) FROM {s}.observations) AS observations,
+                   (SELECT count(*) FROM engram.api_keys WHERE tenant_id = $1 AND revoked_at IS NULL) AS api_keys""",
+        row["id"],
+    )
+    return {**dict(row), "id": str(row["id"]), **dict(counts or {})}
+
+
+async def delete(conn: asyncpg.Connection, key: str) -> None:
+    """Remove a tenant and everything it has: graph, tables, keys, its role."""
+    row = await _get(conn, key)
+    s = row["schema_name"]
+    async with conn.transaction():
+        await conn.execute("SELECT ag_catalog.drop_graph($1, true)", s)
+        await conn.execute("DELETE FROM engram.tenants WHERE id = $1", row["id"])  # api keys cascade
+        await conn.execute(f"DROP ROLE IF EXISTS {s}")
+
+
+async def _get(conn: asyncpg.Connection, key: str) -> asyncpg.Record:
+    row = await conn.fetchrow("SELECT id, key, schema_name, created_at FROM engram.tenants WHERE key = $1", key)
+    if row is None:
+        raise EngramError("not_found", f"no tenant {key!r}")
+    Tenant(str(row["id"]), key, row["schema_name"])  # refuses any schema name but the server's own pattern
+    return row
+
+
+async def add_key(
+    conn: asyncpg.Connection,
+    tenant_key: str,
+    key_id: str,
+    secret_hash: bytes,
+    scopes: Sequence[str],
+    name: str,
+    expires_at: datetime | None,
+) -> None:
+    tenant = await create(conn, tenant_key)
+    await conn.execute(
+        "INSERT INTO engram.api_keys (id, tenant_id, name, secret_hash, scopes, expires_at)"
+        " VALUES ($1, $2::uuid, $3, $4, $5, $6)",
+        key_id,
+        tenant["id"],
+        name,
+        secret_hash,
+        list(scopes),
+        expires_at,
+    )
+
+
+async def list_keys(conn: asyncpg.Connection, tenant_key: str | None) -> list[asyncpg.Record]:
+    return list(
+        await conn.fetch(
+            """SELECT k.id, t.key AS tenant, k.name, k.scopes, k.created_at, k.expires_at, k.revoked_at
+           FROM engram.api_keys k JOIN engram.tenants t ON t.id = k.tenant_id
+           WHERE $1::text IS NULL OR t.key = $1 ORDER BY t.key, k.created_at""",
+            tenant_key,
+        )
+    )
+
+
+async def revoke_key(conn: asyncpg.Connection, key_id: str) -> bool:
+    done = await conn.execute(
+        "UPDATE engram.api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL", key_id
+    )
+    return done.endswith(" 1")

@@ -154,7 +154,7 @@ def cmd_apikey(args: argparse.Namespace) -> None:
     else:
         if not _admin(lambda c: tenants.revoke_key(c, args.key_id)):
             sys.exit(f"error: no active key {args.key_id}")
-        print(f"key {args.key_id} revoked (servers stop accepting it within 30 seconds)")
+        print(f"key {args.key_id} revoked (servers stop accepting it within ENGRAM_API_KEY_CACHE_SECONDS)")
 
 
 def main(argv: list[str] | None = None) -> None:

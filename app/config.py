@@ -64,6 +64,7 @@ class Settings(BaseSettings):
     oidc_client_id: str | None = Field(None, max_length=500, description="For token introspection (opaque tokens).")
     oidc_client_secret: SecretStr | None = None
     jwks_min_refresh_seconds: int = Field(30, ge=1, le=3600)
+    api_key_cache_seconds: int = Field(30, ge=0, le=300, description="How long a revoked key may still work.")
     jwks_max_age_seconds: int = Field(3600, ge=60, le=86400)
     scope_read: str = Field("memory:read", min_length=1, max_length=200)
     scope_write: str = Field("memory:write", min_length=1, max_length=200)

@@ -46,7 +46,7 @@ async def _readiness(db: Database, settings: Settings) -> str | None:
 
 def _verifier(settings: Settings, db: Database, http: httpx2.AsyncClient) -> tuple[TokenVerifier, list[Route]]:
     """The token verifier for the auth mode, and the routes that mode publishes."""
-    api_keys = ApiKeys(db.api_key, settings.tenant_claim)
+    api_keys = ApiKeys(db.api_key, settings.tenant_claim, settings.api_key_cache_seconds)
     common = {"audiences": settings.audiences, "scope_names": settings.scope_names, "api_keys": api_keys}
     if settings.auth_mode == "dev":
         key = load_or_create_key(settings.dev_key_file)

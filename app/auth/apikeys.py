@@ -20,7 +20,6 @@ PREFIX = "egk_"
 ISSUER = "engram:api-key"
 _FORMAT = re.compile(r"^egk_([a-z0-9]{12})_([A-Za-z0-9_-]{43})$")
 _ALPHABET = string.ascii_lowercase + string.digits
-CACHE_SECONDS = 30  # how long a revocation may take to bite
 
 Lookup = Callable[
     [str], Awaitable[Any]
@@ -41,9 +40,10 @@ def hash_secret(secret: str) -> bytes:
 class ApiKeys:
     """Verifies API keys against the database, caching each answer briefly."""
 
-    def __init__(self, lookup: Lookup, tenant_claim: str) -> None:
+    def __init__(self, lookup: Lookup, tenant_claim: str, cache_seconds: float = 30) -> None:
         self._lookup = lookup
         self._tenant_claim = tenant_claim
+        self._cache_seconds = cache_seconds  # how long a revocation may take to bite
         self._cache: dict[str, tuple[float, AccessToken | None]] = {}
 
     async def verify(self, token: str) -> AccessToken | None:
@@ -58,7 +58,7 @@ class ApiKeys:
         found = await self._check(match[1], match[2], now)
         if len(self._cache) > 10_000:
             self._cache.clear()
-        self._cache[token] = (now + CACHE_SECONDS, found)
+        self._cache[token] = (now + self._cache_seconds, found)
         return found
 
     async def _check(self, key_id: str, secret: str, now: float) -> AccessToken | None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 
 from pydantic import ValidationError
@@ -32,12 +31,15 @@ def _with_database(settings: Settings) -> Settings:
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
+    import logging
+
     import uvicorn
 
+    from app.observability.logging import configure
     from app.server import create_app
 
     settings = _with_database(_settings())
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure(settings.log_level)
     if settings.auth_mode == "dev":
         logging.getLogger("engram").warning(
             "DEV AUTH MODE: tokens are signed by a local key (`engram token`); bound to %s only", settings.host
@@ -50,6 +52,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
         http="httptools",
         timeout_graceful_shutdown=settings.shutdown_grace_seconds,
         log_level=settings.log_level.lower(),
+        log_config=None,  # our JSON logging, configured above
+        access_log=False,  # engram.access writes the access log
         proxy_headers=False,
     )
 
@@ -157,6 +161,31 @@ def cmd_apikey(args: argparse.Namespace) -> None:
         print(f"key {args.key_id} revoked (servers stop accepting it within ENGRAM_API_KEY_CACHE_SECONDS)")
 
 
+def cmd_audit(args: argparse.Namespace) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from app.store import audit
+
+    if args.action == "cleanup":
+        days = _settings().audit_retention_days
+        removed = _admin(lambda c: audit.cleanup(c, days))
+        print(f"removed {removed} audit rows older than {days} days")
+        return
+    since = datetime.now(UTC) - timedelta(days=args.days) if args.days else None
+    for r in _admin(lambda c: audit.admin_page(c, args.tenant, args.limit, since)):
+        print(
+            f"{r['at']:%Y-%m-%d %H:%M:%S}\t{r['tenant']}\t{r['subject']}\t{r['tool']}\t"
+            f"{len(r['affected'])} changed\t{r['duration_ms']:.1f} ms\t{r['request_id']}"
+        )
+
+
+def cmd_usage(args: argparse.Namespace) -> None:
+    from app.store import audit
+
+    for r in _admin(lambda c: audit.usage(c, args.tenant, args.days)):
+        print(f"{r['day']}\t{r['tenant']}\t{r['tool']}\t{r['calls']} calls\t{r['errors']} errors")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="engram", description="Engram: knowledge-graph memory over MCP.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -189,6 +218,16 @@ def main(argv: list[str] | None = None) -> None:
     apikey.add_argument("--name", help="a label to recognise the key by")
     apikey.add_argument("--expires-days", type=int, help="lifetime in days (default: no expiry)")
     apikey.set_defaults(func=cmd_apikey)
+    audit = sub.add_parser("audit", help="read the audit log, or remove rows past retention")
+    audit.add_argument("action", nargs="?", choices=["show", "cleanup"], default="show")
+    audit.add_argument("--tenant")
+    audit.add_argument("--limit", type=int, default=100)
+    audit.add_argument("--days", type=int, help="only the last N days")
+    audit.set_defaults(func=cmd_audit)
+    usage = sub.add_parser("usage", help="tool calls per tenant, tool and day")
+    usage.add_argument("--tenant")
+    usage.add_argument("--days", type=int, default=7)
+    usage.set_defaults(func=cmd_usage)
     args = parser.parse_args(argv)
     if args.command == "tenant" and args.action != "list" and not args.tenant:
         parser.error("tenant: give the tenant id")

@@ -84,10 +84,21 @@ class Settings(BaseSettings):
     graph_page_size: int = Field(100, ge=1, le=5000, description="Entities per read_graph page.")
     observations_per_entity: int = Field(50, ge=1, le=1000, description="Observations listed per entity in slices.")
 
+    # observability
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    metrics_port: int = Field(9464, ge=0, le=65535, description="/metrics on its own port; 0: on the main port.")
+    metrics_tenants: CommaList = Field(default_factory=list, description="Tenants given their own metric label.")
+    audit_retention_days: int = Field(365, ge=1, le=36500)
+    usage_flush_seconds: float = Field(10, ge=0.1, le=3600)
 
     _normalise_lists = field_validator(
-        "allowed_hosts", "allowed_origins", "tool_sets", "tenant_fallback_claims", "oidc_audiences", mode="before"
+        "allowed_hosts",
+        "allowed_origins",
+        "tool_sets",
+        "tenant_fallback_claims",
+        "oidc_audiences",
+        "metrics_tenants",
+        mode="before",
     )(_comma_list)
 
     @field_validator("tool_sets")
@@ -120,6 +131,8 @@ class Settings(BaseSettings):
             raise ValueError("ENGRAM_AUTH_MODE=oidc needs ENGRAM_OIDC_ISSUER")
         if bool(self.oidc_client_id) != bool(self.oidc_client_secret):
             raise ValueError("ENGRAM_OIDC_CLIENT_ID and ENGRAM_OIDC_CLIENT_SECRET go together")
+        if self.metrics_port and self.metrics_port == self.port:
+            raise ValueError("ENGRAM_METRICS_PORT must differ from ENGRAM_PORT (or be 0 to share it)")
         if self.auth_mode == "dev" and not _is_loopback(self.host):
             raise ValueError("ENGRAM_AUTH_MODE=dev is allowed only when ENGRAM_HOST is a loopback address")
         return self
@@ -169,7 +182,7 @@ class Settings(BaseSettings):
 
     def redacted(self) -> dict[str, object]:
         """The configuration as it can be logged: secrets masked."""
-        return {k: ("***" if isinstance(v, SecretStr) else v) for k, v in self.model_dump().items()}
+        return {k: ("***" if isinstance(v, SecretStr) else v) for k, v in self.model_dump().items() if v is not None}
 
 
 def _is_loopback(host: str) -> bool:

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from wsgiref.simple_server import WSGIServer
 
 import asyncpg
 import httpx2
 from joserfc.jwk import KeySet
 from mcp.server.auth.routes import build_resource_metadata_url, create_protected_resource_routes
 from mcp.server.transport_security import TransportSecuritySettings
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest, start_http_server
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
 from app.auth.apikeys import ApiKeys
@@ -24,8 +28,12 @@ from app.auth.verifier import Introspection, TokenVerifier
 from app.config import Settings
 from app.mcp.scope_guard import ScopeGuard
 from app.mcp.server import build_mcp
+from app.observability import metrics
+from app.observability.logging import RequestLog
+from app.observability.usage import Usage
 from app.services import Limits, Services
-from app.store import migrate
+from app.services.status import VERSION
+from app.store import audit, migrate
 from app.store.database import Database
 
 logger = logging.getLogger("engram")
@@ -85,7 +93,8 @@ def create_app(settings: Settings) -> Starlette:
     # Only for the identity provider's metadata, keys and introspection; never forwards client tokens.
     http = httpx2.AsyncClient(timeout=httpx2.Timeout(5.0), follow_redirects=False)
     verifier, auth_routes = _verifier(settings, db, http)
-    mcp, tools = build_mcp(settings, services, verifier)
+    usage = Usage()
+    mcp, tools = build_mcp(settings, services, verifier, usage)
     hosts, origins = settings.transport_hosts()
     mcp_app = mcp.streamable_http_app(
         streamable_http_path="/mcp",
@@ -127,18 +136,29 @@ def create_app(settings: Settings) -> Starlette:
         except migrate.MigrationError:
             await db.close()
             raise  # a schema this code does not know: refuse to serve
+        _watch_pool(db)
+        metrics_server = _serve_metrics(settings)
         logger.info(
-            "engram listening on %s (auth %s)%s",
+            "engram %s listening on %s",
+            VERSION,
             settings.resource_url,
-            settings.auth_mode,
-            f"; not ready: {problem}" if problem else "",
+            extra={"config": settings.redacted(), "not_ready": problem},
         )
+        background = [
+            asyncio.create_task(usage.flush_every(settings.usage_flush_seconds, lambda c: audit.add_usage(db.pool, c))),
+            asyncio.create_task(_count_tenants(db)),
+        ]
         app.state.accepting = True
         try:
             async with mcp.session_manager.run():
                 yield
         finally:
-            app.state.accepting = False
+            app.state.accepting = False  # readiness drops first
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            if metrics_server is not None:
+                metrics_server.shutdown()
             await http.aclose()
             await db.close()
 
@@ -149,14 +169,42 @@ def create_app(settings: Settings) -> Starlette:
         resource_name="Engram memory",
         resource_documentation=settings.documentation_url,  # type: ignore[arg-type]
     )
+
+    async def metrics_page(request: Request) -> Response:
+        return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
     routes = [
         Route("/healthz", healthz),
         Route("/readyz", readyz),
+        *([Route("/metrics", metrics_page)] if settings.metrics_port == 0 else []),
         *auth_routes,
         *metadata,  # RFC 9728, at the path clients derive from the resource URL ...
         Route("/.well-known/oauth-protected-resource", metadata[0].endpoint, methods=["GET", "OPTIONS"]),  # ... root
         Mount("/", app=guarded),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(RequestLog)])
     app.state.accepting = False
+    metrics.set_build_info(VERSION)
     return app
+
+
+def _watch_pool(db: Database) -> None:
+    metrics.DB_POOL.labels("open").set_function(lambda: db.pool.get_size())
+    metrics.DB_POOL.labels("in_use").set_function(lambda: db.pool.get_size() - db.pool.get_idle_size())
+    metrics.DB_POOL.labels("waiting").set_function(lambda: db.waiting)
+
+
+def _serve_metrics(settings: Settings) -> WSGIServer | None:
+    """/metrics on its own port, so it is not public through the ingress that exposes /mcp."""
+    if settings.metrics_port == 0:
+        return None
+    server, _ = start_http_server(settings.metrics_port, addr=settings.host, registry=metrics.REGISTRY)
+    return server
+
+
+async def _count_tenants(db: Database, every: float = 60) -> None:
+    while True:
+        # On failure the gauge keeps its last value; readiness reports the database.
+        with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            metrics.TENANTS.set(await audit.tenant_count(db.pool))
+        await asyncio.sleep(every)

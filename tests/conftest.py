@@ -107,6 +107,7 @@ def server_env(settings: Settings, port: int, **extra: str) -> dict[str, str]:
         "ENGRAM_DATABASE_URL": settings.database_url.get_secret_value(),
         "ENGRAM_ADMIN_DATABASE_URL": settings.admin_database_url.get_secret_value(),
         "ENGRAM_PORT": str(port),
+        "ENGRAM_METRICS_PORT": str(free_port()),
         "ENGRAM_DEV_KEY_FILE": str(settings.dev_key_file),
         "ENGRAM_LOG_LEVEL": "WARNING",
         **extra,

@@ -86,7 +86,7 @@ async def test_changed_or_unknown_migrations_are_errors(db_settings, scratch_db,
     refused = subprocess.run(
         [sys.executable, "-m", "app.cli", "serve"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
     )
-    assert refused.returncode != 0 and "9999_future.sql" in refused.stderr
+    assert refused.returncode != 0 and "9999_future.sql" in refused.stdout + refused.stderr
 
 
 def test_bad_configuration_fails_at_start_naming_the_setting(db_settings):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
+import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import asyncpg
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -16,6 +19,8 @@ from pydantic.fields import FieldInfo
 
 from app.auth.principal import Principal, principal_from_token
 from app.errors import EngramError
+from app.observability import metrics
+from app.observability.context import CALL, Call
 from app.store.database import InvalidTenant
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
@@ -53,12 +58,23 @@ class ToolSet:
             @functools.wraps(fn)
             async def run(**kwargs: Any) -> Any:
                 kwargs = {renamed.get(k, k): v for k, v in kwargs.items()}  # the SDK passes aliases ("from")
+                call = CALL.get()
                 try:
-                    return await fn(caller(self.tenant_claims, scope), **kwargs)
+                    who = caller(self.tenant_claims, scope)
+                    if call is not None:
+                        call.subject, call.client_id, call.tenant = who.subject, who.client_id, who.tenant
+                    result = await _with_retries(fn, who, kwargs)
                 except EngramError as exc:
+                    _ended(call, _OUTCOMES.get(exc.code, "tool_error"))
                     raise ToolError(str(exc)) from exc
                 except InvalidTenant as exc:
+                    _ended(call, "unauthorized")
                     raise ToolError(str(EngramError("forbidden", str(exc)))) from exc
+                except Exception:
+                    _ended(call, "internal")
+                    raise
+                _ended(call, "ok")
+                return result
 
             run.__signature__ = signature.replace(parameters=list(signature.parameters.values())[1:])  # type: ignore[attr-defined]
             del run.__wrapped__  # the SDK must read the signature above, not fn's
@@ -84,3 +100,29 @@ def _aliases(signature: inspect.Signature) -> dict[str, str]:
             if isinstance(meta, FieldInfo) and meta.alias:
                 out[meta.alias] = name
     return out
+
+
+_OUTCOMES = {"invalid": "invalid", "limit": "invalid", "forbidden": "unauthorized"}
+_RETRYABLE = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)
+ATTEMPTS = 3
+
+
+def _ended(call: Call | None, outcome: str) -> None:
+    if call is not None:
+        call.outcome = outcome
+
+
+async def _with_retries(fn: Callable[..., Awaitable[Any]], who: Principal, kwargs: dict[str, Any]) -> Any:
+    """Run a tool body; a call whose transaction lost a deadlock or serialization race runs again.
+
+    Safe because each call is one transaction: the failed attempt left nothing behind.
+    """
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            return await fn(who, **kwargs)
+        except _RETRYABLE:
+            if attempt == ATTEMPTS:
+                raise
+            metrics.DB_RETRIES.inc()
+            await asyncio.sleep(random.uniform(0.005, 0.05) * attempt)  # noqa: S311 - jitter, not security
+    raise AssertionError("unreachable")

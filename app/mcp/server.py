@@ -9,7 +9,9 @@ from app.auth.verifier import TokenVerifier
 from app.config import Settings
 from app.mcp import resources
 from app.mcp.context import ToolSet
-from app.mcp.tools import entities, graph, memory_dialect, neo4j_dialect, relations
+from app.mcp.observe import Observe
+from app.mcp.tools import admin, entities, graph, memory_dialect, neo4j_dialect, relations
+from app.observability.usage import Usage
 from app.services import Services
 
 INSTRUCTIONS = """\
@@ -25,7 +27,10 @@ with active-voice types ("works at", "depends on").
 """
 
 
-def build_mcp(settings: Settings, services: Services, verifier: TokenVerifier) -> tuple[MCPServer, ToolSet]:
+def build_mcp(
+    settings: Settings, services: Services, verifier: TokenVerifier, usage: Usage
+) -> tuple[MCPServer, ToolSet]:
+    scopes: dict[str, str] = {}  # filled as tools register
     mcp = MCPServer(
         name="engram",
         title="Engram memory",
@@ -39,11 +44,12 @@ def build_mcp(settings: Settings, services: Services, verifier: TokenVerifier) -
             # The verifier checks `aud` against the resource URL itself.
             validate_token_resource=False,
         ),
+        middleware=[Observe(scopes, usage, settings.metrics_tenants)],
     )
     claims = [settings.tenant_claim, *settings.tenant_fallback_claims]
-    tools = ToolSet(mcp, claims)
+    tools = ToolSet(mcp, claims, scopes=scopes)
     if "native" in settings.tool_sets:
-        for module in (entities, relations, graph):
+        for module in (entities, relations, graph, admin):
             module.register(tools, services)
     if "memory" in settings.tool_sets:
         memory_dialect.register(tools, services)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -10,9 +11,10 @@ import asyncpg
 
 from app.auth.principal import Principal
 from app.errors import EngramError
+from app.observability.context import CALL, REQUEST_ID
 from app.services import models
 from app.services.cursors import Cursors
-from app.store import relations
+from app.store import audit, relations
 from app.store.database import Database, Tx
 
 
@@ -32,12 +34,26 @@ class Service:
 
     @asynccontextmanager
     async def tx(self, who: Principal, *, readonly: bool = False) -> AsyncIterator[Tx]:
-        """One transaction in the caller's tenant; everything a tool call does happens inside it."""
+        """One transaction in the caller's tenant; everything a tool call does happens inside it.
+
+        A write made for a tool call ends with that call's audit row, in the same transaction.
+        """
         tenant = await self.db.tenant(who.tenant)
         if self.cursors.key is None:  # loaded on first use: it lives in the database, shared by replicas
             self.cursors.key = await self.db.secret("cursor")
         async with self.db.transaction(tenant, readonly=readonly) as tx:
             yield tx
+            call = CALL.get()
+            if not readonly and call is not None and tx.affected:
+                await audit.write(
+                    tx,
+                    subject=who.subject,
+                    client_id=who.client_id,
+                    tool=call.tool,
+                    affected=tx.affected,
+                    duration_ms=round((time.perf_counter() - call.started) * 1000, 3),
+                    request_id=REQUEST_ID.get(),
+                )
 
     def check_batch(self, size: int) -> None:
         if size > self.limits.max_batch:

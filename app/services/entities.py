@@ -19,7 +19,7 @@ from app.auth.principal import Principal
 from app.errors import EngramError
 from app.services import models
 from app.services.base import Service, relation, summary
-from app.store import entities, history, relations
+from app.store import audit, entities, history, relations
 from app.store.database import Tx
 from app.store.history import Event
 
@@ -324,6 +324,15 @@ class Entities(Service):
             last = rows[limit - 1] if more else None
             next_cursor = self.cursors.encode(tx.tenant.id, listing, [last["sort_key"], last["id"]]) if last else None
         return models.EntityPage(entities=[summary(r) for r in rows[:limit]], total=total, next_cursor=next_cursor)
+
+    async def audit(self, who: Principal, tool: str | None, limit: int, cursor: str | None) -> models.AuditPage:
+        async with self.tx(who, readonly=True) as tx:
+            listing = f"audit:{tool or ''}"
+            before = self.cursors.decode(cursor, tx.tenant.id, listing) if cursor else None
+            rows = await audit.page(tx, limit + 1, before, tool)
+            more = len(rows) > limit
+            next_cursor = self.cursors.encode(tx.tenant.id, listing, rows[limit - 1]["id"]) if more else None
+        return models.AuditPage(entries=[models.AuditEntry(**dict(r)) for r in rows[:limit]], next_cursor=next_cursor)
 
 
 def hash_filters(filters: entities.Filters) -> str:

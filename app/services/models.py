@@ -283,3 +283,20 @@ class StatusResult(BaseModel):
     embeddings: str
     tools: list[str] = Field(description="Tools usable right now.")
     version: str
+
+
+class AuditEntry(BaseModel):
+    id: int
+    at: datetime
+    subject: str
+    client_id: str
+    tool: str
+    affected: list[str]
+    outcome: str
+    duration_ms: float
+    request_id: str
+
+
+class AuditPage(BaseModel):
+    entries: list[AuditEntry]
+    next_cursor: str | None = None

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import asyncpg
 import orjson
 
 from app.config import Settings
+from app.observability import metrics
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # AGE's operators (@> for {k: v} patterns, =) resolve through the search path.
 _SEARCH_PATH = "ag_catalog, public"
@@ -36,14 +42,30 @@ class Tenant:
             raise InvalidTenant(f"refusing schema name {self.schema!r}")
 
 
+def timed(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """Record a store operation's latency under its name (e.g. ``entities.resolve``)."""
+    histogram = metrics.DB_LATENCY.labels(f"{fn.__module__.rsplit('.', 1)[-1]}.{fn.__name__}")
+
+    @functools.wraps(fn)
+    async def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        started = time.perf_counter()
+        try:
+            return await fn(*args, **kwargs)
+        finally:
+            histogram.observe(time.perf_counter() - started)
+
+    return run
+
+
 class Tx:
     """One transaction, pinned to one tenant. Query text may contain ``{s}`` for the schema."""
 
-    __slots__ = ("conn", "tenant")
+    __slots__ = ("affected", "conn", "tenant")
 
     def __init__(self, conn: asyncpg.Connection, tenant: Tenant) -> None:
         self.conn = conn
         self.tenant = tenant
+        self.affected: list[str] = []  # ids of what this transaction changed, for the audit row
 
     def _sql(self, query: str) -> str:
         return query.replace("{s}", self.tenant.schema)
@@ -77,6 +99,7 @@ class Database:
         self._pool: asyncpg.Pool | None = None
         self._tenants: dict[str, Tenant] = {}
         self._create_tenants = settings.tenant_policy == "auto"
+        self.waiting = 0  # callers waiting for a pooled connection
 
     async def open(self) -> None:
         s = self._settings
@@ -134,13 +157,21 @@ class Database:
         The context is the tenant's own role (the only one with privileges on its schema) and the
         setting that row-level security on shared tables reads; both end with the transaction.
         """
-        async with self.pool.acquire() as conn, conn.transaction(readonly=readonly):
-            await conn.execute(
-                "SELECT set_config('engram.tenant_id', $1, true), set_config('role', $2, true)",
-                tenant.id,
-                tenant.schema,
-            )
-            yield Tx(conn, tenant)
+        self.waiting += 1
+        try:
+            conn = await self.pool.acquire()
+        finally:
+            self.waiting -= 1
+        try:
+            async with conn.transaction(readonly=readonly):
+                await conn.execute(
+                    "SELECT set_config('engram.tenant_id', $1, true), set_config('role', $2, true)",
+                    tenant.id,
+                    tenant.schema,
+                )
+                yield Tx(conn, tenant)
+        finally:
+            await self.pool.release(conn)
 
     def forget_tenant(self, key: str) -> None:
         """Drop a cached tenant (after it was deleted)."""

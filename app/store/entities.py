@@ -16,7 +16,7 @@ from typing import Any
 import asyncpg
 
 from app.errors import EngramError
-from app.store.database import Tx
+from app.store.database import Tx, timed
 
 COLUMNS = (
     "e.id::text AS id, e.gid::text AS gid, e.name, e.type, e.description, e.area, e.topic, e.subtopic,"
@@ -52,6 +52,7 @@ class NewEntity:
     properties: dict[str, Any] | None = None
 
 
+@timed
 async def lock_names(tx: Tx, names: Iterable[str]) -> None:
     """Serialise writers of the same names, so two upserts of one new name cannot both insert it."""
     await tx.execute(
@@ -61,6 +62,7 @@ async def lock_names(tx: Tx, names: Iterable[str]) -> None:
     )
 
 
+@timed
 async def live_by_names(tx: Tx, names: Sequence[str], *, lock: bool = False) -> dict[str, asyncpg.Record]:
     """Live entities with exactly these names, in name order."""
     rows = await tx.fetch(
@@ -71,6 +73,7 @@ async def live_by_names(tx: Tx, names: Sequence[str], *, lock: bool = False) -> 
     return {r["name"]: r for r in rows}
 
 
+@timed
 async def by_ids(tx: Tx, ids: Sequence[str], *, lock: bool = False) -> dict[str, asyncpg.Record]:
     """Entities by id, deleted ones included."""
     rows = await tx.fetch(
@@ -80,6 +83,7 @@ async def by_ids(tx: Tx, ids: Sequence[str], *, lock: bool = False) -> dict[str,
     return {r["id"]: r for r in rows}
 
 
+@timed
 async def by_gids(tx: Tx, gids: Sequence[str]) -> dict[str, asyncpg.Record]:
     """Live entities by graph id."""
     rows = await tx.fetch(
@@ -90,6 +94,7 @@ async def by_gids(tx: Tx, gids: Sequence[str]) -> dict[str, asyncpg.Record]:
     return {r["gid"]: r for r in rows}
 
 
+@timed
 async def resolve(
     tx: Tx, refs: Sequence[str], *, lock: bool = False, missing_ok: bool = False, exact: bool = False
 ) -> dict[str, asyncpg.Record]:
@@ -129,6 +134,7 @@ async def resolve(
     return found
 
 
+@timed
 async def insert(tx: Tx, items: Sequence[NewEntity], actor: str) -> None:
     await tx.execute(
         """
@@ -163,6 +169,7 @@ async def insert(tx: Tx, items: Sequence[NewEntity], actor: str) -> None:
     )
 
 
+@timed
 async def write_fields(tx: Tx, rows: Sequence[dict[str, Any]]) -> None:
     """Store new field values (each row: id and every name in FIELDS); the vertex follows name and type."""
     if not rows:
@@ -190,6 +197,7 @@ async def write_fields(tx: Tx, rows: Sequence[dict[str, Any]]) -> None:
     )
 
 
+@timed
 async def touch(tx: Tx, ids: Iterable[str], actor: str) -> dict[str, int]:
     """Bump the version of changed entities once; returns each one's new version."""
     rows = await tx.fetch(
@@ -201,6 +209,7 @@ async def touch(tx: Tx, ids: Iterable[str], actor: str) -> dict[str, int]:
     return {r[0]: r[1] for r in rows}
 
 
+@timed
 async def set_deleted(tx: Tx, ids: Sequence[str], deleted: bool, actor: str) -> dict[str, int]:
     """Soft-delete or restore; returns the new versions of the entities whose state changed."""
     rows = await tx.fetch(
@@ -217,6 +226,7 @@ async def set_deleted(tx: Tx, ids: Sequence[str], deleted: bool, actor: str) -> 
     return {r[0]: r[1] for r in rows}
 
 
+@timed
 async def live_names_taken(tx: Tx, names: Sequence[str]) -> list[str]:
     rows = await tx.fetch(
         "SELECT name FROM {s}.entities WHERE name = ANY($1::text[]) AND deleted_at IS NULL", list(names)
@@ -227,6 +237,7 @@ async def live_names_taken(tx: Tx, names: Sequence[str]) -> list[str]:
 # --- observations ---------------------------------------------------------------------------
 
 
+@timed
 async def add_observations(tx: Tx, pairs: Sequence[tuple[str, str]], actor: str) -> dict[str, list[str]]:
     """Insert (entity id, text) pairs in order, skipping exact duplicates; returns what each entity gained."""
     if not pairs:
@@ -247,6 +258,7 @@ async def add_observations(tx: Tx, pairs: Sequence[tuple[str, str]], actor: str)
     return _group(rows)
 
 
+@timed
 async def remove_observations(tx: Tx, pairs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
     """Delete exact (entity id, text) pairs; returns what each entity lost."""
     if not pairs:
@@ -263,6 +275,7 @@ async def remove_observations(tx: Tx, pairs: Sequence[tuple[str, str]]) -> dict[
     return _group(rows)
 
 
+@timed
 async def replace_observations(tx: Tx, entity_id: str, contents: Sequence[str], actor: str) -> None:
     """Make an entity's observations exactly `contents`, in that order."""
     await tx.execute("DELETE FROM {s}.observations WHERE entity_id = $1", entity_id)
@@ -282,6 +295,7 @@ class Observations:
     total: int
 
 
+@timed
 async def observations(tx: Tx, entity_ids: Sequence[str], per_entity: int) -> dict[str, Observations]:
     """The first `per_entity` observations of each entity, oldest first, and each entity's total."""
     rows = await tx.fetch(
@@ -340,6 +354,7 @@ _SORTS = {
 }
 
 
+@timed
 async def find(
     tx: Tx, f: Filters, sort: str, limit: int, after: tuple[str, str] | None
 ) -> tuple[list[asyncpg.Record], int]:
@@ -392,6 +407,7 @@ def _key_type(sort: str) -> str:
     return {"name": "text", "recent": "timestamptz", "certainty": "int"}[sort]
 
 
+@timed
 async def page_by_name(tx: Tx, limit: int, after: str | None) -> list[asyncpg.Record]:
     rows = await tx.fetch(
         f"SELECT {COLUMNS} FROM {{s}}.entities e WHERE e.deleted_at IS NULL AND ($1::text IS NULL OR e.name > $1)"
@@ -402,10 +418,12 @@ async def page_by_name(tx: Tx, limit: int, after: str | None) -> list[asyncpg.Re
     return list(rows)
 
 
+@timed
 async def count_live(tx: Tx) -> int:
     return await tx.fetchval("SELECT count(*) FROM {s}.entities WHERE deleted_at IS NULL")
 
 
+@timed
 async def matching_text(tx: Tx, text: str, limit: int) -> list[asyncpg.Record]:
     """Live entities whose name, type or an observation contains `text`, case-insensitively."""
     rows = await tx.fetch(

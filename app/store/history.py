@@ -8,7 +8,7 @@ from typing import Any
 
 import asyncpg
 
-from app.store.database import Tx
+from app.store.database import Tx, timed
 
 
 @dataclass(slots=True)
@@ -20,9 +20,11 @@ class Event:
     relation_id: str | None = None
 
 
+@timed
 async def record(tx: Tx, events: Sequence[Event], actor: str) -> None:
     if not events:
         return
+    tx.affected += [e.relation_id or e.entity_id for e in events]
     await tx.execute(
         """
         INSERT INTO {s}.history (entity_id, other_id, relation_id, action, changes, actor)
@@ -37,6 +39,7 @@ async def record(tx: Tx, events: Sequence[Event], actor: str) -> None:
     )
 
 
+@timed
 async def of_entity(tx: Tx, entity_id: str, limit: int, before: int | None) -> list[asyncpg.Record]:
     """Newest first: changes to the entity, its observations, and relations touching it."""
     rows = await tx.fetch(
@@ -54,6 +57,7 @@ async def of_entity(tx: Tx, entity_id: str, limit: int, before: int | None) -> l
     return list(rows)
 
 
+@timed
 async def recent(tx: Tx, limit: int) -> list[asyncpg.Record]:
     rows = await tx.fetch(
         "SELECT h.id, h.entity_id::text AS entity_id, h.action, h.actor, h.at FROM {s}.history h"

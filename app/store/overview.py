@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncpg
 
-from app.store.database import Tx
+from app.store.database import Tx, timed
 from app.store.relations import REL_TYPE
 
 
+@timed
 async def categories(tx: Tx) -> list[asyncpg.Record]:
     """Live entity counts per (area, topic, subtopic); None where an entity has no such value."""
     rows = await tx.fetch(
@@ -17,6 +18,7 @@ async def categories(tx: Tx) -> list[asyncpg.Record]:
     return list(rows)
 
 
+@timed
 async def type_counts(tx: Tx, limit: int) -> list[asyncpg.Record]:
     rows = await tx.fetch(
         "SELECT type, count(*) AS n FROM {s}.entities WHERE deleted_at IS NULL"
@@ -33,6 +35,7 @@ _LIVE_EDGES = """
 """
 
 
+@timed
 async def relation_type_counts(tx: Tx, limit: int) -> list[asyncpg.Record]:
     rows = await tx.fetch(
         f"SELECT {REL_TYPE} AS type, count(*) AS n {_LIVE_EDGES} GROUP BY 1 ORDER BY n DESC, 1 LIMIT $1", limit
@@ -40,6 +43,7 @@ async def relation_type_counts(tx: Tx, limit: int) -> list[asyncpg.Record]:
     return list(rows)
 
 
+@timed
 async def most_connected(tx: Tx, limit: int) -> list[asyncpg.Record]:
     rows = await tx.fetch(
         f"""
@@ -54,6 +58,7 @@ async def most_connected(tx: Tx, limit: int) -> list[asyncpg.Record]:
     return list(rows)
 
 
+@timed
 async def totals(tx: Tx) -> asyncpg.Record:
     row = await tx.fetchrow(
         f"""

@@ -15,7 +15,7 @@ from typing import Any
 import asyncpg
 import orjson
 
-from app.store.database import Tx
+from app.store.database import Tx, timed
 
 REL_TYPE = "ag_catalog.agtype_access_operator(VARIADIC ARRAY[r.properties, '\"type\"'::ag_catalog.agtype])::text"
 REL_ID = "ag_catalog.agtype_access_operator(VARIADIC ARRAY[r.properties, '\"id\"'::ag_catalog.agtype])::text"
@@ -69,6 +69,7 @@ class NewRelation:
     properties: dict[str, Any] | None = None
 
 
+@timed
 async def insert(tx: Tx, items: Sequence[NewRelation], actor: str) -> list[str | None]:
     """Create edges; returns each item's new relation id, or None where (from, type, to) already existed."""
     props = []
@@ -98,6 +99,7 @@ async def insert(tx: Tx, items: Sequence[NewRelation], actor: str) -> list[str |
     return [p["id"] if p["id"] in created else None for p in props]
 
 
+@timed
 async def by_keys(tx: Tx, keys: Sequence[tuple[str, str, str]]) -> dict[tuple[str, str, str], Relation]:
     """Live relations by (source gid, target gid, type)."""
     if not keys:
@@ -115,15 +117,18 @@ async def by_keys(tx: Tx, keys: Sequence[tuple[str, str, str]]) -> dict[tuple[st
     return {(rel := _relation(r)).key: rel for r in rows}
 
 
+@timed
 async def by_ids(tx: Tx, ids: Sequence[str]) -> list[Relation]:
     rows = await tx.fetch(_SELECT + f" WHERE {REL_ID} = ANY($1::text[])", list(ids))
     return [_relation(r) for r in rows]
 
 
+@timed
 async def delete(tx: Tx, ids: Sequence[str]) -> None:
     await tx.execute(f'DELETE FROM {{s}}."REL" r WHERE {REL_ID} = ANY($1::text[])', list(ids))
 
 
+@timed
 async def touching(tx: Tx, entity_id: str, limit: int) -> list[Relation]:
     """Live relations of one entity, by two directed Cypher matches (never an undirected one)."""
     rows = await tx.fetch(
@@ -148,6 +153,7 @@ async def touching(tx: Tx, entity_id: str, limit: int) -> list[Relation]:
     return [_relation(r) for r in rows]
 
 
+@timed
 async def among(tx: Tx, gids: Sequence[str], *, either_end: bool, limit: int) -> list[Relation]:
     """Live relations with both ends (or, with `either_end`, at least one end) among `gids`."""
     join = "OR" if either_end else "AND"
@@ -164,6 +170,7 @@ async def among(tx: Tx, gids: Sequence[str], *, either_end: bool, limit: int) ->
     return [_relation(r) for r in rows]
 
 
+@timed
 async def from_sources(tx: Tx, gids: Sequence[str]) -> list[Relation]:
     """Live relations whose source is among `gids` (a page of read_graph owns its entities' outgoing edges)."""
     rows = await tx.fetch(
@@ -172,5 +179,6 @@ async def from_sources(tx: Tx, gids: Sequence[str]) -> list[Relation]:
     return [_relation(r) for r in rows]
 
 
+@timed
 async def count_live(tx: Tx) -> int:
     return await tx.fetchval("SELECT count(*) FROM (" + _SELECT + ") x")

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from app.store.database import Tx
+from app.store.database import Tx, timed
 from app.store.relations import REL_TYPE
 
 
@@ -28,6 +28,7 @@ class Step:
     props: dict[str, Any]
 
 
+@timed
 async def expand(
     tx: Tx, frontier: Sequence[str], *, outgoing: bool, incoming: bool, types: Sequence[str] | None
 ) -> list[Step]:

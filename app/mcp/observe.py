@@ -1,0 +1,96 @@
+"""Measures every MCP request: counts by method and outcome, and for tool calls the latency,
+outcome, per-tenant usage and one log line. The tool wrapper (context.ToolSet) fills in who called
+and how the call ended; a tools/call that never reached it failed validation."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Collection
+from typing import Any
+
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp.types import CallToolResult
+
+from app.observability import metrics
+from app.observability.context import CALL, Call
+from app.observability.usage import Usage
+
+logger = logging.getLogger("engram.tools")
+
+_METHODS = {
+    "initialize",
+    "ping",
+    "server/discover",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/read",
+    "resources/templates/list",
+    "prompts/list",
+    "prompts/get",
+    "notifications/initialized",
+    "notifications/cancelled",
+    "subscriptions/listen",
+    "completion/complete",
+    "logging/setLevel",
+}
+
+
+class Observe:
+    def __init__(self, tools: Collection[str], usage: Usage, tenant_labels: Collection[str]) -> None:
+        self.tools = tools
+        self.usage = usage
+        self.tenant_labels = set(tenant_labels)
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        method = ctx.method if ctx.method in _METHODS else "other"
+        if method != "tools/call":
+            try:
+                result = await call_next(ctx)
+            except Exception:
+                metrics.MCP_REQUESTS.labels(method, "error").inc()
+                raise
+            metrics.MCP_REQUESTS.labels(method, "ok").inc()
+            return result
+        name = ctx.params.get("name") if isinstance(ctx.params, dict) else None
+        tool = name if name in self.tools else "unknown"
+        call = Call(tool=tool, subject="", client_id="", started=time.perf_counter())
+        token = CALL.set(call)
+        try:
+            result = await call_next(ctx)
+            failed = isinstance(result, CallToolResult) and result.is_error
+            outcome = call.outcome or ("invalid" if failed else "ok")  # unset: refused before the tool ran
+        except MCPError:
+            outcome = "invalid"
+            raise
+        except Exception:
+            outcome = "internal"
+            raise
+        finally:
+            CALL.reset(token)
+            self._record(call, outcome)
+        metrics.MCP_REQUESTS.labels(method, "ok").inc()
+        return result
+
+    def _record(self, call: Call, outcome: str) -> None:
+        elapsed = time.perf_counter() - call.started
+        metrics.TOOL_CALLS.labels(call.tool, outcome).inc()
+        metrics.TOOL_LATENCY.labels(call.tool, outcome).observe(elapsed)
+        if call.tenant:
+            self.usage.count(call.tenant, call.tool, ok=outcome == "ok")
+        if call.tenant in self.tenant_labels:
+            metrics.TENANT_TOOL_CALLS.labels(call.tenant, call.tool, outcome).inc()
+        logger.info(
+            "tool call %s %s",
+            call.tool,
+            outcome,
+            extra={
+                "tool": call.tool,
+                "outcome": outcome,
+                "duration_ms": round(elapsed * 1000, 2),
+                "tenant": call.tenant or None,
+                "subject": call.subject or None,
+            },
+        )

@@ -1,0 +1,24 @@
+"""Tenant administration tools (memory:admin)."""
+
+# No `from __future__ import annotations`: the schemas use bounds known only at registration.
+from typing import Annotated
+
+from pydantic import Field
+
+from app.auth.principal import ADMIN, Principal
+from app.mcp.context import READ_ONLY, ToolSet
+from app.services import Services, models
+
+
+def register(tool: ToolSet, s: Services) -> None:
+    @tool(ADMIN, READ_ONLY)
+    async def audit_log(
+        who: Principal,
+        tool_name: Annotated[str | None, Field(max_length=100, description="Only calls of this tool.")] = None,
+        limit: Annotated[int, Field(ge=1, le=s.limits.max_results)] = 50,
+        cursor: models.Cursor | None = None,
+    ) -> models.AuditPage:
+        """Who changed this tenant's memory: one entry per successful write tool call, newest first, with
+        the caller, the tool, the ids it changed, its duration and request id.
+        """
+        return await s.entities.audit(who, tool_name, limit, cursor)

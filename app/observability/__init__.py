@@ -1,0 +1,1 @@
+"""Metrics, structured logs, the per-call context, and usage accounting."""

@@ -1,0 +1,103 @@
+"""JSON-lines logs on stdout, an access log in the same format, and request ids.
+
+What is logged: time, level, logger, message, request id, and per line the fields a caller adds
+(tenant, tool, duration_ms, outcome, ...). Never tokens, keys, passwords or observation text.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.observability import metrics
+from app.observability.context import REQUEST_ID, accept_request_id
+
+_STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+access_log = logging.getLogger("engram.access")
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "request_id": REQUEST_ID.get(),
+        }
+        line.update({k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")})
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return orjson.dumps(line, default=str).decode()
+
+
+def configure(level: str) -> None:
+    """Every logger, ours and the libraries', writes JSON lines to stdout."""
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = []
+        logger.propagate = True
+    logging.getLogger("uvicorn.access").disabled = True  # replaced by engram.access below
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
+
+
+_ROUTES = ("/mcp", "/healthz", "/readyz", "/metrics")
+
+
+def route_of(path: str) -> str:
+    if path in _ROUTES:
+        return path
+    return "/.well-known" if path.startswith("/.well-known/") else "other"
+
+
+class RequestLog:
+    """ASGI middleware: request id (from X-Request-ID or new, echoed back), access log, HTTP metrics."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        incoming = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"x-request-id"), None)
+        request_id = accept_request_id(incoming)
+        token = REQUEST_ID.set(request_id)
+        started = time.perf_counter()
+        status = 500
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
+            await send(message)
+
+        metrics.HTTP_IN_FLIGHT.inc()
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            metrics.HTTP_IN_FLIGHT.dec()
+            elapsed = time.perf_counter() - started
+            route = route_of(scope["path"])
+            metrics.HTTP_REQUESTS.labels(route, scope["method"], f"{status // 100}xx").inc()
+            metrics.HTTP_LATENCY.labels(route).observe(elapsed)
+            access_log.info(
+                "%s %s %s",
+                scope["method"],
+                scope["path"],
+                status,
+                extra={"status": status, "duration_ms": round(elapsed * 1000, 2), "route": route},
+            )
+            REQUEST_ID.reset(token)

@@ -1,0 +1,110 @@
+"""Prometheus metrics. Labels are bounded: routes, methods, tools and outcomes, never tenants,
+users or entities (a tenant label exists only for tenants listed in ENGRAM_METRICS_TENANTS)."""
+
+from __future__ import annotations
+
+import platform
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+)
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
+
+_LATENCY = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+BUILD = Info("engram_build", "Engram version and runtime.", registry=REGISTRY)
+
+HTTP_REQUESTS = Counter(
+    "engram_http_requests_total",
+    "HTTP requests by route and status class.",
+    ["route", "method", "status"],
+    registry=REGISTRY,
+)
+HTTP_LATENCY = Histogram(
+    "engram_http_request_duration_seconds",
+    "HTTP request latency by route.",
+    ["route"],
+    buckets=_LATENCY,
+    registry=REGISTRY,
+)
+HTTP_IN_FLIGHT = Gauge("engram_http_requests_in_flight", "HTTP requests being served.", registry=REGISTRY)
+
+MCP_REQUESTS = Counter(
+    "engram_mcp_requests_total",
+    "MCP requests by JSON-RPC method and outcome (ok, error).",
+    ["method", "outcome"],
+    registry=REGISTRY,
+)
+TOOL_CALLS = Counter(
+    "engram_tool_calls_total",
+    "Tool calls by tool and outcome (ok, tool_error, invalid, unauthorized, internal).",
+    ["tool", "outcome"],
+    registry=REGISTRY,
+)
+TOOL_LATENCY = Histogram(
+    "engram_tool_call_duration_seconds",
+    "Tool call latency by tool and outcome.",
+    ["tool", "outcome"],
+    buckets=_LATENCY,
+    registry=REGISTRY,
+)
+TENANT_TOOL_CALLS = Counter(
+    "engram_tenant_tool_calls_total",
+    "Tool calls of the tenants listed in ENGRAM_METRICS_TENANTS.",
+    ["tenant", "tool", "outcome"],
+    registry=REGISTRY,
+)
+
+DB_LATENCY = Histogram(
+    "engram_db_query_duration_seconds",
+    "Database operation latency by store operation.",
+    ["operation"],
+    buckets=_LATENCY,
+    registry=REGISTRY,
+)
+DB_POOL = Gauge(
+    "engram_db_pool_connections", "Pool connections by state (open, in_use, waiting).", ["state"], registry=REGISTRY
+)
+DB_RETRIES = Counter(
+    "engram_db_transaction_retries_total",
+    "Tool calls retried after a deadlock or serialization failure.",
+    registry=REGISTRY,
+)
+
+EMBED_CALLS = Counter(
+    "engram_embedding_requests_total",
+    "Embedding requests by provider and outcome.",
+    ["provider", "outcome"],
+    registry=REGISTRY,
+)
+EMBED_BATCH = Histogram(
+    "engram_embedding_batch_size",
+    "Texts per embedding request.",
+    ["provider"],
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+    registry=REGISTRY,
+)
+EMBED_LATENCY = Histogram(
+    "engram_embedding_duration_seconds",
+    "Embedding request latency by provider.",
+    ["provider"],
+    buckets=_LATENCY,
+    registry=REGISTRY,
+)
+EMBED_PENDING = Gauge("engram_embeddings_pending", "Texts waiting for an embedding.", registry=REGISTRY)
+
+AUTH_FAILURES = Counter("engram_auth_failures_total", "Refused credentials by reason.", ["reason"], registry=REGISTRY)
+TENANTS = Gauge("engram_tenants", "Tenants in the database.", registry=REGISTRY)
+
+
+def set_build_info(version: str) -> None:
+    BUILD.info({"version": version, "python": platform.python_version()})

@@ -66,6 +66,11 @@ def create_app(settings: Settings) -> Starlette:
         host=settings.host,
     )
 
+    async def load_cursor_key() -> None:
+        """Cursors are signed with a key kept in the database (so replicas share it); it exists once migrated."""
+        if services.cursors.key is None:
+            services.cursors.key = await db.secret("cursor")
+
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
 
@@ -78,6 +83,7 @@ def create_app(settings: Settings) -> Starlette:
             problem = str(exc)
         if problem:
             return JSONResponse({"status": "not ready", "reason": problem}, status_code=503)
+        await load_cursor_key()
         return JSONResponse({"status": "ready"})
 
     async def jwks(request: Request) -> JSONResponse:
@@ -91,6 +97,8 @@ def create_app(settings: Settings) -> Starlette:
         except migrate.MigrationError:
             await db.close()
             raise  # a schema this code does not know: refuse to serve
+        if problem is None:
+            await load_cursor_key()
         logger.info(
             "engram listening on %s (auth %s)%s",
             settings.resource_url,

@@ -43,7 +43,7 @@ class ToolSet:
     scopes: dict[str, str] = field(default_factory=dict)  # tool name -> required scope
 
     def __call__(
-        self, scope: str, annotations: ToolAnnotations, *, name: str | None = None
+        self, scope: str, annotations: ToolAnnotations, *, name: str | None = None, title: str | None = None
     ) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
         def register(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
             @functools.wraps(fn)
@@ -59,7 +59,7 @@ class ToolSet:
             run.__signature__ = signature.replace(parameters=list(signature.parameters.values())[1:])  # type: ignore[attr-defined]
             del run.__wrapped__  # the SDK must read the signature above, not fn's
             tool_name = self.prefix + (name or fn.__name__)
-            self.mcp.add_tool(run, name=tool_name, description=inspect.getdoc(fn), annotations=annotations)
+            self.mcp.add_tool(run, name=tool_name, title=title, description=inspect.getdoc(fn), annotations=annotations)
             self.scopes[tool_name] = scope
             return fn
 

@@ -11,7 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,6 +99,10 @@ class Server:
     def token(self, tenant: str, scopes: tuple[str, ...] = (READ, WRITE), **kw: Any) -> str:
         return mint_token(self.settings, tenant=tenant, scopes=scopes, **kw)
 
+    def client(self, tenant: str, scopes: tuple[str, ...] = (READ, WRITE), mode: str = "auto") -> Any:
+        """`async with server.client(tenant) as c:` — a real MCP client holding a token for `tenant`."""
+        return connect(self.url, self.token(tenant, scopes), mode)
+
 
 def server_env(settings: Settings, port: int, **extra: str) -> dict[str, str]:
     assert settings.database_url is not None and settings.admin_database_url is not None
@@ -130,15 +134,24 @@ def start_server(env: dict[str, str]) -> subprocess.Popen[bytes]:
     raise RuntimeError("engram serve did not answer /healthz within 30 s")
 
 
-@pytest.fixture(scope="session")
-def server(db_settings: Settings) -> Iterator[Server]:
+@contextmanager
+def serve(db_settings: Settings, **extra: str) -> Iterator[Server]:
+    """`engram serve` on a free port with extra ENGRAM_* settings, stopped on exit."""
     port = free_port()
-    env = server_env(db_settings, port)
+    env = server_env(db_settings, port, **extra)
     settings = db_settings.model_copy(update={"port": port})
     process = start_server(env)
-    yield Server(f"http://127.0.0.1:{port}/mcp", f"http://127.0.0.1:{port}", settings, env, process)
-    process.terminate()
-    process.wait(timeout=30)
+    try:
+        yield Server(f"http://127.0.0.1:{port}/mcp", f"http://127.0.0.1:{port}", settings, env, process)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def server(db_settings: Settings) -> Iterator[Server]:
+    with serve(db_settings) as running:
+        yield running
 
 
 @pytest.fixture
@@ -159,10 +172,7 @@ async def connect(url: str, token: str | None, mode: str = "auto") -> AsyncItera
 def client_for(server: Server) -> Callable[..., Any]:
     """`async with client_for(tenant) as c:` — a real MCP client holding a token for `tenant`."""
 
-    def make(tenant: str, scopes: tuple[str, ...] = (READ, WRITE), mode: str = "auto") -> Any:
-        return connect(server.url, server.token(tenant, scopes), mode)
-
-    return make
+    return server.client
 
 
 def ok(result: CallToolResult) -> dict[str, Any]:
@@ -170,6 +180,12 @@ def ok(result: CallToolResult) -> dict[str, Any]:
     assert not result.is_error, result.content
     assert result.structured_content is not None
     return result.structured_content
+
+
+def text(result: CallToolResult) -> str:
+    """The one text content of a result."""
+    assert len(result.content) == 1 and result.content[0].type == "text"
+    return result.content[0].text
 
 
 def error_code(result: CallToolResult) -> str:

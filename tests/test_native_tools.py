@@ -369,7 +369,7 @@ async def test_resources_and_prompt(client_for, tenant):
         await _seed(c, ["Zed"], observations=["last letter"])
         graph = await c.read_resource("memory://knowledge-graph")
         data = orjson.loads(graph.contents[0].text)
-        assert [e["entity"]["name"] for e in data["entities"]] == ["Zed"]
+        assert data["entities"] == [{"name": "Zed", "entityType": "thing", "observations": ["last letter"]}]
         one = orjson.loads((await c.read_resource("memory://entities/Zed")).contents[0].text)
         assert one["observations"] == ["last letter"]
         templates = await c.list_resource_templates()

@@ -49,7 +49,7 @@ class ToolSet:
     scopes: dict[str, str] = field(default_factory=dict)  # tool name -> required scope
 
     def __call__(
-        self, scope: str, annotations: ToolAnnotations, *, name: str | None = None
+        self, scope: str, annotations: ToolAnnotations, *, name: str | None = None, title: str | None = None
     ) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
         def register(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
             signature = inspect.signature(fn)
@@ -83,6 +83,7 @@ class ToolSet:
                 run,
                 name=tool_name,
                 description=inspect.getdoc(fn),
+                title=title,
                 annotations=annotations,
                 meta={"engram/requiredScope": scope},  # tools/list shows every tool, marked with its scope
             )

@@ -11,6 +11,7 @@ from mcp.server.mcpserver.exceptions import ResourceError
 from app.auth.principal import READ
 from app.errors import EngramError
 from app.mcp.context import caller
+from app.mcp.tools import memory_dialect
 from app.services import Services
 
 GUIDE = """\
@@ -32,7 +33,7 @@ def register(mcp: MCPServer, s: Services, tenant_claims: Sequence[str]) -> None:
     @mcp.resource(
         "memory://knowledge-graph",
         name="knowledge-graph",
-        description="The knowledge graph (first page): entities with observations, and their relations",
+        description="The knowledge graph (first page) as read_graph shows it: entities with observations, relations",
         mime_type="application/json",
     )
     async def knowledge_graph() -> str:
@@ -40,7 +41,7 @@ def register(mcp: MCPServer, s: Services, tenant_claims: Sequence[str]) -> None:
             page = await s.graph.page(caller(tenant_claims, READ), None)
         except EngramError as exc:
             raise ResourceError(str(exc)) from exc
-        return page.model_dump_json(exclude_none=True)
+        return memory_dialect.graph_text(page)
 
     @mcp.resource(
         "memory://entities/{name}",

@@ -14,27 +14,48 @@ from app.mcp.tools import admin, entities, graph, memory_dialect, neo4j_dialect,
 from app.observability.usage import Usage
 from app.services import Services
 
-INSTRUCTIONS = """\
+ABOUT = """\
 Engram is a persistent knowledge-graph memory shared by everyone in your tenant.
 Entities (people, projects, concepts) carry observations (atomic facts); relations link them
 with active-voice types ("works at", "depends on").
+"""
+# How to use each tool set; the server's instructions name only the tools it serves.
+USAGE = {
+    "native": """\
 - Before answering from memory, look it up: get_entity for a known name, find_entities to list by
   filters, neighbors / shortest_path / subgraph to explore connections.
 - Record new facts with upsert_entities (it merges into existing names) and link entities with
   connect_entities. Keep each observation to one fact. Fix mistakes with update_entity and
   remove_observations; remove_entities is undone by restore_entities.
 - Lists are paged: pass `next_cursor` back as `cursor`.
-"""
+""",
+    "memory": """\
+- Look things up with search_nodes (text in names, types, observations) or open_nodes (exact
+  names); record facts with create_entities (existing names are skipped), add_observations and
+  create_relations. read_graph comes in pages: pass `nextCursor` back as `cursor`.
+""",
+    "neo4j": """\
+- Look things up with {p}search_memories (text in names, types, observations) or
+  {p}find_memories_by_name (exact names); record facts with {p}create_entities (an existing name
+  takes the given type and observations), {p}add_observations and {p}create_relations.
+  {p}read_graph comes in pages: pass `nextCursor` back as `cursor`.
+""",
+}
+
+
+def instructions(tool_sets: list[str], neo4j_prefix: str) -> str:
+    return ABOUT + "".join(USAGE[name].format(p=neo4j_prefix) for name in USAGE if name in tool_sets)
 
 
 def build_mcp(
     settings: Settings, services: Services, verifier: TokenVerifier, usage: Usage
 ) -> tuple[MCPServer, ToolSet]:
     scopes: dict[str, str] = {}  # filled as tools register
+    neo4j_prefix = neo4j_dialect.tool_prefix(settings.neo4j_namespace)
     mcp = MCPServer(
         name="engram",
         title="Engram memory",
-        instructions=INSTRUCTIONS,
+        instructions=instructions(settings.tool_sets, neo4j_prefix),
         version="0.1.0",
         token_verifier=verifier,
         auth=AuthSettings(
@@ -54,6 +75,6 @@ def build_mcp(
     if "memory" in settings.tool_sets:
         memory_dialect.register(tools, services)
     if "neo4j" in settings.tool_sets:
-        neo4j_dialect.register(ToolSet(mcp, claims, settings.neo4j_namespace, tools.scopes), services)
+        neo4j_dialect.register(ToolSet(mcp, claims, neo4j_prefix, tools.scopes), services)
     resources.register(mcp, services, claims)
     return mcp, tools

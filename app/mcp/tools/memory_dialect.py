@@ -14,44 +14,55 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from app.auth.principal import READ, WRITE, Principal
 from app.mcp.context import ToolSet
+from app.mcp.tools import slices
 from app.services import Services, models
 from app.services.graph import Slice
-
-Text = Annotated[str, StringConstraints(min_length=1, max_length=200)]
-Obs = Annotated[str, StringConstraints(min_length=1, max_length=4000)]
 
 # The reference's own annotations.
 _WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
 _DELETE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
 _READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+Observations = Annotated[list[models.Observation], Field(max_length=100)]
 
 
+# Outputs carry no input bounds: whatever the graph holds (written by any tool set) can be returned.
 class Entity(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: Text = Field(description="The name of the entity")
-    entityType: Text = Field(description="The type of the entity")
-    observations: Annotated[list[Obs], Field(max_length=100)] = Field(
-        description="An array of observation contents associated with the entity"
-    )
+    name: str
+    entityType: str
+    observations: list[str]
 
 
 class Relation(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+    from_: str = Field(alias="from")
+    to: str
+    relationType: str
+
+
+class EntityIn(Entity):
+    model_config = ConfigDict(extra="forbid")
+    name: models.Name = Field(description="The name of the entity")
+    entityType: models.TypeName = Field(description="The type of the entity")
+    observations: Observations = Field(description="An array of observation contents associated with the entity")
+
+
+class RelationIn(Relation):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    from_: Text = Field(alias="from", description="The name of the entity where the relation starts")
-    to: Text = Field(description="The name of the entity where the relation ends")
-    relationType: Text = Field(description="The type of the relation")
+    from_: models.Name = Field(alias="from", description="The name of the entity where the relation starts")
+    to: models.Name = Field(description="The name of the entity where the relation ends")
+    relationType: models.TypeName = Field(description="The type of the relation")
 
 
 class ObservationAddition(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    entityName: Text = Field(description="The name of the entity to add the observations to")
-    contents: Annotated[list[Obs], Field(max_length=100)] = Field(description="An array of observation contents to add")
+    entityName: models.Name = Field(description="The name of the entity to add the observations to")
+    contents: Observations = Field(description="An array of observation contents to add")
 
 
 class ObservationDeletion(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    entityName: Text = Field(description="The name of the entity containing the observations")
-    observations: Annotated[list[Obs], Field(max_length=100)] = Field(description="An array of observations to delete")
+    entityName: models.Name = Field(description="The name of the entity containing the observations")
+    observations: Observations = Field(description="An array of observations to delete")
 
 
 class Entities(BaseModel):
@@ -84,66 +95,78 @@ class KnowledgeGraph(BaseModel):
     note: str | None = None
 
 
-def _reply(model: BaseModel, text: str | None = None) -> CallToolResult:
-    """The reference answers with structured content and the same JSON, pretty-printed, as text."""
+def _reply(model: BaseModel, shown: str | None = None) -> CallToolResult:
+    """Structured content, and as text what the reference prints: the `shown` field's JSON (or all of it), indented."""
     data = model.model_dump(mode="json", by_alias=True, exclude_none=True)
-    body = text if text is not None else orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()
-    return CallToolResult(content=[TextContent(type="text", text=body)], structured_content=data)
+    text = orjson.dumps(data[shown] if shown else data, option=orjson.OPT_INDENT_2).decode()
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
 
 
-def _entity(e: models.EntitySummary, observations: list[str]) -> Entity:
-    return Entity.model_construct(name=e.name, entityType=e.type, observations=observations)
+def graph_text(graph: Slice) -> str:
+    """A slice as the reference's `memory://knowledge-graph` resource shows the graph: read_graph's answer."""
+    return _reply(_graph(graph, "read_graph")).content[0].text  # type: ignore[union-attr]
 
 
-def _relation(r: models.Relation) -> Relation:
-    return Relation.model_construct(from_=r.from_, to=r.to, relationType=r.type)
-
-
-def _graph(graph: Slice, note: str | None = None) -> KnowledgeGraph:
-    if graph.truncated and note is None:
-        note = "result capped; narrow the query or use the native tools for more"
-    return KnowledgeGraph(
-        entities=[_entity(x.entity, x.observations) for x in graph.entities],
-        relations=[_relation(r) for r in graph.relations],
-        nextCursor=graph.next_cursor,
-        note=note,
+def _done(message: str) -> CallToolResult:
+    """The delete tools' answer: the message as text, and `{success, message}`."""
+    return CallToolResult(
+        content=[TextContent(type="text", text=message)], structured_content={"success": True, "message": message}
     )
 
 
-def _fold(entities: list[Entity]) -> list[Entity]:
-    """One entry per name (the first), so a batch's duplicates are not written twice."""
-    return list({e.name: e for e in reversed(entities)}.values())[::-1]
+def _relation(r: models.Relation) -> Relation:
+    return Relation(from_=r.from_, to=r.to, relationType=r.type)
+
+
+def _graph(graph: Slice, read_graph: str) -> KnowledgeGraph:
+    return KnowledgeGraph(
+        entities=[
+            Entity(name=x.entity.name, entityType=x.entity.type, observations=x.observations) for x in graph.entities
+        ],
+        relations=[_relation(r) for r in graph.relations],
+        nextCursor=graph.next_cursor,
+        note=slices.note(graph, read_graph),
+    )
+
+
+def _fold(entities: list[EntityIn]) -> list[Entity]:
+    """The first entry of each name, its observations without repeats: what a batch stores."""
+    first: dict[str, Entity] = {}
+    for e in entities:
+        first.setdefault(
+            e.name, Entity(name=e.name, entityType=e.entityType, observations=list(dict.fromkeys(e.observations)))
+        )
+    return list(first.values())
 
 
 def register(tool: ToolSet, s: Services) -> None:
     batch = s.limits.max_batch
+    read_graph_name = tool.prefix + "read_graph"
 
-    @tool(WRITE, _WRITE)
-    async def create_entities(who: Principal, entities: Annotated[list[Entity], Field(max_length=batch)]) -> Entities:
+    @tool(WRITE, _WRITE, title="Create Entities")
+    async def create_entities(who: Principal, entities: Annotated[list[EntityIn], Field(max_length=batch)]) -> Entities:
         """Create multiple new entities in the knowledge graph"""
         folded = _fold(entities)
         done = await s.entities.upsert(
-            who,
-            [models.EntityIn(name=e.name, type=e.entityType, observations=e.observations) for e in folded],
-            "skip",
+            who, [models.EntityIn(name=e.name, type=e.entityType, observations=e.observations) for e in folded], "skip"
         )
         created = {r.name for r in done.results if r.status == "created"}
-        return _reply(Entities(entities=[e for e in folded if e.name in created]))  # type: ignore[return-value]
+        return _reply(Entities(entities=[e for e in folded if e.name in created]), "entities")  # type: ignore[return-value]
 
-    @tool(WRITE, _WRITE)
+    @tool(WRITE, _WRITE, title="Create Relations")
     async def create_relations(
-        who: Principal, relations: Annotated[list[Relation], Field(max_length=batch)]
+        who: Principal, relations: Annotated[list[RelationIn], Field(max_length=batch)]
     ) -> Relations:
         """Create multiple new relations between entities in the knowledge graph. Relations should be in active voice"""
-        if not relations:
-            return _reply(Relations(relations=[]))  # type: ignore[return-value]
-        done = await s.relations.connect(
-            who, [models.RelationIn(from_=r.from_, to=r.to, type=r.relationType) for r in relations], exact=True
-        )
-        new = [_relation(item.relation) for item in done.results if item.status == "created"]
-        return _reply(Relations(relations=new))  # type: ignore[return-value]
+        new: list[Relation] = []
+        if relations:
+            done = await s.relations.connect(
+                who, [models.RelationIn(from_=r.from_, to=r.to, type=r.relationType) for r in relations], exact=True
+            )
+            new = [_relation(item.relation) for item in done.results if item.status == "created"]
+        return _reply(Relations(relations=new), "relations")  # type: ignore[return-value]
 
-    @tool(WRITE, _WRITE)
+    @tool(WRITE, _WRITE, title="Add Observations")
     async def add_observations(
         who: Principal, observations: Annotated[list[ObservationAddition], Field(max_length=batch)]
     ) -> AddedResults:
@@ -155,18 +178,20 @@ def register(tool: ToolSet, s: Services) -> None:
             Added(entityName=o.entityName, addedObservations=c or [])
             for o, c in zip(observations, changed, strict=True)
         ]
-        return _reply(AddedResults(results=results))  # type: ignore[return-value]
+        return _reply(AddedResults(results=results), "results")  # type: ignore[return-value]
 
-    @tool(WRITE, _DELETE)
+    @tool(WRITE, _DELETE, title="Delete Entities")
     async def delete_entities(
         who: Principal,
-        entityNames: Annotated[list[Text], Field(max_length=batch, description="An array of entity names to delete")],
+        entityNames: Annotated[
+            list[models.Name], Field(max_length=batch, description="An array of entity names to delete")
+        ],
     ) -> Done:
         """Delete multiple entities and their associated relations from the knowledge graph"""
         await s.entities.delete_by_name(who, entityNames)
-        return _reply(Done(success=True, message="Entities deleted successfully"), "Entities deleted successfully")  # type: ignore[return-value]
+        return _done("Entities deleted successfully")  # type: ignore[return-value]
 
-    @tool(WRITE, _DELETE)
+    @tool(WRITE, _DELETE, title="Delete Observations")
     async def delete_observations(
         who: Principal, deletions: Annotated[list[ObservationDeletion], Field(max_length=batch)]
     ) -> Done:
@@ -174,34 +199,32 @@ def register(tool: ToolSet, s: Services) -> None:
         await s.entities.change_observations_by_name(
             who, [(d.entityName, d.observations) for d in deletions], add=False, missing_ok=True
         )
-        return _reply(
-            Done(success=True, message="Observations deleted successfully"), "Observations deleted successfully"
-        )  # type: ignore[return-value]
+        return _done("Observations deleted successfully")  # type: ignore[return-value]
 
-    @tool(WRITE, _DELETE)
-    async def delete_relations(who: Principal, relations: Annotated[list[Relation], Field(max_length=batch)]) -> Done:
+    @tool(WRITE, _DELETE, title="Delete Relations")
+    async def delete_relations(
+        who: Principal,
+        relations: Annotated[list[RelationIn], Field(max_length=batch, description="An array of relations to delete")],
+    ) -> Done:
         """Delete multiple relations from the knowledge graph"""
         keys = [models.RelationKey(from_=r.from_, to=r.to, type=r.relationType) for r in relations]
         if keys:
             await s.relations.disconnect(who, keys, [], exact=True)
-        return _reply(Done(success=True, message="Relations deleted successfully"), "Relations deleted successfully")  # type: ignore[return-value]
+        return _done("Relations deleted successfully")  # type: ignore[return-value]
 
-    @tool(READ, _READ)
+    @tool(READ, _READ, title="Read Graph")
     async def read_graph(
         who: Principal,
         cursor: Annotated[models.Cursor | None, Field(description="From `nextCursor` of the previous page.")] = None,
     ) -> KnowledgeGraph:
-        """Read the entire knowledge graph"""
-        page = await s.graph.page(who, cursor)
-        note = None
-        if page.next_cursor:
-            note = (
-                f"page of {len(page.entities)} of {page.total_entities} entities (each with its outgoing "
-                "relations); call read_graph with cursor=nextCursor for the rest"
-            )
-        return _reply(_graph(page, note))  # type: ignore[return-value]
+        """Read the entire knowledge graph
 
-    @tool(READ, _READ)
+        A large graph comes in pages of whole entities, each with its outgoing relations: while the
+        answer has `nextCursor`, call again with `cursor` set to it for the rest.
+        """
+        return _reply(_graph(await s.graph.page(who, cursor), read_graph_name))  # type: ignore[return-value]
+
+    @tool(READ, _READ, title="Search Nodes")
     async def search_nodes(
         who: Principal,
         query: Annotated[
@@ -211,12 +234,14 @@ def register(tool: ToolSet, s: Services) -> None:
         ],
     ) -> KnowledgeGraph:
         """Search for nodes in the knowledge graph based on a query"""
-        return _reply(_graph(await s.graph.matching(who, query)))  # type: ignore[return-value]
+        return _reply(_graph(await s.graph.matching(who, query), read_graph_name))  # type: ignore[return-value]
 
-    @tool(READ, _READ)
+    @tool(READ, _READ, title="Open Nodes")
     async def open_nodes(
         who: Principal,
-        names: Annotated[list[Text], Field(max_length=batch, description="An array of entity names to retrieve")],
+        names: Annotated[
+            list[models.Name], Field(max_length=batch, description="An array of entity names to retrieve")
+        ],
     ) -> KnowledgeGraph:
         """Open specific nodes in the knowledge graph by their names"""
-        return _reply(_graph(await s.graph.named(who, names)))  # type: ignore[return-value]
+        return _reply(_graph(await s.graph.named(who, names), read_graph_name))  # type: ignore[return-value]

@@ -2,7 +2,7 @@
 
 Deliberate differences (docs/tools.md): a relation to a missing entity is refused instead of being
 silently dropped; search_memories matches substrings (case-insensitive) instead of Lucene query
-syntax; deletes are soft; results are bounded.
+syntax; deletes are soft; read_graph is paged and the searches are capped.
 """
 
 # No `from __future__ import annotations`: the schemas use bounds known only at registration.
@@ -10,104 +10,159 @@ import json
 from typing import Annotated, Any
 
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from app.auth.principal import READ, WRITE, Principal
 from app.mcp.context import ToolSet
+from app.mcp.tools import slices
 from app.services import Services, models
 from app.services.graph import Slice
 
-Name = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+# The original's rule for labels and relationship types (they become Cypher labels there).
 Label = Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
-Obs = Annotated[str, StringConstraints(min_length=1, max_length=4000)]
-
-# The original's own annotations (it declares openWorldHint=True; Engram reaches nothing outside).
-_WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
-_DELETE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
-_READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+Observations = Annotated[list[models.Observation], Field(min_length=1, max_length=100)]
 
 
-class Entity(BaseModel):
-    name: Name = Field(description="Unique identifier/name for the entity. Should be descriptive and specific.")
-    type: Label = Field(description="Category or classification of the entity, e.g. person, company, location")
-    observations: Annotated[list[Obs], Field(max_length=100)] = Field(
-        description="List of facts, observations, or notes about this entity."
+def tool_prefix(namespace: str) -> str:
+    """The original's rule: a namespace prefixes every tool name, joined by one hyphen."""
+    return namespace if not namespace or namespace.endswith("-") else namespace + "-"
+
+
+def _hints(title: str, *, read_only: bool = False, destructive: bool = False) -> ToolAnnotations:
+    """The original's annotations, except openWorldHint: Engram reaches nothing outside its database."""
+    return ToolAnnotations(
+        title=title,
+        read_only_hint=read_only,
+        destructive_hint=destructive,
+        idempotent_hint=True,
+        open_world_hint=False,
     )
 
 
+# Outputs carry no input bounds: the graph may hold types written by the other tool sets ("works at").
+class Entity(BaseModel):
+    name: str
+    type: str
+    observations: list[str]
+
+
 class Relation(BaseModel):
-    source: Name = Field(description="Name of the source entity (must match an existing entity name exactly)")
-    target: Name = Field(description="Name of the target entity (must match an existing entity name exactly)")
+    source: str
+    target: str
+    relationType: str
+
+
+class EntityIn(Entity):
+    model_config = ConfigDict(extra="forbid")
+    name: models.Name = Field(description="Unique identifier/name for the entity. Should be descriptive and specific.")
+    type: Label = Field(description="Category or classification of the entity, e.g. person, company, location")
+    observations: Annotated[list[models.Observation], Field(max_length=100)] = Field(
+        description="List of facts, observations, or notes about this entity. Each one a standalone fact."
+    )
+
+
+class RelationIn(Relation):
+    model_config = ConfigDict(extra="forbid")
+    source: models.Name = Field(description="Name of the source entity (must match an existing entity name exactly)")
+    target: models.Name = Field(description="Name of the target entity (must match an existing entity name exactly)")
     relationType: Label = Field(description="Type of relationship, e.g. WORKS_AT, LIVES_IN")
 
 
+class RelationRef(RelationIn):
+    """A relationship to delete: any stored type, so whatever read_graph shows can be deleted."""
+
+    relationType: models.TypeName = Field(description="Type of the relationship, exactly as stored")
+
+
 class ObservationAddition(BaseModel):
-    entityName: Name = Field(description="Exact name of the existing entity to add observations to")
-    observations: Annotated[list[Obs], Field(min_length=1, max_length=100)]
+    model_config = ConfigDict(extra="forbid")
+    entityName: models.Name = Field(description="Exact name of the existing entity to add observations to")
+    observations: Observations = Field(description="New observations/facts to add to the entity")
 
 
 class ObservationDeletion(BaseModel):
-    entityName: Name = Field(description="Exact name of the existing entity to remove observations from")
-    observations: Annotated[list[Obs], Field(min_length=1, max_length=100)]
+    model_config = ConfigDict(extra="forbid")
+    entityName: models.Name = Field(description="Exact name of the existing entity to remove observations from")
+    observations: Observations = Field(description="Exact observation texts to delete from the entity")
 
 
 class KnowledgeGraph(BaseModel):
     entities: list[Entity] = []
     relations: list[Relation] = []
+    # Engram's bounds: present only when a result was cut.
+    nextCursor: str | None = Field(None, description="read_graph: pass back as `cursor` for the next page.")
+    note: str | None = None
 
 
 class Result(BaseModel):
     result: Any
 
 
-def _reply(text: str, structured: dict[str, Any]) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
+def _result(value: Any) -> CallToolResult:
+    """The original's write answers: `{"result": value}`, and as text the value (a message, or Python's JSON)."""
+    text = value if isinstance(value, str) else json.dumps(value)
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content={"result": value})
 
 
-def _graph(graph: Slice) -> CallToolResult:
+def _graph(graph: Slice, read_graph: str) -> CallToolResult:
     kg = KnowledgeGraph(
-        entities=[
-            Entity.model_construct(name=e.entity.name, type=e.entity.type, observations=e.observations)
-            for e in graph.entities
-        ],
-        relations=[Relation.model_construct(source=r.from_, target=r.to, relationType=r.type) for r in graph.relations],
+        entities=[Entity(name=x.entity.name, type=x.entity.type, observations=x.observations) for x in graph.entities],
+        relations=[Relation(source=r.from_, target=r.to, relationType=r.type) for r in graph.relations],
+        nextCursor=graph.next_cursor,
+        note=slices.note(graph, read_graph),
     )
-    return _reply(kg.model_dump_json(), kg.model_dump(mode="json"))
-
-
-def _done(message: str) -> CallToolResult:
-    return _reply(message, {"result": message})
+    return CallToolResult(
+        content=[TextContent(type="text", text=kg.model_dump_json(exclude_none=True))],
+        structured_content=kg.model_dump(mode="json", exclude_none=True),
+    )
 
 
 def register(tool: ToolSet, s: Services) -> None:
     batch = s.limits.max_batch
+    read_graph_name = tool.prefix + "read_graph"
 
-    @tool(READ, _READ)
-    async def read_graph(who: Principal) -> KnowledgeGraph:
+    @tool(READ, _hints("Read Graph", read_only=True))
+    async def read_graph(
+        who: Principal,
+        cursor: Annotated[models.Cursor | None, Field(description="From `nextCursor` of the previous page.")] = None,
+    ) -> KnowledgeGraph:
         """Read the entire knowledge graph with all entities and relationships.
 
-        Returns the complete memory graph including all stored entities and their relationships.
-        Use this to get a comprehensive view of all stored information. Engram returns at most one
-        page of the graph here; the native tools page through the rest.
+        Returns the memory graph: entities with their observations, and their relationships. A large
+        graph comes in pages of whole entities, each with its outgoing relationships: while the answer
+        has `nextCursor`, call again with `cursor` set to it for the rest.
         """
-        return _graph(await s.graph.page(who, None))  # type: ignore[return-value]
+        return _graph(await s.graph.page(who, cursor), read_graph_name)  # type: ignore[return-value]
 
-    @tool(WRITE, _WRITE)
-    async def create_entities(who: Principal, entities: Annotated[list[Entity], Field(max_length=batch)]) -> Result:
+    @tool(WRITE, _hints("Create Entities"))
+    async def create_entities(
+        who: Principal,
+        entities: Annotated[
+            list[EntityIn],
+            Field(max_length=batch, description="List of entities to create with name, type, and observations"),
+        ],
+    ) -> Result:
         """Create multiple new entities in the knowledge graph.
 
         An entity that already exists by name takes the given type and observations (they replace
-        the stored ones).
+        the stored ones). Returns the entities as given.
         """
-        folded = list({e.name: e for e in entities}.values())
-        await s.entities.put(who, [(e.name, e.type, e.observations) for e in folded])
-        return _reply(json.dumps([e.model_dump() for e in entities]), {"result": [e.model_dump() for e in entities]})  # type: ignore[return-value]
+        last = {e.name: e for e in entities}  # like the original's MERGE one by one: the last entry of a name wins
+        await s.entities.put(who, [(e.name, e.type, e.observations) for e in last.values()])
+        return _result([e.model_dump() for e in entities])  # type: ignore[return-value]
 
-    @tool(WRITE, _WRITE)
-    async def create_relations(who: Principal, relations: Annotated[list[Relation], Field(max_length=batch)]) -> Result:
+    @tool(WRITE, _hints("Create Relations"))
+    async def create_relations(
+        who: Principal,
+        relations: Annotated[
+            list[RelationIn],
+            Field(max_length=batch, description="List of relations to create between existing entities"),
+        ],
+    ) -> Result:
         """Create multiple new relationships between existing entities in the knowledge graph.
 
-        Both entities must exist (exact names); an existing relationship is not created twice.
+        Both entities must exist (exact names), else nothing is created; an existing relationship is
+        not created twice. Returns the relationships as given.
         """
         if relations:
             await s.relations.connect(
@@ -115,16 +170,20 @@ def register(tool: ToolSet, s: Services) -> None:
                 [models.RelationIn(from_=r.source, to=r.target, type=r.relationType) for r in relations],
                 exact=True,
             )
-        data = [r.model_dump() for r in relations]
-        return _reply(json.dumps(data), {"result": data})  # type: ignore[return-value]
+        return _result([r.model_dump() for r in relations])  # type: ignore[return-value]
 
-    @tool(WRITE, _WRITE)
+    @tool(WRITE, _hints("Add Observations"))
     async def add_observations(
-        who: Principal, observations: Annotated[list[ObservationAddition], Field(max_length=batch)]
+        who: Principal,
+        observations: Annotated[
+            list[ObservationAddition],
+            Field(max_length=batch, description="List of observations to add to existing entities"),
+        ],
     ) -> Result:
         """Add new observations/facts to existing entities in the knowledge graph.
 
-        Entities that do not exist are skipped; only new observations are added.
+        Entities that do not exist are skipped; only observations not stored yet are added.
+        Returns, per existing entity, the observations added.
         """
         changed = await s.entities.change_observations_by_name(
             who, [(o.entityName, o.observations) for o in observations], add=True, missing_ok=True
@@ -134,54 +193,78 @@ def register(tool: ToolSet, s: Services) -> None:
             for o, c in zip(observations, changed, strict=True)
             if c is not None  # like the original's MATCH, a missing entity yields no row
         ]
-        return _reply(json.dumps(data), {"result": data})  # type: ignore[return-value]
+        return _result(data)  # type: ignore[return-value]
 
-    @tool(WRITE, _DELETE)
+    @tool(WRITE, _hints("Delete Entities", destructive=True))
     async def delete_entities(
         who: Principal,
-        entityNames: Annotated[list[Name], Field(max_length=batch, description="List of exact entity names to delete")],
+        entityNames: Annotated[
+            list[models.Name], Field(max_length=batch, description="List of exact entity names to delete")
+        ],
     ) -> Result:
-        """Delete entities and all their associated relationships from the knowledge graph."""
-        await s.entities.delete_by_name(who, entityNames)
-        return _done("Entities deleted successfully")  # type: ignore[return-value]
+        """Delete entities and all their associated relationships from the knowledge graph.
 
-    @tool(WRITE, _DELETE)
+        Names must match exactly; unknown names are ignored.
+        """
+        await s.entities.delete_by_name(who, entityNames)
+        return _result("Entities deleted successfully")  # type: ignore[return-value]
+
+    @tool(WRITE, _hints("Delete Observations", destructive=True))
     async def delete_observations(
-        who: Principal, deletions: Annotated[list[ObservationDeletion], Field(max_length=batch)]
+        who: Principal,
+        deletions: Annotated[
+            list[ObservationDeletion],
+            Field(max_length=batch, description="List of specific observations to remove from entities"),
+        ],
     ) -> Result:
-        """Delete specific observations from existing entities in the knowledge graph."""
+        """Delete specific observations from existing entities in the knowledge graph.
+
+        Observation texts must match exactly (case-sensitive); unknown entities and texts are ignored.
+        """
         await s.entities.change_observations_by_name(
             who, [(d.entityName, d.observations) for d in deletions], add=False, missing_ok=True
         )
-        return _done("Observations deleted successfully")  # type: ignore[return-value]
+        return _result("Observations deleted successfully")  # type: ignore[return-value]
 
-    @tool(WRITE, _DELETE)
-    async def delete_relations(who: Principal, relations: Annotated[list[Relation], Field(max_length=batch)]) -> Result:
-        """Delete specific relationships between entities in the knowledge graph."""
+    @tool(WRITE, _hints("Delete Relations", destructive=True))
+    async def delete_relations(
+        who: Principal,
+        relations: Annotated[
+            list[RelationRef],
+            Field(max_length=batch, description="List of specific relationships to delete from the graph"),
+        ],
+    ) -> Result:
+        """Delete specific relationships between entities in the knowledge graph.
+
+        Source, target and relationship type must match exactly; ones that do not exist are ignored.
+        """
         keys = [models.RelationKey(from_=r.source, to=r.target, type=r.relationType) for r in relations]
         if keys:
             await s.relations.disconnect(who, keys, [], exact=True)
-        return _done("Relations deleted successfully")  # type: ignore[return-value]
+        return _result("Relations deleted successfully")  # type: ignore[return-value]
 
-    @tool(READ, _READ)
+    @tool(READ, _hints("Search Memories", read_only=True))
     async def search_memories(
         who: Principal,
         query: Annotated[
             str,
             StringConstraints(min_length=1, max_length=1000),
-            Field(description="Text to find in entity names, types or observations"),
+            Field(description="Text to find in entity names, types or observations (case-insensitive)"),
         ],
     ) -> KnowledgeGraph:
         """Search for entities in the knowledge graph by name, type, or observation content.
 
-        Returns matching entities and the relationships that touch them.
+        Matches entities whose name, type or an observation contains the query text, ignoring case,
+        and returns them with the relationships that touch them.
         """
-        return _graph(await s.graph.matching(who, query))  # type: ignore[return-value]
+        return _graph(await s.graph.matching(who, query), read_graph_name)  # type: ignore[return-value]
 
-    @tool(READ, _READ)
+    @tool(READ, _hints("Find Memories by Name", read_only=True))
     async def find_memories_by_name(
         who: Principal,
-        names: Annotated[list[Name], Field(max_length=batch, description="List of exact entity names to retrieve")],
+        names: Annotated[
+            list[models.Name], Field(max_length=batch, description="List of exact entity names to retrieve")
+        ],
     ) -> KnowledgeGraph:
         """Find specific entities by their exact names, with the relationships that touch them."""
-        return _graph(await s.graph.named(who, names))  # type: ignore[return-value]
+        return _graph(await s.graph.named(who, names), read_graph_name)  # type: ignore[return-value]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -146,7 +145,7 @@ def create_app(settings: Settings) -> Starlette:
         )
         background = [
             asyncio.create_task(usage.flush_every(settings.usage_flush_seconds, lambda c: audit.add_usage(db.pool, c))),
-            asyncio.create_task(_count_tenants(db)),
+            asyncio.create_task(_watch_database(db)),
         ]
         app.state.accepting = True
         try:
@@ -192,6 +191,7 @@ def _watch_pool(db: Database) -> None:
     metrics.DB_POOL.labels("open").set_function(lambda: db.pool.get_size())
     metrics.DB_POOL.labels("in_use").set_function(lambda: db.pool.get_size() - db.pool.get_idle_size())
     metrics.DB_POOL.labels("waiting").set_function(lambda: db.waiting)
+    metrics.DB_POOL.labels("max").set_function(lambda: db.pool.get_max_size())
 
 
 def _serve_metrics(settings: Settings) -> WSGIServer | None:
@@ -202,9 +202,13 @@ def _serve_metrics(settings: Settings) -> WSGIServer | None:
     return server
 
 
-async def _count_tenants(db: Database, every: float = 60) -> None:
+async def _watch_database(db: Database, every: float = 15) -> None:
+    """Keeps engram_database_up and engram_tenants current (alerts read the first)."""
     while True:
-        # On failure the gauge keeps its last value; readiness reports the database.
-        with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
-            metrics.TENANTS.set(await audit.tenant_count(db.pool))
+        try:
+            async with asyncio.timeout(5):
+                metrics.TENANTS.set(await audit.tenant_count(db.pool))
+            metrics.DB_UP.set(1)
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            metrics.DB_UP.set(0)
         await asyncio.sleep(every)

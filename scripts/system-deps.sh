@@ -4,6 +4,7 @@
 set -euo pipefail
 packages=(
   debootstrap
+  prometheus  # a real Prometheus and promtool for the metrics, rules and dashboard tests
 )
 missing=()
 for p in "${packages[@]}"; do

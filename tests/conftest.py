@@ -118,8 +118,8 @@ def server_env(settings: Settings, port: int, **extra: str) -> dict[str, str]:
     }
 
 
-def start_server(env: dict[str, str]) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], env=env, cwd=ROOT)
+def start_server(env: dict[str, str], stdout: Any = None) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], env=env, cwd=ROOT, stdout=stdout)
     base = f"http://127.0.0.1:{env['ENGRAM_PORT']}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

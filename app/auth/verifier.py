@@ -20,6 +20,7 @@ from mcp.server.auth.provider import AccessToken
 
 from app.auth.apikeys import PREFIX, ApiKeys
 from app.auth.keys import Issuer, KeySource
+from app.observability import metrics
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +82,10 @@ class TokenVerifier:
 
     async def verify_token(self, token: str) -> AccessToken | None:
         if token.startswith(PREFIX):
-            return await self._api_keys.verify(token) if self._api_keys else None
+            found = await self._api_keys.verify(token) if self._api_keys else None
+            if found is None:
+                metrics.AUTH_FAILURES.labels("api_key").inc()
+            return found
         hit = self._cache.get(token)
         if hit is not None and (hit.expires_at or 0) > time.time():
             return hit
@@ -101,15 +105,19 @@ class TokenVerifier:
             decoded = jwt.decode(token, keys, algorithms=ALGORITHMS)
             self._claims.validate(decoded.claims)
         except (JoseError, ValueError, TypeError) as exc:
-            logger.info("token refused: %s", type(exc).__name__)
+            reason = _reason(exc)
+            metrics.AUTH_FAILURES.labels(reason).inc()
+            logger.info("token refused: %s", reason)
             return None
         return self._access_token(token, decoded.claims)
 
     async def _introspect(self, token: str) -> AccessToken | None:
         if self._introspection is None:
+            metrics.AUTH_FAILURES.labels("malformed").inc()
             return None
         data = await self._introspection(token)
         if data is None:
+            metrics.AUTH_FAILURES.labels("inactive").inc()
             return None
         if data.get("iss") not in (None, self._issuer):
             return None
@@ -142,3 +150,24 @@ class TokenVerifier:
             subject=str(claims["sub"]),
             claims=claims,
         )
+
+
+_REASONS = {
+    "ExpiredTokenError": "expired",
+    "InvalidTokenError": "not_yet_valid",
+    "BadSignatureError": "bad_signature",
+    "InvalidClaimError": "claims",
+    "MissingClaimError": "claims",
+    "DecodeError": "malformed",
+    "UnsupportedAlgorithmError": "algorithm",
+    "InvalidKeyIdError": "unknown_key",
+    "MissingKeyError": "unknown_key",
+}
+
+
+def _reason(exc: Exception) -> str:
+    """A bounded label for why a token was refused."""
+    name = type(exc).__name__
+    if name in _REASONS:
+        return _REASONS[name]
+    return "unknown_key" if "key" in str(exc).lower() else "invalid"

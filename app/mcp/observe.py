@@ -60,7 +60,7 @@ class Observe:
         token = CALL.set(call)
         try:
             result = await call_next(ctx)
-            failed = isinstance(result, CallToolResult) and result.is_error
+            failed = _is_error(result)
             outcome = call.outcome or ("invalid" if failed else "ok")  # unset: refused before the tool ran
         except MCPError:
             outcome = "invalid"
@@ -94,3 +94,12 @@ class Observe:
                 "subject": call.subject or None,
             },
         )
+
+
+def _is_error(result: HandlerResult) -> bool:
+    """Whether a tools/call result reports a failure (results arrive as models or as wire dicts)."""
+    if isinstance(result, CallToolResult):
+        return bool(result.is_error)
+    if isinstance(result, dict):
+        return bool(result.get("isError") or result.get("is_error"))
+    return bool(getattr(result, "is_error", False))

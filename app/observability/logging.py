@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.observability import metrics
 from app.observability.context import REQUEST_ID, accept_request_id
 
-_STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+_STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "color_message"}
 access_log = logging.getLogger("engram.access")
 
 
@@ -92,6 +92,8 @@ class RequestLog:
             elapsed = time.perf_counter() - started
             route = route_of(scope["path"])
             metrics.HTTP_REQUESTS.labels(route, scope["method"], f"{status // 100}xx").inc()
+            if status == 401 and not any(k == b"authorization" for k, _ in scope["headers"]):
+                metrics.AUTH_FAILURES.labels("missing").inc()
             metrics.HTTP_LATENCY.labels(route).observe(elapsed)
             access_log.info(
                 "%s %s %s",

@@ -104,6 +104,7 @@ EMBED_PENDING = Gauge("engram_embeddings_pending", "Texts waiting for an embeddi
 
 AUTH_FAILURES = Counter("engram_auth_failures_total", "Refused credentials by reason.", ["reason"], registry=REGISTRY)
 TENANTS = Gauge("engram_tenants", "Tenants in the database.", registry=REGISTRY)
+DB_UP = Gauge("engram_database_up", "1 when the last database check succeeded.", registry=REGISTRY)
 
 
 def set_build_info(version: str) -> None:

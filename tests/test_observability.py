@@ -1,0 +1,259 @@
+"""Metrics scraped by a real Prometheus, alert rules checked by promtool, the dashboard's queries
+answered, audit rows, and JSON logs without secrets."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import httpx2
+import orjson
+import pytest
+
+from tests.conftest import ROOT, connect, error_code, free_port, ok, server_env, start_server
+
+PROMETHEUS, PROMTOOL = shutil.which("prometheus"), shutil.which("promtool")
+needs_prometheus = pytest.mark.skipif(
+    not (PROMETHEUS and PROMTOOL), reason="Debian's prometheus is not installed (scripts/system-deps.sh installs it)"
+)
+RULES = ROOT / "helm/engram/files/alerts.yaml"
+DASHBOARD = ROOT / "helm/engram/files/dashboard.json"
+SECRET_TEXT = "the launch code is 0000"
+
+
+@dataclass
+class Observed:
+    base: str
+    metrics_url: str
+    log: Path
+    env: dict[str, str]
+    token: Callable[..., str]
+
+    @property
+    def url(self) -> str:
+        return f"{self.base}/mcp"
+
+
+@pytest.fixture(scope="module")
+def observed(db_settings, tmp_path_factory) -> Iterator[Observed]:
+    port, metrics_port = free_port(), free_port()
+    env = server_env(db_settings, port, ENGRAM_METRICS_PORT=str(metrics_port), ENGRAM_LOG_LEVEL="INFO")
+    log = tmp_path_factory.mktemp("logs") / "engram.jsonl"
+    from app.auth.devkeys import mint_token
+
+    settings = db_settings.model_copy(update={"port": port})
+    with log.open("wb") as out:
+        process = start_server(env, stdout=out)
+        try:
+            yield Observed(
+                f"http://127.0.0.1:{port}",
+                f"http://127.0.0.1:{metrics_port}/metrics",
+                log,
+                env,
+                lambda tenant, **kw: mint_token(settings, tenant=tenant, **kw),
+            )
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+
+
+async def _traffic(o: Observed, tenant: str) -> str:
+    token = o.token(tenant)
+    async with connect(o.url, token) as c:
+        ok(
+            await c.call_tool(
+                "upsert_entities",
+                {
+                    "entities": [
+                        {"name": "Vault", "type": "place", "observations": [SECRET_TEXT]},
+                        {"name": "Guard", "type": "person"},
+                    ]
+                },
+            )
+        )
+        ok(await c.call_tool("connect_entities", {"relations": [{"from": "Guard", "to": "Vault", "type": "protects"}]}))
+        ok(await c.call_tool("get_entity", {"name": "Vault"}))
+        ok(await c.call_tool("neighbors", {"entity": "Guard"}))
+        assert error_code(await c.call_tool("get_entity", {"name": "Nobody"})) == "not_found"
+        assert (await c.call_tool("get_entity", {"max_observations": -1, "name": "x"})).is_error
+    assert httpx2.post(o.url, headers={"Authorization": "Bearer nonsense"}, timeout=5).status_code == 401
+    assert httpx2.post(o.url, timeout=5).status_code == 401
+    return token
+
+
+def test_metrics_exposition_passes_promtool(observed):
+    if not PROMTOOL:
+        pytest.skip("promtool is not installed (scripts/system-deps.sh installs it)")
+    text = httpx2.get(observed.metrics_url, timeout=5).text
+    assert "engram_build_info" in text and "engram_db_pool_connections" in text
+    checked = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert httpx2.get(observed.base + "/metrics", timeout=5).status_code == 404  # not on the public port
+
+
+@needs_prometheus
+def test_alert_rules_check_and_unit_tests():
+    checked = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True, text=True)
+    assert checked.returncode == 0 and "SUCCESS: 7 rules found" in checked.stdout, checked.stdout + checked.stderr
+    tested = subprocess.run(
+        [PROMTOOL, "test", "rules", "alerts_test.yaml"], cwd=ROOT / "tests", capture_output=True, text=True
+    )
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def _query(prometheus: str, expr: str) -> list[dict]:
+    answer = httpx2.get(f"{prometheus}/api/v1/query", params={"query": expr}, timeout=10).json()
+    assert answer["status"] == "success", (expr, answer)
+    return answer["data"]["result"]
+
+
+def _wait_for(prometheus: str, expr: str, seconds: float = 60) -> list[dict]:
+    deadline = time.monotonic() + seconds
+    while True:
+        result = _query(prometheus, expr)
+        if result or time.monotonic() > deadline:
+            return result
+        time.sleep(0.5)
+
+
+@needs_prometheus
+async def test_real_prometheus_scrapes_tool_metrics_and_dashboard_panels_have_data(observed, tenant, tmp_path):
+    prom_port = free_port()
+    target = observed.metrics_url.removeprefix("http://").removesuffix("/metrics")
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        f"rule_files: ['{RULES}']\n"
+        f"scrape_configs: [{{job_name: engram, static_configs: [{{targets: ['{target}']}}]}}]\n"
+    )
+    prometheus = subprocess.Popen(
+        [
+            PROMETHEUS,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{prom_port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    api = f"http://127.0.0.1:{prom_port}"
+    try:
+        await _traffic(observed, tenant)
+        calls = _wait_for(api, 'engram_tool_calls_total{tool="upsert_entities", outcome="ok"}')
+        assert calls and float(calls[0]["value"][1]) >= 1
+        assert _wait_for(api, 'engram_tool_calls_total{tool="get_entity", outcome="tool_error"}')
+        assert _wait_for(api, 'engram_tool_calls_total{tool="get_entity", outcome="invalid"}')
+        buckets = _wait_for(api, 'engram_tool_call_duration_seconds_bucket{tool="neighbors", outcome="ok"}')
+        assert {"tool", "outcome", "le", "job", "instance"} <= set(buckets[0]["metric"])
+        assert _wait_for(api, 'engram_mcp_requests_total{method="tools/call", outcome="ok"}')
+        assert _wait_for(api, 'engram_auth_failures_total{reason="missing"}')
+        assert _wait_for(api, 'engram_db_query_duration_seconds_count{operation="entities.resolve"}')
+        assert not _query(api, '{__name__=~"engram_.*", tenant!=""}')  # no tenant labels unless allow-listed
+
+        await asyncio.sleep(2.5)  # rate() needs two samples in its window
+        panels = orjson.loads(DASHBOARD.read_bytes())["panels"]
+        assert len(panels) >= 8
+        for panel in panels:
+            for target_ in panel["targets"]:
+                assert _wait_for(api, target_["expr"], 30), (panel["title"], target_["expr"])
+        rules = httpx2.get(f"{api}/api/v1/rules", timeout=10).json()["data"]["groups"][0]["rules"]
+        assert {r["name"] for r in rules} >= {"EngramHighErrorRatio", "EngramDatabaseUnreachable"}
+        assert all(r["health"] == "ok" for r in rules), rules
+    finally:
+        prometheus.terminate()
+        prometheus.wait(timeout=30)
+
+
+MUTATING = {
+    "upsert_entities": {"entities": [{"name": "A", "type": "t"}, {"name": "B", "type": "t"}]},
+    "append_observations": {"items": [{"entity": "A", "observations": ["one"]}]},
+    "remove_observations": {"items": [{"entity": "A", "observations": ["one"]}]},
+    "update_entity": {"name": "A", "changes": {"description": "changed"}},
+    "connect_entities": {"relations": [{"from": "A", "to": "B", "type": "r"}]},
+    "disconnect_entities": {"relations": [{"from": "A", "to": "B", "type": "r"}]},
+    "remove_entities": {"entities": ["B"]},
+    "create_entities": {"entities": [{"name": "C", "entityType": "t", "observations": []}]},
+    "create_relations": {"relations": [{"from": "A", "to": "C", "relationType": "r"}]},
+    "add_observations": {"observations": [{"entityName": "C", "contents": ["two"]}]},
+    "delete_observations": {"deletions": [{"entityName": "C", "observations": ["two"]}]},
+    "delete_relations": {"relations": [{"from": "A", "to": "C", "relationType": "r"}]},
+    "delete_entities": {"entityNames": ["C"]},
+}
+READS = {
+    "get_entity": {"name": "A"},
+    "find_entities": {},
+    "neighbors": {"entity": "A"},
+    "read_graph": {},
+    "search_nodes": {"query": "A"},
+    "graph_stats": {},
+    "entity_history": {"name": "A"},
+}
+
+
+async def test_audit_rows_for_every_mutation_and_none_for_reads_or_failures(client_for, tenant, db_settings):
+    async with client_for(tenant) as c:
+        for tool, args in MUTATING.items():
+            ok(await c.call_tool(tool, args))
+        restored = ok(await c.call_tool("find_entities", {"name_contains": "A"}))["entities"][0]["id"]
+        for tool, args in READS.items():
+            ok(await c.call_tool(tool, args))
+        assert (
+            error_code(await c.call_tool("update_entity", {"name": "Missing", "changes": {"type": "x"}})) == "not_found"
+        )
+        assert (
+            error_code(
+                await c.call_tool("connect_entities", {"relations": [{"from": "A", "to": "Nowhere", "type": "r"}]})
+            )
+            == "not_found"
+        )
+    conn = await asyncpg.connect(db_settings.admin_dsn())
+    try:
+        rows = await conn.fetch(
+            "SELECT a.* FROM engram.audit a JOIN engram.tenants t ON t.id = a.tenant_id WHERE t.key = $1 ORDER BY a.id",
+            tenant,
+        )
+    finally:
+        await conn.close()
+    assert [r["tool"] for r in rows] == list(MUTATING)  # one row per mutation, in order; none for reads or failures
+    assert all(r["subject"] == "dev-user" and r["client_id"] == "engram-cli" and r["outcome"] == "ok" for r in rows)
+    assert all(r["affected"] and r["request_id"] != "-" and r["duration_ms"] > 0 for r in rows)
+    assert restored in rows[0]["affected"]
+
+
+async def test_admin_tool_reads_the_tenants_audit(server, tenant):
+    from app.auth.principal import ADMIN, READ, WRITE
+
+    async with connect(server.url, server.token(tenant, scopes=(READ, WRITE, ADMIN))) as c:
+        ok(await c.call_tool("upsert_entities", {"entities": [{"name": "Audited", "type": "t"}]}))
+        page = ok(await c.call_tool("audit_log", {}))
+        assert [e["tool"] for e in page["entries"]] == ["upsert_entities"]
+
+
+async def test_logs_are_json_with_request_ids_and_no_secrets(observed, tenant):
+    token = await _traffic(observed, tenant)
+    echoed = httpx2.get(observed.base + "/healthz", headers={"X-Request-ID": "trace-123"}, timeout=5)
+    assert echoed.headers["x-request-id"] == "trace-123"
+    generated = httpx2.get(observed.base + "/healthz", headers={"X-Request-ID": "bad id\twith tab"}, timeout=5)
+    assert generated.headers["x-request-id"] != "bad id\twith tab" and len(generated.headers["x-request-id"]) == 32
+    await asyncio.sleep(0.5)
+    text = observed.log.read_text()
+    lines = [orjson.loads(line) for line in text.splitlines() if line.strip()]  # every line is JSON
+    assert all({"time", "level", "logger", "message", "request_id"} <= set(line) for line in lines)
+    access = [line for line in lines if line["logger"] == "engram.access"]
+    assert any(line["request_id"] == "trace-123" and line["status"] == 200 for line in access)
+    tools = [line for line in lines if line["logger"] == "engram.tools"]
+    assert {"tool", "outcome", "duration_ms", "tenant"} <= set(tools[0])
+    assert any(
+        line["tool"] == "upsert_entities" and line["outcome"] == "ok" and line["tenant"] == tenant for line in tools
+    )
+    started = next(line for line in lines if line["message"].startswith("engram "))
+    assert started["config"]["database_url"] == "***"
+    assert token not in text and token.split(".")[2] not in text
+    assert SECRET_TEXT not in text
+    assert "password" not in text.lower() or "***" in text

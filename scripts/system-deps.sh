@@ -4,6 +4,8 @@
 set -euo pipefail
 packages=(
   debootstrap
+  buildah      # builds the app image without a daemon (tests/test_image.py)
+  prometheus   # promtool: checks the chart's alert rules and dashboard queries
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # Engram's server image.
 #
 #   docker build -t engram:0.1.0 .                                  # the server

@@ -33,14 +33,16 @@ helm install engram ./helm/engram --namespace engram --create-namespace \\
   --set image.repository=registry.example.com/engram \\
   --set auth.oidc.issuer=https://idp.example.com/realms/engram \\
   --set existingSecret=engram-database \\
+  --set migrations.existingSecret=engram-database-owner \\
   --set ingress.enabled=true --set ingress.host=memory.example.com
 ```
 
-`existingSecret` names a Secret with `ENGRAM_DATABASE_URL` (role `engram_app`) and
-`ENGRAM_ADMIN_DATABASE_URL` (the owner, for migrations). For a trial, `--set postgresql.enabled=true`
-runs a bundled single-instance database instead. Migrations run as a Helm hook Job before the new
-pods start; the server stays unready (`/readyz` 503) until its schema is current and refuses to
-start on a schema it does not know.
+`existingSecret` names a Secret with the server's `ENGRAM_DATABASE_URL` (role `engram_app`);
+`migrations.existingSecret` one with `ENGRAM_ADMIN_DATABASE_URL` (the owner), which only the
+migration Job sees. For a trial, `--set postgresql.enabled=true` runs a bundled single-instance
+database instead. Migrations run as a Helm hook Job before the new pods start; the server stays
+unready (`/readyz` 503) until its schema is current and refuses to start on a schema it does not
+know.
 
 ## Values
 

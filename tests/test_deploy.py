@@ -89,11 +89,21 @@ for flags in itertools.product((False, True), repeat=len(AXES)):
 # ... and the other shapes an operator may choose.
 VALUE_SETS |= {
     "existing-secret": {"existingSecret": "engram-database", "auth": {"oidc": {"issuer": ISSUER}}},
+    "existing-secrets-apart": {
+        "existingSecret": "engram-database",
+        "migrations": {"existingSecret": "engram-database-owner"},
+        "auth": {"oidc": {"issuer": ISSUER}, "tenantPolicy": "managed"},
+    },
     "embedding-server-egress": _merge(
         VALUE_SETS["noingress-nobundled-nomonitoring-nohpa"],
         {
             "embeddingServer": {"enabled": True},
             "embedding": {"apiKey": "sk-Secret-3"},
+            "auth": {
+                "oidc": {"clientId": "engram", "clientSecret": "client-Secret-5"},
+                "scopes": {"read": "memory.read", "write": "memory.write"},
+                "tenantFallbackClaims": ["org_id"],
+            },
             "extraSecretEnv": {"ENGRAM_SOME_TOKEN": "tok-Secret-4"},
             "networkPolicy": {
                 "egress": {
@@ -356,10 +366,14 @@ def test_secrets_stay_out_of_configmaps(name: str) -> None:
     secrets = [value for s in r.of_kind("Secret") for value in secret_data(s).values()]
     exposed = [o for o in r.objects if o["kind"] != "Secret" for v in secrets if v and v in json.dumps(o)]
     assert not exposed, [f"{o['kind']}/{o['metadata']['name']}" for o in exposed]
-    if not is_bundled(name) and "database" in VALUE_SETS[name]:
-        data = secret_data(r.one("Secret", "engram"))
-        assert data["ENGRAM_DATABASE_URL"] == EXTERNAL_DB["url"]
-        assert data["ENGRAM_ADMIN_DATABASE_URL"] == EXTERNAL_DB["adminUrl"]
+    if VALUE_SETS[name].get("existingSecret"):
+        assert not [s for s in r.of_kind("Secret") if s["metadata"]["name"].startswith("engram")]
+        return
+    # The server gets its own URL, never the owner's.
+    server = secret_data(r.one("Secret", "engram"))
+    assert "ENGRAM_ADMIN_DATABASE_URL" not in server
+    if "database" in VALUE_SETS[name]:
+        assert server["ENGRAM_DATABASE_URL"] == EXTERNAL_DB["url"]
 
 
 @pytest.mark.parametrize("name", VALUE_SETS)
@@ -382,17 +396,20 @@ def test_migration_job_is_a_hook(name: str) -> None:
     assert container["args"] == ["migrate"]
     (source,) = container["envFrom"]
     secret_name = source["secretRef"]["name"]
-    if values.get("existingSecret"):
-        assert secret_name == values["existingSecret"]
-    elif is_bundled(name):
-        assert secret_name == "engram"  # a release resource, there by post-install
+    mine = values.get("migrations", {}).get("existingSecret") or values.get("existingSecret")
+    if mine:
+        assert secret_name == mine
+        assert not [s for s in r.of_kind("Secret") if s["metadata"]["name"] == "engram-migrate"]
     else:
-        # Pre-install runs before the release's Secret exists: a hook Secret created just before.
+        # A hook Secret made just before the Job (the release's own are not there at pre-install),
+        # deleted once it succeeded: the owner's URL is in the cluster only while migrations run.
         hook_secret = r.one("Secret", secret_name)
         hook = hook_secret["metadata"]["annotations"]
         assert hook["helm.sh/hook"] == events
         assert int(hook["helm.sh/hook-weight"]) < int(annotations["helm.sh/hook-weight"])
-        assert secret_data(hook_secret)["ENGRAM_ADMIN_DATABASE_URL"] == EXTERNAL_DB["adminUrl"]
+        assert hook["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+        admin_url = secret_data(hook_secret)["ENGRAM_ADMIN_DATABASE_URL"]
+        assert admin_url == EXTERNAL_DB["adminUrl"] or is_bundled(name)
     assert "serviceAccountName" not in pod  # the release's ServiceAccount may not exist yet
 
 
@@ -400,8 +417,8 @@ def test_migration_job_is_a_hook(name: str) -> None:
 def test_bundled_database_credentials_agree(name: str) -> None:
     r = rendered(name)
     passwords = secret_data(r.one("Secret", "engram-postgresql"))
-    urls = secret_data(r.one("Secret", "engram"))
-    app, admin = urlsplit(urls["ENGRAM_DATABASE_URL"]), urlsplit(urls["ENGRAM_ADMIN_DATABASE_URL"])
+    app = urlsplit(secret_data(r.one("Secret", "engram"))["ENGRAM_DATABASE_URL"])
+    admin = urlsplit(secret_data(r.one("Secret", "engram-migrate"))["ENGRAM_ADMIN_DATABASE_URL"])
     assert (app.username, app.password) == ("engram_app", passwords["ENGRAM_APP_PASSWORD"])
     assert (admin.username, admin.password) == ("postgres", passwords["POSTGRES_PASSWORD"])
     assert app.hostname == admin.hostname == r.one("Service", "engram-postgresql")["metadata"]["name"]
@@ -501,6 +518,19 @@ def test_monitoring_auto_follows_the_cluster() -> None:
     assert not switched_off.of_kind("ServiceMonitor") and not switched_off.of_kind("PrometheusRule")
 
 
+def test_identity_provider_settings() -> None:
+    r = rendered("embedding-server-egress")
+    config = r.one("ConfigMap", "engram")["data"]
+    assert config["ENGRAM_OIDC_ISSUER"] == ISSUER
+    assert config["ENGRAM_OIDC_CLIENT_ID"] == "engram"
+    assert (config["ENGRAM_SCOPE_READ"], config["ENGRAM_SCOPE_WRITE"]) == ("memory.read", "memory.write")
+    assert "ENGRAM_SCOPE_ADMIN" not in config  # unset: the server's default
+    assert config["ENGRAM_TENANT_FALLBACK_CLAIMS"] == "org_id"
+    assert secret_data(r.one("Secret", "engram"))["ENGRAM_OIDC_CLIENT_SECRET"] == "client-Secret-5"
+    assert rendered("existing-secrets-apart").one("ConfigMap", "engram")["data"]["ENGRAM_TENANT_POLICY"] == "managed"
+    assert "ENGRAM_TENANT_FALLBACK_CLAIMS" not in rendered("defaults").one("ConfigMap", "engram")["data"]
+
+
 def test_embedding_server_wiring() -> None:
     r = rendered("embedding-server-egress")
     config = r.one("ConfigMap", "engram")["data"]
@@ -529,6 +559,7 @@ def test_defaults_render_with_warnings_in_notes() -> None:
         ({"image": {"tag": "latest"}}, "image/tag"),
         ({"imageTag": "1.0"}, "imageTag"),
         ({"auth": {"mode": "dev"}}, "auth/mode"),
+        ({"auth": {"tenantPolicy": "open"}}, "tenantPolicy"),
         ({"config": {"logLevel": "TRACE"}}, "logLevel"),
         ({"config": {"shutdownGraceSeconds": 601}}, "shutdownGraceSeconds"),
         ({"config": {"extraEnv": {"PATH": "/x"}}}, "PATH"),

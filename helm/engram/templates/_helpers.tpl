@@ -78,23 +78,25 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 
 {{/*
-The migration Job runs before the release's own resources exist (pre-install), so with an
-external database it reads a hook Secret of its own; with the bundled database it runs after
-install and reads the release's Secret.
+The Secret with ENGRAM_ADMIN_DATABASE_URL for the migration Job: one of yours, or a hook Secret
+the chart creates just before the Job (the release's own resources do not exist yet at
+pre-install) and deletes once it succeeded.
 */}}
 {{- define "engram.migrationSecretName" -}}
-{{- if .Values.existingSecret }}
-{{- .Values.existingSecret }}
-{{- else if .Values.postgresql.enabled }}
-{{- include "engram.fullname" . }}
-{{- else }}
-{{- printf "%s-migrate" (include "engram.fullname" .) }}
+{{- .Values.migrations.existingSecret | default .Values.existingSecret | default (printf "%s-migrate" (include "engram.fullname" .)) }}
 {{- end }}
+
+{{/*
+When migrations run: before install and upgrade; with the bundled database after install, since
+the database is one of the release's resources.
+*/}}
+{{- define "engram.migrationHook" -}}
+{{- ternary "post-install,pre-upgrade" "pre-install,pre-upgrade" .Values.postgresql.enabled }}
 {{- end }}
 
 {{/* Whether any database is configured ("true" or empty). */}}
 {{- define "engram.hasDatabase" -}}
-{{- if or .Values.existingSecret .Values.postgresql.enabled .Values.database.url .Values.database.adminUrl }}true{{ end }}
+{{- if or .Values.existingSecret .Values.migrations.existingSecret .Values.postgresql.enabled .Values.database.url .Values.database.adminUrl }}true{{ end }}
 {{- end }}
 
 {{- define "engram.postgresql.fullname" -}}

@@ -12,6 +12,7 @@ import base64
 import functools
 import itertools
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -27,6 +28,9 @@ import kubernetes_validate
 import pytest
 import yaml
 from helm_python import _native
+from pydantic import ValidationError
+
+from app.config import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "engram"
@@ -37,7 +41,22 @@ MONITORING_APIS = (
     "monitoring.coreos.com/v1/ServiceMonitor",
     "monitoring.coreos.com/v1/PrometheusRule",
 )
-SECRET_KEYS = {"ENGRAM_DATABASE_URL", "ENGRAM_ADMIN_DATABASE_URL", "ENGRAM_EMBEDDING_API_KEY"}
+SECRET_KEYS = {
+    "ENGRAM_DATABASE_URL",
+    "ENGRAM_ADMIN_DATABASE_URL",
+    "ENGRAM_EMBEDDING_API_KEY",
+    "ENGRAM_OIDC_CLIENT_SECRET",
+}
+# Settings the chart writes that app/config.py may not read yet (identity provider, metrics port,
+# embeddings); any other ENGRAM_* name the chart writes must be a field of Settings.
+AHEAD_OF_SERVER = {
+    *(f"ENGRAM_OIDC_{n}" for n in ("ISSUER", "AUDIENCES", "JWKS_URL", "CLIENT_ID", "CLIENT_SECRET")),
+    *(f"ENGRAM_SCOPE_{n}" for n in ("READ", "WRITE", "ADMIN")),
+    "ENGRAM_TENANT_FALLBACK_CLAIMS",
+    "ENGRAM_TENANT_POLICY",
+    "ENGRAM_METRICS_PORT",
+    *(f"ENGRAM_EMBEDDING_{n}" for n in ("PROVIDER", "MODEL", "BASE_URL", "API_KEY", "DIMENSIONS")),
+}
 
 ISSUER = "https://idp.example.com/realms/engram"
 EXTERNAL_DB = {
@@ -529,6 +548,43 @@ def test_identity_provider_settings() -> None:
     assert secret_data(r.one("Secret", "engram"))["ENGRAM_OIDC_CLIENT_SECRET"] == "client-Secret-5"
     assert rendered("existing-secrets-apart").one("ConfigMap", "engram")["data"]["ENGRAM_TENANT_POLICY"] == "managed"
     assert "ENGRAM_TENANT_FALLBACK_CLAIMS" not in rendered("defaults").one("ConfigMap", "engram")["data"]
+
+
+def server_environment(name: str) -> dict[str, str]:
+    """What the server's container gets: the ConfigMap and the chart's Secret."""
+    r = rendered(name)
+    return r.one("ConfigMap", "engram")["data"] | secret_data(r.one("Secret", "engram"))
+
+
+CHART_MANAGED = ["ingress-bundled-monitoring-hpa", "noingress-nobundled-nomonitoring-nohpa", "embedding-server-egress"]
+
+
+@pytest.mark.parametrize("name", CHART_MANAGED)
+def test_chart_writes_only_settings_the_server_knows(name: str) -> None:
+    known = {f"ENGRAM_{field.upper()}" for field in Settings.model_fields}
+    extras = {*VALUE_SETS[name].get("extraSecretEnv", {}), *VALUE_SETS[name].get("config", {}).get("extraEnv", {})}
+    unknown = set(server_environment(name)) - known - AHEAD_OF_SERVER - extras
+    assert not unknown, f"the chart sets settings the server does not have: {sorted(unknown)}"
+
+
+@pytest.mark.parametrize("name", CHART_MANAGED)
+def test_server_accepts_the_chart_settings(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's own settings validation, run on what a pod of the release would get."""
+    if "oidc_issuer" not in Settings.model_fields:
+        pytest.skip("this server version has no OIDC mode, which the chart configures")
+    for variable in [v for v in os.environ if v.startswith("ENGRAM_")]:
+        monkeypatch.delenv(variable)
+    environment = server_environment(name)
+    for variable, value in environment.items():
+        if variable in {f"ENGRAM_{field.upper()}" for field in Settings.model_fields}:
+            monkeypatch.setenv(variable, value)
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        pytest.fail(f"the server refuses the chart's settings: {exc}")
+    assert settings.auth_mode == "oidc" and settings.issuer == ISSUER
+    assert settings.resource_url == environment["ENGRAM_PUBLIC_URL"] + "/mcp"
+    assert settings.database_url is not None
 
 
 def test_embedding_server_wiring() -> None:

@@ -217,13 +217,14 @@ class Served:
     base: str
     settings: Settings
     log: Path
+    metrics_port: int
 
 
 @pytest.fixture
 def served(image: Image, container_tmp: Path, db_settings: Settings) -> Iterator[Served]:
     """`engram serve` from the image on a free loopback port (development auth, so tokens can be
     minted from the key the server writes to its /tmp)."""
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     log = container_tmp.parent / "serve.log"
     started = time.monotonic()
     with log.open("w") as output:
@@ -232,6 +233,7 @@ def served(image: Image, container_tmp: Path, db_settings: Settings) -> Iterator
             output=output,
             ENGRAM_HOST="127.0.0.1",
             ENGRAM_PORT=str(port),
+            ENGRAM_METRICS_PORT=str(metrics_port),
             ENGRAM_DATABASE_URL=db_settings.runtime_dsn(),
         )
     base = f"http://127.0.0.1:{port}"
@@ -251,7 +253,7 @@ def served(image: Image, container_tmp: Path, db_settings: Settings) -> Iterator
     image.timings.setdefault("start to /healthz", time.monotonic() - started)
     key = container_tmp / "engram" / "dev-signing-key.json"
     settings = Settings(host="127.0.0.1", port=port, dev_key_file=key)
-    yield Served(process, base, settings, log)
+    yield Served(process, base, settings, log, metrics_port)
     if process.poll() is None:
         process.kill()
         process.wait(timeout=30)
@@ -260,6 +262,14 @@ def served(image: Image, container_tmp: Path, db_settings: Settings) -> Iterator
 def test_serves_health_and_readiness(served: Served) -> None:
     assert httpx2.get(f"{served.base}/healthz").json() == {"status": "ok"}
     assert httpx2.get(f"{served.base}/readyz").json() == {"status": "ready"}
+
+
+def test_serves_metrics_on_its_own_port(served: Served) -> None:
+    if "metrics_port" not in Settings.model_fields:
+        pytest.skip("this server version has no ENGRAM_METRICS_PORT")
+    response = httpx2.get(f"http://127.0.0.1:{served.metrics_port}/metrics")
+    assert response.status_code == 200
+    assert "# TYPE " in response.text
 
 
 def test_healthcheck_command(image: Image, served: Served, container_tmp: Path) -> None:

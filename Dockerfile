@@ -4,7 +4,9 @@
 #   docker build --build-arg WITH_LOCAL_MODEL=true -t engram:0.1.0-local .   # plus the local embedding model
 #
 # The image runs `engram serve` as uid 10001 and writes only under /tmp, so it runs with a
-# read-only root filesystem. `docker run IMAGE migrate` applies database migrations.
+# read-only root filesystem. It listens on all interfaces, so it needs an identity provider
+# (ENGRAM_AUTH_MODE=oidc, ENGRAM_OIDC_ISSUER). Migrations, which serve nothing:
+#   docker run -e ENGRAM_HOST=127.0.0.1 -e ENGRAM_ADMIN_DATABASE_URL=... IMAGE migrate
 
 ARG PYTHON_IMAGE=python:3.13-slim-trixie
 

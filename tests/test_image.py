@@ -118,13 +118,15 @@ def image(request: pytest.FixtureRequest) -> Iterator[Image]:
     env = _buildah_env()
     _skip_unless_buildah_runs(env)
     timings: dict[str, float] = {}
+    began = time.monotonic()
 
     # The base, named after the script that makes it, so a changed script makes a new one.
     script = ROOT / "scripts/image-base.sh"
     base = f"localhost/engram-base:trixie-{hashlib.sha256(script.read_bytes()).hexdigest()[:12]}"
     cached = subprocess.run(["buildah", "inspect", "--type", "image", base], env=env, capture_output=True)
     started = time.monotonic()
-    subprocess.run([str(script), base], env=env, check=True, capture_output=True, timeout=600)
+    made = subprocess.run([str(script), base], env=env, capture_output=True, text=True, timeout=600)
+    assert made.returncode == 0, f"scripts/image-base.sh failed:\n{made.stderr[-3000:]}"
     timings["base image" + (" (cached)" if cached.returncode == 0 else "")] = time.monotonic() - started
     for old in _buildah(env, "images", "--format", "{{.Name}}:{{.Tag}}").split():
         if old.startswith("localhost/engram-base:trixie-") and old != base:
@@ -159,6 +161,7 @@ def image(request: pytest.FixtureRequest) -> Iterator[Image]:
     _buildah(env, "rm", container)
     _buildah(env, "rmi", IMAGE)
     _buildah(env, "rmi", "--prune")
+    timings["all image tests"] = time.monotonic() - began
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     capture = request.config.pluginmanager.get_plugin("capturemanager")
     if reporter is not None and capture is not None:

@@ -39,6 +39,10 @@ def cmd_serve(args: argparse.Namespace) -> None:
     from app.server import create_app
 
     settings = _with_database(_settings())
+    try:
+        settings.check_serving()
+    except ValueError as exc:
+        sys.exit(f"configuration error:\n  {exc}")
     configure(settings.log_level)
     if settings.auth_mode == "dev":
         logging.getLogger("engram").warning(

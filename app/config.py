@@ -53,6 +53,7 @@ class Settings(BaseSettings):
     allowed_origins: CommaList = Field(default_factory=list)
     max_request_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=64 * 1024 * 1024)
     shutdown_grace_seconds: int = Field(25, ge=0, le=600)
+    database_wait_seconds: int = Field(60, ge=0, le=3600, description="How long start-up waits for the database.")
 
     # auth
     auth_mode: Literal["dev", "oidc"] = "dev"
@@ -133,9 +134,12 @@ class Settings(BaseSettings):
             raise ValueError("ENGRAM_OIDC_CLIENT_ID and ENGRAM_OIDC_CLIENT_SECRET go together")
         if self.metrics_port and self.metrics_port == self.port:
             raise ValueError("ENGRAM_METRICS_PORT must differ from ENGRAM_PORT (or be 0 to share it)")
+        return self
+
+    def check_serving(self) -> None:
+        """What must hold to serve requests (other commands, like migrate, do not serve)."""
         if self.auth_mode == "dev" and not _is_loopback(self.host):
             raise ValueError("ENGRAM_AUTH_MODE=dev is allowed only when ENGRAM_HOST is a loopback address")
-        return self
 
     @property
     def base_url(self) -> str:

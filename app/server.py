@@ -79,6 +79,7 @@ def _verifier(settings: Settings, db: Database, http: httpx2.AsyncClient) -> tup
 
 
 def create_app(settings: Settings) -> Starlette:
+    settings.check_serving()
     db = Database(settings)
     services = Services.create(
         db,
@@ -121,6 +122,8 @@ def create_app(settings: Settings) -> Starlette:
             return JSONResponse({"status": "shutting down"}, status_code=503)
         try:
             problem = await _readiness(db, settings)
+        except migrate.SchemaAhead:
+            problem = None  # a newer version migrated the database during a rolling upgrade: keep serving
         except migrate.MigrationError as exc:
             problem = str(exc)
         if problem:
@@ -129,7 +132,7 @@ def create_app(settings: Settings) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await db.open()
+        await _open_when_reachable(db, settings.database_wait_seconds)
         try:
             problem = await _readiness(db, settings)
         except migrate.MigrationError:
@@ -185,6 +188,20 @@ def create_app(settings: Settings) -> Starlette:
     app.state.accepting = False
     metrics.set_build_info(VERSION)
     return app
+
+
+async def _open_when_reachable(db: Database, seconds: float) -> None:
+    """Open the pool, waiting up to `seconds` for a database that is still starting (a bundled one, say)."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while True:
+        try:
+            await db.open()
+            return
+        except (OSError, asyncpg.CannotConnectNowError, asyncpg.PostgresConnectionError) as exc:
+            if asyncio.get_running_loop().time() >= deadline:
+                raise
+            logger.warning("database not reachable yet (%s); retrying", type(exc).__name__)
+            await asyncio.sleep(2)
 
 
 def _watch_pool(db: Database) -> None:

@@ -4,7 +4,8 @@
 set -euo pipefail
 packages=(
   debootstrap
-  prometheus  # a real Prometheus and promtool for the metrics, rules and dashboard tests
+  buildah      # builds the app image without a daemon (tests/test_image.py)
+  prometheus   # Prometheus and promtool: metrics, alert rules and dashboard tests
 )
 missing=()
 for p in "${packages[@]}"; do

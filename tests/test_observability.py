@@ -22,8 +22,8 @@ PROMETHEUS, PROMTOOL = shutil.which("prometheus"), shutil.which("promtool")
 needs_prometheus = pytest.mark.skipif(
     not (PROMETHEUS and PROMTOOL), reason="Debian's prometheus is not installed (scripts/system-deps.sh installs it)"
 )
-RULES = ROOT / "helm/engram/files/alerts.yaml"
-DASHBOARD = ROOT / "helm/engram/files/dashboard.json"
+RULES = ROOT / "helm/engram/files/prometheus-rules.yaml"
+DASHBOARD = ROOT / "helm/engram/files/grafana-dashboard.json"
 SECRET_TEXT = "the launch code is 0000"
 
 

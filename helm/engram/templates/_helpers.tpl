@@ -1,0 +1,125 @@
+{{/* Names, labels and the values derived from several settings. */}}
+
+{{- define "engram.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "engram.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "engram.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "engram.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "engram.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "engram.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Labels of one component: (list $ "server") */}}
+{{- define "engram.componentLabels" -}}
+{{ include "engram.labels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end }}
+
+{{- define "engram.componentSelector" -}}
+{{ include "engram.selectorLabels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end }}
+
+{{- define "engram.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "engram.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* repository:tag[@digest] of an image block; the tag defaults to the chart's appVersion. */}}
+{{- define "engram.image" -}}
+{{- $image := index . 0 }}
+{{- $tag := default (index . 1).Chart.AppVersion $image.tag }}
+{{- if $image.digest }}
+{{- printf "%s:%s@%s" $image.repository $tag $image.digest }}
+{{- else }}
+{{- printf "%s:%s" $image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/* The base URL clients use; the MCP endpoint is this plus /mcp. */}}
+{{- define "engram.publicUrl" -}}
+{{- if .Values.config.publicUrl }}
+{{- .Values.config.publicUrl | trimSuffix "/" }}
+{{- else if .Values.ingress.enabled }}
+{{- printf "%s://%s" (ternary "https" "http" .Values.ingress.tls.enabled) .Values.ingress.host }}
+{{- else if eq (int .Values.service.port) 80 }}
+{{- printf "http://%s.%s.svc" (include "engram.fullname" .) .Release.Namespace }}
+{{- else }}
+{{- printf "http://%s.%s.svc:%d" (include "engram.fullname" .) .Release.Namespace (int .Values.service.port) }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret holding the database URLs and other secret settings. */}}
+{{- define "engram.secretName" -}}
+{{- default (include "engram.fullname" .) .Values.existingSecret }}
+{{- end }}
+
+{{/*
+The Secret with ENGRAM_ADMIN_DATABASE_URL for the migration Job: one of yours, or a hook Secret
+the chart creates just before the Job (the release's own resources do not exist yet at
+pre-install) and deletes once it succeeded.
+*/}}
+{{- define "engram.migrationSecretName" -}}
+{{- .Values.migrations.existingSecret | default .Values.existingSecret | default (printf "%s-migrate" (include "engram.fullname" .)) }}
+{{- end }}
+
+{{/*
+When migrations run: before install and upgrade; with the bundled database after install, since
+the database is one of the release's resources.
+*/}}
+{{- define "engram.migrationHook" -}}
+{{- ternary "post-install,pre-upgrade" "pre-install,pre-upgrade" .Values.postgresql.enabled }}
+{{- end }}
+
+{{/* Whether any database is configured ("true" or empty). */}}
+{{- define "engram.hasDatabase" -}}
+{{- if or .Values.existingSecret .Values.migrations.existingSecret .Values.postgresql.enabled .Values.database.url .Values.database.adminUrl }}true{{ end }}
+{{- end }}
+
+{{- define "engram.postgresql.fullname" -}}
+{{- printf "%s-postgresql" (include "engram.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "engram.embeddings.fullname" -}}
+{{- printf "%s-embeddings" (include "engram.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Whether to render a Prometheus-operator object: (list $ setting "Kind"). `auto` renders it when
+the cluster serves monitoring.coreos.com/v1 for that kind.
+*/}}
+{{- define "engram.monitoringEnabled" -}}
+{{- $ := index . 0 }}
+{{- $setting := index . 1 }}
+{{- if eq (toString $setting) "auto" }}
+{{- if $.Capabilities.APIVersions.Has (printf "monitoring.coreos.com/v1/%s" (index . 2)) }}true{{ end }}
+{{- else if $setting }}true{{ end }}
+{{- end }}
+
+{{/* The port Prometheus scrapes: the metrics port, or the HTTP port when metrics.port is 0. */}}
+{{- define "engram.metricsPortName" -}}
+{{- if gt (int .Values.metrics.port) 0 }}metrics{{ else }}http{{ end }}
+{{- end }}

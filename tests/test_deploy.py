@@ -1,0 +1,681 @@
+"""The Helm chart and the Dockerfiles, checked without a cluster.
+
+Helm's own Go code (helm-python-sdk) lints and renders the chart for a matrix of value sets; every
+rendered object is validated against the Kubernetes 1.28 and 1.35 API schemas (kubernetes-validate,
+strict) and its security and operability properties are asserted. hadolint checks both
+Dockerfiles, promtool the alert rules and the dashboard's queries.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import itertools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import helm_python as helm
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from helm_python import _native
+from pydantic import ValidationError
+
+from app.config import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "helm" / "engram"
+KUBE_VERSIONS = ("1.28.0", "1.35.0")
+NAMESPACE = "memory"
+MONITORING_APIS = (
+    "monitoring.coreos.com/v1",
+    "monitoring.coreos.com/v1/ServiceMonitor",
+    "monitoring.coreos.com/v1/PrometheusRule",
+)
+SECRET_KEYS = {
+    "ENGRAM_DATABASE_URL",
+    "ENGRAM_ADMIN_DATABASE_URL",
+    "ENGRAM_EMBEDDING_API_KEY",
+    "ENGRAM_OIDC_CLIENT_SECRET",
+}
+# Settings the chart writes that app/config.py may not read yet (identity provider, metrics port,
+# embeddings); any other ENGRAM_* name the chart writes must be a field of Settings.
+AHEAD_OF_SERVER = {
+    *(f"ENGRAM_EMBEDDING_{n}" for n in ("PROVIDER", "MODEL", "BASE_URL", "API_KEY", "DIMENSIONS")),
+}
+
+ISSUER = "https://idp.example.com/realms/engram"
+EXTERNAL_DB = {
+    "url": "postgresql://engram_app:app-Secret-1@db.example.com:5432/engram",
+    "adminUrl": "postgresql://owner:owner-Secret-2@db.example.com:5432/engram",
+}
+
+
+def _merge(*parts: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for part in parts:
+        for key, value in part.items():
+            out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+# The matrix: ingress on/off x bundled/external database x monitoring on/off x HPA on/off ...
+AXES: dict[str, dict[bool, dict[str, Any]]] = {
+    "ingress": {
+        True: {
+            "ingress": {
+                "enabled": True,
+                "className": "nginx",
+                "host": "memory.example.com",
+                "annotations": {"cert-manager.io/cluster-issuer": "letsencrypt"},
+            }
+        },
+        False: {},
+    },
+    "bundled": {True: {"postgresql": {"enabled": True}}, False: {"database": EXTERNAL_DB}},
+    "monitoring": {
+        True: {
+            "metrics": {
+                "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+                "prometheusRule": {"enabled": True},
+                "dashboard": {"enabled": True, "namespace": "monitoring"},
+            }
+        },
+        False: {"metrics": {"serviceMonitor": {"enabled": False}, "prometheusRule": {"enabled": False}}},
+    },
+    "hpa": {True: {"autoscaling": {"enabled": True, "targetMemoryUtilizationPercentage": 80}}, False: {}},
+}
+VALUE_SETS: dict[str, dict[str, Any]] = {"defaults": {}}
+for flags in itertools.product((False, True), repeat=len(AXES)):
+    name = "-".join(axis if on else f"no{axis}" for axis, on in zip(AXES, flags, strict=True))
+    VALUE_SETS[name] = _merge(
+        {"auth": {"oidc": {"issuer": ISSUER}}}, *(AXES[a][on] for a, on in zip(AXES, flags, strict=True))
+    )
+# ... and the other shapes an operator may choose.
+VALUE_SETS |= {
+    "existing-secret": {"existingSecret": "engram-database", "auth": {"oidc": {"issuer": ISSUER}}},
+    "existing-secrets-apart": {
+        "existingSecret": "engram-database",
+        "migrations": {"existingSecret": "engram-database-owner"},
+        "auth": {"oidc": {"issuer": ISSUER}, "tenantPolicy": "managed"},
+    },
+    "embedding-server-egress": _merge(
+        VALUE_SETS["noingress-nobundled-nomonitoring-nohpa"],
+        {
+            "embeddingServer": {"enabled": True},
+            "embedding": {"apiKey": "sk-Secret-3"},
+            "auth": {
+                "oidc": {"clientId": "engram", "clientSecret": "client-Secret-5"},
+                "scopes": {"read": "memory.read", "write": "memory.write"},
+                "tenantFallbackClaims": ["org_id"],
+            },
+            "extraSecretEnv": {"ENGRAM_SOME_TOKEN": "tok-Secret-4"},
+            "networkPolicy": {
+                "egress": {
+                    "enabled": True,
+                    "extra": [{"to": [{"ipBlock": {"cidr": "10.0.0.0/24"}}], "ports": [{"port": 5432}]}],
+                },
+                "ingressFrom": [{"namespaceSelector": {"matchLabels": {"name": "ingress-nginx"}}}],
+            },
+        },
+    ),
+    "metrics-on-http-port": _merge(
+        VALUE_SETS["noingress-nobundled-monitoring-nohpa"],
+        {"metrics": {"port": 0}, "image": {"digest": "sha256:" + "a" * 64}},
+    ),
+    "no-extras": _merge(
+        VALUE_SETS["noingress-nobundled-nomonitoring-nohpa"],
+        {
+            "networkPolicy": {"enabled": False},
+            "podDisruptionBudget": {"enabled": False},
+            "topologySpread": {"enabled": False},
+            "serviceAccount": {"create": False},
+            "migrations": {"enabled": False},
+        },
+    ),
+}
+
+
+@dataclass
+class Rendering:
+    objects: list[dict[str, Any]]
+    notes: str
+
+    def of_kind(self, kind: str) -> list[dict[str, Any]]:
+        return [o for o in self.objects if o["kind"] == kind]
+
+    def one(self, kind: str, name: str | None = None) -> dict[str, Any]:
+        found = [o for o in self.of_kind(kind) if name is None or o["metadata"]["name"] == name]
+        assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+        return found[0]
+
+    def pod_specs(self) -> list[tuple[str, dict[str, Any]]]:
+        return [
+            (f"{o['kind']}/{o['metadata']['name']}", o["spec"]["template"]["spec"])
+            for o in self.objects
+            if o["kind"] in ("Deployment", "StatefulSet", "Job")
+        ]
+
+
+@functools.cache
+def _chart() -> helm.Chart:
+    return helm.Chart.load(CHART)
+
+
+def render(values: dict[str, Any], *, api_versions: tuple[str, ...] = ()) -> Rendering:
+    """`helm template` with the values: the SDK's render() takes no API versions, so the options
+    go straight to the library call it wraps (the same as --api-versions / --kube-version)."""
+    chart = _chart()
+    chart.validate_schema(values)
+    options = {
+        "name": "engram",
+        "namespace": NAMESPACE,
+        "is_install": True,
+        "kube_version": "v1.35.0",
+        "api_versions": list(api_versions),
+    }
+    files = json.loads(_native.call_string("helm_render", chart._raw(), json.dumps(values), json.dumps(options)))
+    objects = [
+        doc
+        for path, text in sorted(files.items())
+        if not path.endswith("NOTES.txt")
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
+    return Rendering(objects, files["engram/templates/NOTES.txt"])
+
+
+@functools.cache
+def rendered(name: str) -> Rendering:
+    return render(VALUE_SETS[name])
+
+
+def secret_data(secret: dict[str, Any]) -> dict[str, str]:
+    return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+
+
+def is_bundled(name: str) -> bool:
+    return bool(VALUE_SETS[name].get("postgresql", {}).get("enabled"))
+
+
+# --- helm lint and the Kubernetes API schemas ---------------------------------------------
+
+
+@pytest.mark.parametrize("kube", KUBE_VERSIONS)
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_lint_strict(name: str, kube: str) -> None:
+    report = helm.lint(CHART, VALUE_SETS[name], strict=True, kube_version=f"v{kube}")
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert not problems and not report["errors"], problems or report["errors"]
+
+
+_CRD_SCHEMAS = {
+    "ServiceMonitor": {
+        "type": "object",
+        "required": ["spec"],
+        "properties": {
+            "spec": {
+                "type": "object",
+                "required": ["selector", "endpoints"],
+                "additionalProperties": False,
+                "properties": {
+                    "selector": {"type": "object", "required": ["matchLabels"]},
+                    "endpoints": {
+                        "type": "array",
+                        "minItems": 1,
+                        "items": {
+                            "type": "object",
+                            "required": ["port", "path"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "port": {"type": "string"},
+                                "path": {"type": "string", "pattern": "^/"},
+                                "interval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+                                "scrapeTimeout": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+                            },
+                        },
+                    },
+                },
+            }
+        },
+    },
+    "PrometheusRule": {
+        "type": "object",
+        "required": ["spec"],
+        "properties": {
+            "spec": {
+                "type": "object",
+                "required": ["groups"],
+                "additionalProperties": False,
+                "properties": {
+                    "groups": {
+                        "type": "array",
+                        "minItems": 1,
+                        "items": {
+                            "type": "object",
+                            "required": ["name", "rules"],
+                            "properties": {
+                                "name": {"type": "string", "minLength": 1},
+                                "rules": {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "object",
+                                        "required": ["expr"],
+                                        "oneOf": [{"required": ["alert"]}, {"required": ["record"]}],
+                                    },
+                                },
+                            },
+                        },
+                    }
+                },
+            }
+        },
+    },
+}
+
+
+@pytest.mark.parametrize("kube", KUBE_VERSIONS)
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_manifests_match_kubernetes_schemas(name: str, kube: str) -> None:
+    objects = rendered(name).objects
+    assert objects
+    for obj in objects:
+        where = f"{obj['kind']}/{obj['metadata']['name']}"
+        if obj["kind"] in _CRD_SCHEMAS:  # kubernetes-validate has no schemas for custom resources
+            assert obj["apiVersion"] == "monitoring.coreos.com/v1", where
+            jsonschema.validate(obj, _CRD_SCHEMAS[obj["kind"]])
+            continue
+        try:
+            kubernetes_validate.validate(obj, kube, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{where} is not valid for Kubernetes {kube}: {exc.message} at {list(exc.path)}")
+
+
+# --- what every workload must be ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_pods_are_locked_down(name: str) -> None:
+    for where, pod in rendered(name).pod_specs():
+        assert pod["securityContext"]["runAsNonRoot"] is True, where
+        assert pod["securityContext"]["runAsUser"] != 0, where
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, where
+        assert pod["automountServiceAccountToken"] is False, where
+        for container in pod["containers"] + pod.get("initContainers", []):
+            security = container["securityContext"]
+            assert security["readOnlyRootFilesystem"] is True, where
+            assert security["allowPrivilegeEscalation"] is False, where
+            assert security["capabilities"]["drop"] == ["ALL"], where
+            assert "add" not in security["capabilities"], where
+            assert security.get("privileged", False) is False, where
+            resources = container["resources"]
+            assert {"cpu", "memory"} <= resources["requests"].keys(), where
+            assert "memory" in resources["limits"], where
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_images_are_pinned(name: str) -> None:
+    for where, pod in rendered(name).pod_specs():
+        for container in pod["containers"] + pod.get("initContainers", []):
+            image = container["image"]
+            reference = image.split("@", 1)[0]
+            tag = reference.rsplit("/", 1)[-1].partition(":")[2]
+            assert tag, f"{where}: {image} has no tag"
+            assert tag != "latest", f"{where}: {image}"
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_server_deployment(name: str) -> None:
+    r = rendered(name)
+    deployment = r.one("Deployment", "engram")
+    pod = deployment["spec"]["template"]["spec"]
+    (server,) = pod["containers"]
+    assert server["args"] == ["serve"]
+    assert server["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert server["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert server["startupProbe"]["httpGet"]["path"] == "/healthz"
+    ports = {p["name"]: p["containerPort"] for p in server["ports"]}
+    assert ports["http"] == 8000
+    config = r.one("ConfigMap", "engram")["data"]
+    assert config["ENGRAM_PORT"] == "8000" and config["ENGRAM_HOST"] == "0.0.0.0"  # noqa: S104 (in a pod)
+    assert ports.get("metrics", 0) == int(config["ENGRAM_METRICS_PORT"])
+    assert config["ENGRAM_AUTH_MODE"] == "oidc"
+    # Settings come from the release's ConfigMap and a Secret, whichever provides it.
+    sources = {next(iter(ref)): next(iter(ref.values()))["name"] for ref in server["envFrom"]}
+    assert sources["configMapRef"] == "engram"
+    assert sources["secretRef"] == (VALUE_SETS[name].get("existingSecret") or "engram")
+    if not VALUE_SETS[name].get("existingSecret"):
+        r.one("Secret", "engram")
+    # Writable /tmp only.
+    assert [m["mountPath"] for m in server["volumeMounts"]] == ["/tmp"]
+    # Draining: the endpoint is withdrawn during preStop, then the app gets its grace period.
+    sleep = int(server["lifecycle"]["preStop"]["exec"]["command"][1])
+    grace = int(config["ENGRAM_SHUTDOWN_GRACE_SECONDS"])
+    assert pod["terminationGracePeriodSeconds"] > sleep + grace
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert "checksum/config" in annotations
+    strategy = deployment["spec"]["strategy"]["rollingUpdate"]
+    assert strategy["maxUnavailable"] == 0
+    service = r.one("Service", "engram")
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert {p["targetPort"] for p in service["spec"]["ports"]} <= set(ports)
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_secrets_stay_out_of_configmaps(name: str) -> None:
+    r = rendered(name)
+    for configmap in r.of_kind("ConfigMap"):
+        keys = set(configmap.get("data") or {})
+        assert not keys & SECRET_KEYS, configmap["metadata"]["name"]
+        assert not [k for k in keys if re.search("PASSWORD|SECRET|TOKEN|API_KEY", k)], configmap["metadata"]["name"]
+    secrets = [value for s in r.of_kind("Secret") for value in secret_data(s).values()]
+    exposed = [o for o in r.objects if o["kind"] != "Secret" for v in secrets if v and v in json.dumps(o)]
+    assert not exposed, [f"{o['kind']}/{o['metadata']['name']}" for o in exposed]
+    if VALUE_SETS[name].get("existingSecret"):
+        assert not [s for s in r.of_kind("Secret") if s["metadata"]["name"].startswith("engram")]
+        return
+    # The server gets its own URL, never the owner's.
+    server = secret_data(r.one("Secret", "engram"))
+    assert "ENGRAM_ADMIN_DATABASE_URL" not in server
+    if "database" in VALUE_SETS[name]:
+        assert server["ENGRAM_DATABASE_URL"] == EXTERNAL_DB["url"]
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_migration_job_is_a_hook(name: str) -> None:
+    r = rendered(name)
+    jobs = r.of_kind("Job")
+    values = VALUE_SETS[name]
+    if name == "defaults" or values.get("migrations", {}).get("enabled") is False:
+        assert not jobs  # no database configured, or migrations run by the operator
+        return
+    job = r.one("Job", "engram-migrate")
+    annotations = job["metadata"]["annotations"]
+    # With the bundled database the Job must wait for it, which exists only after install.
+    events = "post-install,pre-upgrade" if is_bundled(name) else "pre-install,pre-upgrade"
+    assert annotations["helm.sh/hook"] == events
+    assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+    pod = job["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    (container,) = pod["containers"]
+    assert container["args"] == ["migrate"]
+    (source,) = container["envFrom"]
+    secret_name = source["secretRef"]["name"]
+    mine = values.get("migrations", {}).get("existingSecret") or values.get("existingSecret")
+    if mine:
+        assert secret_name == mine
+        assert not [s for s in r.of_kind("Secret") if s["metadata"]["name"] == "engram-migrate"]
+    else:
+        # A hook Secret made just before the Job (the release's own are not there at pre-install),
+        # deleted once it succeeded: the owner's URL is in the cluster only while migrations run.
+        hook_secret = r.one("Secret", secret_name)
+        hook = hook_secret["metadata"]["annotations"]
+        assert hook["helm.sh/hook"] == events
+        assert int(hook["helm.sh/hook-weight"]) < int(annotations["helm.sh/hook-weight"])
+        assert hook["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+        admin_url = secret_data(hook_secret)["ENGRAM_ADMIN_DATABASE_URL"]
+        assert admin_url == EXTERNAL_DB["adminUrl"] or is_bundled(name)
+    assert "serviceAccountName" not in pod  # the release's ServiceAccount may not exist yet
+
+
+@pytest.mark.parametrize("name", [n for n in VALUE_SETS if is_bundled(n)])
+def test_bundled_database_credentials_agree(name: str) -> None:
+    r = rendered(name)
+    passwords = secret_data(r.one("Secret", "engram-postgresql"))
+    app = urlsplit(secret_data(r.one("Secret", "engram"))["ENGRAM_DATABASE_URL"])
+    admin = urlsplit(secret_data(r.one("Secret", "engram-migrate"))["ENGRAM_ADMIN_DATABASE_URL"])
+    assert (app.username, app.password) == ("engram_app", passwords["ENGRAM_APP_PASSWORD"])
+    assert (admin.username, admin.password) == ("postgres", passwords["POSTGRES_PASSWORD"])
+    assert app.hostname == admin.hostname == r.one("Service", "engram-postgresql")["metadata"]["name"]
+    statefulset = r.one("StatefulSet", "engram-postgresql")
+    (db,) = statefulset["spec"]["template"]["spec"]["containers"]
+    assert db["image"] == "engram-postgres:17"
+    env = {e["name"]: e.get("valueFrom", {}).get("secretKeyRef", {}).get("name") for e in db["env"]}
+    assert env["POSTGRES_PASSWORD"] == env["ENGRAM_APP_PASSWORD"] == "engram-postgresql"
+    claim = statefulset["spec"]["volumeClaimTemplates"][0]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "8Gi"
+    policy = r.one("NetworkPolicy", "engram-postgresql")
+    assert policy["spec"]["ingress"][0]["ports"] == [{"port": 5432, "protocol": "TCP"}]
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_scaling_and_disruption(name: str) -> None:
+    r = rendered(name)
+    deployment = r.one("Deployment", "engram")
+    autoscaled = VALUE_SETS[name].get("autoscaling", {}).get("enabled", False)
+    if autoscaled:
+        hpa = r.one("HorizontalPodAutoscaler", "engram")
+        assert "replicas" not in deployment["spec"]  # the autoscaler owns the count
+        assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "engram"}
+        assert {m["resource"]["name"] for m in hpa["spec"]["metrics"]} == {"cpu", "memory"}
+    else:
+        assert not r.of_kind("HorizontalPodAutoscaler")
+        assert deployment["spec"]["replicas"] == 2
+    pod = deployment["spec"]["template"]["spec"]
+    if name == "no-extras":
+        assert not r.of_kind("PodDisruptionBudget") and not r.of_kind("NetworkPolicy")
+        assert "topologySpreadConstraints" not in pod
+        return
+    pdb = r.one("PodDisruptionBudget", "engram")
+    assert pdb["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    keys = [c["topologyKey"] for c in pod["topologySpreadConstraints"]]
+    assert keys == ["topology.kubernetes.io/zone", "kubernetes.io/hostname"]
+    policy = r.one("NetworkPolicy", "engram")
+    assert policy["spec"]["podSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    assert {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]} <= {"http", "metrics"}
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_ingress_and_public_url(name: str) -> None:
+    r = rendered(name)
+    public_url = r.one("ConfigMap", "engram")["data"]["ENGRAM_PUBLIC_URL"]
+    if VALUE_SETS[name].get("ingress", {}).get("enabled"):
+        ingress = r.one("Ingress", "engram")
+        assert ingress["spec"]["tls"] == [{"hosts": ["memory.example.com"], "secretName": "engram-tls"}]
+        (rule,) = ingress["spec"]["rules"]
+        backend = rule["http"]["paths"][0]["backend"]["service"]
+        assert backend == {"name": "engram", "port": {"name": "http"}}
+        assert public_url == "https://memory.example.com"
+    else:
+        assert not r.of_kind("Ingress")
+        assert public_url == f"http://engram.{NAMESPACE}.svc"
+    # The connector URL operators hand to assistants.
+    assert f"{public_url}/mcp" in r.notes
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_monitoring_objects(name: str) -> None:
+    r = rendered(name)
+    metrics = VALUE_SETS[name].get("metrics", {})
+    wanted = metrics.get("serviceMonitor", {}).get("enabled") is True
+    assert len(r.of_kind("ServiceMonitor")) == wanted
+    assert len(r.of_kind("PrometheusRule")) == wanted
+    dashboards = [c for c in r.of_kind("ConfigMap") if c["metadata"]["name"] == "engram-dashboard"]
+    assert len(dashboards) == bool(metrics.get("dashboard", {}).get("enabled"))
+    if not wanted:
+        return
+    monitor = r.one("ServiceMonitor")
+    service = r.one("Service", "engram")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["path"] == "/metrics"
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert endpoint["port"] == ("http" if metrics.get("port") == 0 else "metrics")
+    rules = yaml.safe_load((CHART / "files/prometheus-rules.yaml").read_text())
+    assert r.one("PrometheusRule")["spec"]["groups"] == rules["groups"]
+    (dashboard,) = dashboards
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboard["metadata"]["namespace"] == "monitoring"
+    assert json.loads(dashboard["data"]["engram.json"]) == json.loads(
+        (CHART / "files/grafana-dashboard.json").read_text()
+    )
+
+
+def test_monitoring_auto_follows_the_cluster() -> None:
+    """`auto` (the default) renders the Prometheus-operator objects where the cluster serves them."""
+    values = VALUE_SETS["noingress-nobundled-nomonitoring-nohpa"] | {"metrics": {}}
+    without = render(values)
+    assert not without.of_kind("ServiceMonitor") and not without.of_kind("PrometheusRule")
+    with_crds = render(values, api_versions=MONITORING_APIS)
+    assert len(with_crds.of_kind("ServiceMonitor")) == len(with_crds.of_kind("PrometheusRule")) == 1
+    switched_off = render(VALUE_SETS["noingress-nobundled-nomonitoring-nohpa"], api_versions=MONITORING_APIS)
+    assert not switched_off.of_kind("ServiceMonitor") and not switched_off.of_kind("PrometheusRule")
+
+
+def test_identity_provider_settings() -> None:
+    r = rendered("embedding-server-egress")
+    config = r.one("ConfigMap", "engram")["data"]
+    assert config["ENGRAM_OIDC_ISSUER"] == ISSUER
+    assert config["ENGRAM_OIDC_CLIENT_ID"] == "engram"
+    assert (config["ENGRAM_SCOPE_READ"], config["ENGRAM_SCOPE_WRITE"]) == ("memory.read", "memory.write")
+    assert "ENGRAM_SCOPE_ADMIN" not in config  # unset: the server's default
+    assert config["ENGRAM_TENANT_FALLBACK_CLAIMS"] == "org_id"
+    assert secret_data(r.one("Secret", "engram"))["ENGRAM_OIDC_CLIENT_SECRET"] == "client-Secret-5"
+    assert rendered("existing-secrets-apart").one("ConfigMap", "engram")["data"]["ENGRAM_TENANT_POLICY"] == "managed"
+    assert "ENGRAM_TENANT_FALLBACK_CLAIMS" not in rendered("defaults").one("ConfigMap", "engram")["data"]
+
+
+def server_environment(name: str) -> dict[str, str]:
+    """What the server's container gets: the ConfigMap and the chart's Secret."""
+    r = rendered(name)
+    return r.one("ConfigMap", "engram")["data"] | secret_data(r.one("Secret", "engram"))
+
+
+CHART_MANAGED = ["ingress-bundled-monitoring-hpa", "noingress-nobundled-nomonitoring-nohpa", "embedding-server-egress"]
+
+
+@pytest.mark.parametrize("name", CHART_MANAGED)
+def test_chart_writes_only_settings_the_server_knows(name: str) -> None:
+    known = {f"ENGRAM_{field.upper()}" for field in Settings.model_fields}
+    extras = {*VALUE_SETS[name].get("extraSecretEnv", {}), *VALUE_SETS[name].get("config", {}).get("extraEnv", {})}
+    unknown = set(server_environment(name)) - known - AHEAD_OF_SERVER - extras
+    assert not unknown, f"the chart sets settings the server does not have: {sorted(unknown)}"
+
+
+@pytest.mark.parametrize("name", CHART_MANAGED)
+def test_server_accepts_the_chart_settings(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's own settings validation, run on what a pod of the release would get."""
+    if "oidc_issuer" not in Settings.model_fields:
+        pytest.skip("this server version has no OIDC mode, which the chart configures")
+    for variable in [v for v in os.environ if v.startswith("ENGRAM_")]:
+        monkeypatch.delenv(variable)
+    environment = server_environment(name)
+    for variable, value in environment.items():
+        if variable in {f"ENGRAM_{field.upper()}" for field in Settings.model_fields}:
+            monkeypatch.setenv(variable, value)
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        pytest.fail(f"the server refuses the chart's settings: {exc}")
+    assert settings.auth_mode == "oidc" and settings.issuer == ISSUER
+    assert settings.resource_url == environment["ENGRAM_PUBLIC_URL"] + "/mcp"
+    assert settings.database_url is not None
+
+
+def test_embedding_server_wiring() -> None:
+    r = rendered("embedding-server-egress")
+    config = r.one("ConfigMap", "engram")["data"]
+    service = r.one("Service", "engram-embeddings")
+    port = service["spec"]["ports"][0]["port"]
+    assert config["ENGRAM_EMBEDDING_PROVIDER"] == "openai"
+    assert config["ENGRAM_EMBEDDING_BASE_URL"] == f"http://engram-embeddings:{port}/v1"
+    assert config["ENGRAM_EMBEDDING_DIMENSIONS"] == "384"
+    assert secret_data(r.one("Secret", "engram"))["ENGRAM_EMBEDDING_API_KEY"] == "sk-Secret-3"
+    egress = r.one("NetworkPolicy", "engram")["spec"]["egress"]
+    assert {"port": 53, "protocol": "UDP"} in egress[0]["ports"]
+    assert any(p["port"] == port for rule in egress for p in rule["ports"])
+
+
+def test_defaults_render_with_warnings_in_notes() -> None:
+    """Without an identity provider or database the chart still renders; the notes say what is missing."""
+    notes = rendered("defaults").notes
+    assert "auth.oidc.issuer is not set" in notes
+    assert "no database" in notes
+
+
+@pytest.mark.parametrize(
+    ("values", "complaint"),
+    [
+        ({"replicaCount": -1}, "replicaCount"),
+        ({"image": {"tag": "latest"}}, "image/tag"),
+        ({"imageTag": "1.0"}, "imageTag"),
+        ({"auth": {"mode": "dev"}}, "auth/mode"),
+        ({"auth": {"tenantPolicy": "open"}}, "tenantPolicy"),
+        ({"config": {"logLevel": "TRACE"}}, "logLevel"),
+        ({"config": {"shutdownGraceSeconds": 601}}, "shutdownGraceSeconds"),
+        ({"config": {"extraEnv": {"PATH": "/x"}}}, "PATH"),
+        ({"database": {"url": "mysql://x"}}, "database/url"),
+        ({"metrics": {"serviceMonitor": {"enabled": "yes"}}}, "serviceMonitor/enabled"),
+        ({"ingress": {"host": "Bad Host"}}, "ingress/host"),
+        ({"postgresql": {"persistence": {"size": "lots"}}}, "persistence/size"),
+    ],
+)
+def test_schema_rejects_bad_values(values: dict[str, Any], complaint: str) -> None:
+    with pytest.raises(helm.HelmError) as caught:
+        _chart().validate_schema(values)
+    assert complaint in str(caught.value)
+
+
+def test_chart_readme_is_generated() -> None:
+    """The README's values table is generated from values.yaml and the schema, which must agree."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/chart-readme.py"), "--check"], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+
+
+# --- Dockerfiles, alert rules, dashboard --------------------------------------------------
+
+
+@pytest.mark.parametrize("dockerfile", ["Dockerfile", "sql/Dockerfile"])
+def test_hadolint(dockerfile: str) -> None:
+    hadolint = Path(sys.executable).parent / "hadolint"
+    result = subprocess.run(
+        [str(hadolint), "--no-color", str(ROOT / dockerfile)], capture_output=True, text=True, cwd=ROOT
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _promtool() -> str:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed (Debian package prometheus; scripts/system-deps.sh installs it as root)")
+    return promtool
+
+
+def test_alert_rules_pass_promtool() -> None:
+    result = subprocess.run(
+        [_promtool(), "check", "rules", str(CHART / "files/prometheus-rules.yaml")], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dashboard_queries_parse(tmp_path: Path) -> None:
+    """Every panel query is valid PromQL: promtool parses them as recording rules."""
+    dashboard = json.loads((CHART / "files/grafana-dashboard.json").read_text())
+    assert dashboard["uid"] and dashboard["title"]
+    exprs = [
+        target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", []) if target.get("expr")
+    ]
+    assert exprs, "the dashboard has no Prometheus queries"
+    # Grafana's built-in variables are not PromQL; give them a value as Grafana would.
+    builtins = {"$__rate_interval": "1m", "$__interval": "1m", "$__range": "1h"}
+    rules = []
+    for i, expr in enumerate(exprs):
+        for variable, value in builtins.items():
+            expr = expr.replace(variable, value)
+        rules.append({"record": f"dashboard:query_{i}", "expr": expr})
+    path = tmp_path / "dashboard-rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    result = subprocess.run([_promtool(), "check", "rules", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr

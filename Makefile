@@ -19,7 +19,7 @@ db: install
 
 run: db
 	$(BIN)/engram migrate
-	@echo "MCP endpoint: http://127.0.0.1:8000/mcp"
+	@echo "MCP endpoint: http://127.0.0.1:$${ENGRAM_PORT:-8000}/mcp"
 	@echo "A token for tenant 'demo':"
 	@$(BIN)/engram token --tenant demo
 	$(BIN)/engram serve

@@ -61,16 +61,7 @@ class Service:
 
 
 def summary(row: asyncpg.Record) -> models.EntitySummary:
-    return models.EntitySummary(
-        id=row["id"],
-        name=row["name"],
-        type=row["type"],
-        description=row["description"],
-        area=row["area"],
-        topic=row["topic"],
-        subtopic=row["subtopic"],
-        certainty=row["certainty"],
-    )
+    return models.EntitySummary(**{field: row[field] for field in models.EntitySummary.model_fields})
 
 
 def relation(rel: relations.Relation) -> models.Relation:

@@ -341,13 +341,4 @@ def hash_filters(filters: entities.Filters) -> str:
 
 
 def _history(row: asyncpg.Record) -> models.HistoryEntry:
-    return models.HistoryEntry(
-        id=row["id"],
-        at=row["at"],
-        actor=row["actor"],
-        action=row["action"],
-        entity_id=row["entity_id"],
-        other_id=row["other_id"],
-        relation_id=row["relation_id"],
-        changes=row["changes"],
-    )
+    return models.HistoryEntry(**dict(row))

@@ -64,9 +64,40 @@ class Settings(BaseSettings):
     max_batch: int = Field(100, ge=1, le=1000, description="Items in one write call.")
     max_results: int = Field(200, ge=1, le=5000, description="Hard cap on any listing.")
 
+    # embeddings and search (docs/search.md)
+    embedding_provider: Literal["local", "openai", "none"] = Field(
+        "local", description="Who turns texts into vectors; `none` leaves search to words and names."
+    )
+    embedding_model: str | None = Field(
+        None,
+        min_length=1,
+        max_length=300,
+        description="local: a sentence-transformers name or path (default all-MiniLM-L6-v2); openai: the model.",
+    )
+    embedding_dimensions: int | None = Field(None, ge=1, le=2000, description="Vector size; required for openai.")
+    embedding_base_url: str = Field("https://api.openai.com/v1", description="An OpenAI-compatible API root.")
+    embedding_api_key: SecretStr | None = None
+    embedding_request_dimensions: bool = Field(
+        False, description="Send `dimensions` with each request (models that can shorten their vectors)."
+    )
+    embedding_device: str | None = Field(None, max_length=50, description="local: torch device; unset picks one.")
+    embedding_batch_size: int = Field(64, ge=1, le=2048)
+    embedding_timeout_seconds: float = Field(30, gt=0, le=600)
+    embedding_max_retries: int = Field(3, ge=0, le=10)
+    embedding_cache_size: int = Field(10_000, ge=0, le=1_000_000)
+    search_ef_search: int = Field(100, ge=10, le=1000)
+
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     _normalise_lists = field_validator("allowed_hosts", "allowed_origins", mode="before")(_comma_list)
+
+    @field_validator("embedding_base_url")
+    @classmethod
+    def _check_embedding_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+            raise ValueError("must be an http(s) URL with a host and no query")
+        return value.rstrip("/")
 
     @field_validator("public_url")
     @classmethod
@@ -84,6 +115,8 @@ class Settings(BaseSettings):
             raise ValueError("ENGRAM_POOL_MIN_SIZE must not exceed ENGRAM_POOL_MAX_SIZE")
         if self.auth_mode == "dev" and not _is_loopback(self.host):
             raise ValueError("ENGRAM_AUTH_MODE=dev is allowed only when ENGRAM_HOST is a loopback address")
+        if self.embedding_provider == "openai" and (self.embedding_model is None or self.embedding_dimensions is None):
+            raise ValueError("ENGRAM_EMBEDDING_PROVIDER=openai needs ENGRAM_EMBEDDING_MODEL and _DIMENSIONS")
         return self
 
     @property

@@ -21,7 +21,9 @@ from app.auth.principal import ADMIN, READ, WRITE
 from app.auth.verifier import JwtVerifier
 from app.config import Settings
 from app.mcp.server import build_mcp
+from app.services.indexing import Indexer
 from app.services.memory import Memory
+from app.services.search import Search
 from app.store import migrate
 from app.store.database import Database
 
@@ -43,10 +45,12 @@ async def _readiness(db: Database, settings: Settings) -> str | None:
 
 def create_app(settings: Settings) -> Starlette:
     db = Database(settings)
-    memory = Memory(db, max_batch=settings.max_batch, max_results=settings.max_results)
+    indexer = Indexer.from_settings(db, settings)
+    memory = Memory(db, indexer, max_batch=settings.max_batch, max_results=settings.max_results)
+    searcher = Search(db, indexer, max_results=settings.max_results, ef_search=settings.search_ef_search)
     key = load_or_create_key(settings.dev_key_file)
     verifier = JwtVerifier(KeySet([key]), issuer=settings.issuer, audience=settings.resource_url)
-    mcp = build_mcp(settings, memory, verifier)
+    mcp = build_mcp(settings, memory, verifier, searcher)
     hosts, origins = settings.transport_hosts()
     mcp_app = mcp.streamable_http_app(
         streamable_http_path="/mcp",
@@ -83,6 +87,7 @@ def create_app(settings: Settings) -> Starlette:
         except migrate.MigrationError:
             await db.close()
             raise  # a schema this code does not know: refuse to serve
+        await indexer.start()  # loads the embedding model; a broken model setting stops the server here
         logger.info(
             "engram listening on %s (auth %s)%s",
             settings.resource_url,
@@ -95,6 +100,7 @@ def create_app(settings: Settings) -> Starlette:
                 yield
         finally:
             app.state.accepting = False
+            await indexer.stop()
             await db.close()
 
     metadata = create_protected_resource_routes(

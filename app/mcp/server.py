@@ -7,20 +7,22 @@ from mcp.server.mcpserver import MCPServer
 
 from app.auth.verifier import JwtVerifier
 from app.config import Settings
-from app.mcp.tools import graph
+from app.mcp.tools import graph, search
 from app.services.memory import Memory
+from app.services.search import Search
 
 INSTRUCTIONS = """\
 Engram is a persistent knowledge-graph memory shared by everyone in your tenant.
 Entities (people, projects, concepts) carry observations (atomic facts); relations link them
 with active-voice types ("works at", "depends on").
-- Before answering from memory, look things up: get_entity for a known name, neighbors to explore.
+- Before answering from memory, look things up: search with the question in plain words,
+  get_entity for a known name, neighbors to explore.
 - Record new facts with upsert_entities (it merges into existing names) and link them with
   connect_entities. Keep each observation to one fact.
 """
 
 
-def build_mcp(settings: Settings, memory: Memory, verifier: JwtVerifier) -> MCPServer:
+def build_mcp(settings: Settings, memory: Memory, verifier: JwtVerifier, searcher: Search) -> MCPServer:
     mcp = MCPServer(
         name="engram",
         title="Engram memory",
@@ -36,4 +38,5 @@ def build_mcp(settings: Settings, memory: Memory, verifier: JwtVerifier) -> MCPS
         ),
     )
     graph.register(mcp, memory, settings.tenant_claim)
+    search.register(mcp, searcher, settings.tenant_claim)
     return mcp

@@ -11,6 +11,7 @@ import orjson
 
 from app.auth.principal import Principal
 from app.errors import EngramError
+from app.services.indexing import Indexer
 from app.services.models import (
     ConnectItem,
     ConnectResult,
@@ -25,7 +26,7 @@ from app.services.models import (
     UpsertItem,
     UpsertResult,
 )
-from app.store import graph
+from app.store import graph, index
 from app.store.database import Database
 
 
@@ -84,8 +85,9 @@ def _merge_duplicates(items: Sequence[EntityIn]) -> list[graph.EntityInput]:
 class Memory:
     """Entities, relations and walks of the caller's tenant."""
 
-    def __init__(self, db: Database, *, max_batch: int, max_results: int) -> None:
+    def __init__(self, db: Database, indexer: Indexer, *, max_batch: int, max_results: int) -> None:
         self._db = db
+        self._indexer = indexer
         self.max_batch = max_batch
         self.max_results = max_results
 
@@ -96,9 +98,19 @@ class Memory:
     async def upsert_entities(self, who: Principal, items: Sequence[EntityIn], on_existing: str) -> UpsertResult:
         self._check_batch(len(items))
         tenant = await self._db.tenant(who.tenant)
+        merged = _merge_duplicates(items)
+        # search: embed before the transaction opens, so it stays short
+        vectors = await self._indexer.vectors_for(
+            tenant, [t for i in merged for t in index.texts_of(i.name, i.type, i.description, i.observations)]
+        )
         async with self._db.transaction(tenant) as tx:
-            done = await graph.upsert_entities(tx, _merge_duplicates(items), on_existing, who.actor)
-        return UpsertResult(results=[UpsertItem.model_validate(dataclasses.asdict(d)) for d in done])
+            done = await graph.upsert_entities(tx, merged, on_existing, who.actor)
+            # search: documents of what changed, in the same transaction
+            pending = await index.sync(tx, [d.id for d in done if d.status in ("created", "updated")], vectors)
+        self._indexer.written(pending)  # search: wake the filler if texts wait for embeddings
+        return UpsertResult(
+            results=[UpsertItem.model_validate(dataclasses.asdict(d)) for d in done], embeddings_pending=pending
+        )
 
     async def get_entity(
         self, who: Principal, ref: str, *, include_relations: bool, max_observations: int, max_relations: int

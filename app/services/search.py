@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -31,7 +32,13 @@ from app.store import index
 from app.store.database import Database, Tx
 
 RRF_K = 60
-NAME_QUERY_MAX_WORDS = 5  # longer queries are questions, not names
+NAME_QUERY_MAX_WORDS = 3  # longer queries are questions, not names
+# In a large tenant a word found in thousands of texts ("team", "customer") identifies nothing, and
+# matching it would mean ranking a large part of the tenant on every query: such words (by the
+# planner's statistics, read again every few minutes) are not used to find texts, only to rank them.
+COMMON_WORD = 1000
+COMMON_WORDS_TTL = 600.0
+CANDIDATES = 1000  # most matching texts the words ranking looks at
 _WEB_SYNTAX = re.compile(r'"|(^|\s)-\S|\s(or)\s', re.IGNORECASE)
 
 
@@ -72,6 +79,7 @@ class Search:
         self._indexer = indexer
         self.max_results = max_results
         self._ef_search = ef_search
+        self._common: dict[str, tuple[float, list[str]]] = {}  # per tenant: (when read, words)
 
     async def search(self, who: Principal, q: Query) -> SearchResult:
         offset = self._offset(q)
@@ -103,7 +111,10 @@ class Search:
                     await index.by_vector(tx, self._indexer.model, vector, q.filters, texts)
                 )
             if mode != "semantic":
-                rankings["keyword"] = _best_per_entity(await index.by_words(tx, q.text, strict, q.filters, texts))
+                common = await self._common_words(tx)
+                rankings["keyword"] = _best_per_entity(
+                    await index.by_words(tx, q.text, strict, common, q.filters, texts, CANDIDATES)
+                )
                 if len(q.text.split()) <= NAME_QUERY_MAX_WORDS:
                     rankings["name"] = await index.by_name(tx, q.text, q.filters, depth)
             ranked = self._fuse(rankings, q.min_score)
@@ -115,6 +126,13 @@ class Search:
         more = len(ranked) > depth and depth < self.max_results
         next_cursor = _cursor(depth, q.fingerprint()) if more else None
         return SearchResult(mode=mode, hits=hits, next_cursor=next_cursor, notices=notices)
+
+    async def _common_words(self, tx: Tx) -> list[str]:
+        cached = self._common.get(tx.tenant.id)
+        if cached is None or time.monotonic() - cached[0] > COMMON_WORDS_TTL:
+            cached = (time.monotonic(), await index.common_words(tx, COMMON_WORD))
+            self._common[tx.tenant.id] = cached
+        return cached[1]
 
     def _offset(self, q: Query) -> int:
         if q.cursor is None:
@@ -148,7 +166,12 @@ class Search:
         return out
 
     async def _describe(
-        self, tx: Tx, page: list[_Candidate], rankings: dict[str, list[index.Ranked]], text: str, strict: bool
+        self,
+        tx: Tx,
+        page: list[_Candidate],
+        rankings: dict[str, list[index.Ranked]],
+        text: str,
+        strict: bool,
     ) -> list[SearchHit]:
         rows = await index.entities(tx, [c.entity_id for c in page])
         shown: dict[str, int | None] = {}

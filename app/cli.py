@@ -1,4 +1,4 @@
-"""engram serve | migrate | db up|down|status|url | token"""
+"""engram serve | migrate | db up|down|status|url | token | reindex"""
 
 from __future__ import annotations
 
@@ -190,6 +190,50 @@ def cmd_usage(args: argparse.Namespace) -> None:
         print(f"{r['day']}\t{r['tenant']}\t{r['tool']}\t{r['calls']} calls\t{r['errors']} errors")
 
 
+def cmd_reindex(args: argparse.Namespace) -> None:
+    """Re-embed every text with the configured model, tenant by tenant; safe to stop and run again."""
+    import logging
+
+    from app.embeddings.provider import EmbeddingError
+    from app.errors import EngramError
+    from app.services.indexing import Indexer
+    from app.store.database import Database, Tenant
+
+    settings = _with_database(_settings())
+    logging.basicConfig(level="WARNING", format="%(levelname)s %(name)s: %(message)s")
+
+    def progress(tenant: Tenant, done: int, total: int) -> None:
+        width = 30
+        filled = width * done // total if total else width
+        line = f"{tenant.key[:40]:<40} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} texts"
+        if sys.stderr.isatty():
+            print(f"\r{line}", end="" if done < total else "\n", file=sys.stderr, flush=True)
+        elif done in (0, total) or done % 1000 < settings.embedding_batch_size:
+            print(line, file=sys.stderr, flush=True)
+
+    async def run() -> str:
+        db = Database(settings)
+        await db.open()
+        indexer = Indexer.from_settings(db, settings)
+        try:
+            await indexer.start(fill=False)
+            await indexer.register()
+            assert indexer.model is not None
+            report = await indexer.reindex(args.tenant or (), max_texts=args.max_texts, progress=progress)
+        finally:
+            await indexer.stop()
+            await db.close()
+        if not report.complete:
+            return f"stopped after {report.texts} texts; run `engram reindex` again to go on"
+        current = f"; {indexer.model.name} is now the current model" if report.current else ""
+        return f"{report.tenants} tenant(s), {report.texts} texts embedded{current}"
+
+    try:
+        print(asyncio.run(run()))
+    except (EngramError, EmbeddingError) as exc:
+        sys.exit(f"reindex error: {exc}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="engram", description="Engram: knowledge-graph memory over MCP.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -232,6 +276,10 @@ def main(argv: list[str] | None = None) -> None:
     usage.add_argument("--tenant")
     usage.add_argument("--days", type=int, default=7)
     usage.set_defaults(func=cmd_usage)
+    reindex = sub.add_parser("reindex", help="re-embed every text with the configured embedding model")
+    reindex.add_argument("--tenant", action="append", help="only this tenant (repeat for several)")
+    reindex.add_argument("--max-texts", type=int, help="stop after embedding this many texts (resume later)")
+    reindex.set_defaults(func=cmd_reindex)
     args = parser.parse_args(argv)
     if args.command == "tenant" and args.action != "list" and not args.tenant:
         parser.error("tenant: give the tenant id")

@@ -85,6 +85,29 @@ class Settings(BaseSettings):
     graph_page_size: int = Field(100, ge=1, le=5000, description="Entities per read_graph page.")
     observations_per_entity: int = Field(50, ge=1, le=1000, description="Observations listed per entity in slices.")
 
+    # embeddings and search (docs/search.md)
+    embedding_provider: Literal["local", "openai", "none"] = Field(
+        "local", description="Who turns texts into vectors; `none` leaves search to words and names."
+    )
+    embedding_model: str | None = Field(
+        None,
+        min_length=1,
+        max_length=300,
+        description="local: a sentence-transformers name or path (default all-MiniLM-L6-v2); openai: the model.",
+    )
+    embedding_dimensions: int | None = Field(None, ge=1, le=2000, description="Vector size; required for openai.")
+    embedding_base_url: str = Field("https://api.openai.com/v1", description="An OpenAI-compatible API root.")
+    embedding_api_key: SecretStr | None = None
+    embedding_request_dimensions: bool = Field(
+        False, description="Send `dimensions` with each request (models that can shorten their vectors)."
+    )
+    embedding_device: str | None = Field(None, max_length=50, description="local: torch device; unset picks one.")
+    embedding_batch_size: int = Field(64, ge=1, le=2048)
+    embedding_timeout_seconds: float = Field(30, gt=0, le=600)
+    embedding_max_retries: int = Field(3, ge=0, le=10)
+    embedding_cache_size: int = Field(10_000, ge=0, le=1_000_000)
+    search_ef_search: int = Field(100, ge=10, le=1000)
+
     # observability
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     metrics_port: int = Field(9464, ge=0, le=65535, description="/metrics on its own port; 0: on the main port.")
@@ -110,7 +133,7 @@ class Settings(BaseSettings):
             raise ValueError("a comma-separated list of: native, memory, neo4j")
         return value
 
-    @field_validator("public_url", "oidc_issuer", "oidc_jwks_url", "documentation_url")
+    @field_validator("public_url", "oidc_issuer", "oidc_jwks_url", "documentation_url", "embedding_base_url")
     @classmethod
     def _check_url(cls, value: str | None) -> str | None:
         if value is None:
@@ -132,6 +155,8 @@ class Settings(BaseSettings):
             raise ValueError("ENGRAM_AUTH_MODE=oidc needs ENGRAM_OIDC_ISSUER")
         if bool(self.oidc_client_id) != bool(self.oidc_client_secret):
             raise ValueError("ENGRAM_OIDC_CLIENT_ID and ENGRAM_OIDC_CLIENT_SECRET go together")
+        if self.embedding_provider == "openai" and (self.embedding_model is None or self.embedding_dimensions is None):
+            raise ValueError("ENGRAM_EMBEDDING_PROVIDER=openai needs ENGRAM_EMBEDDING_MODEL and _DIMENSIONS")
         if self.metrics_port and self.metrics_port == self.port:
             raise ValueError("ENGRAM_METRICS_PORT must differ from ENGRAM_PORT (or be 0 to share it)")
         return self

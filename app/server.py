@@ -31,6 +31,7 @@ from app.observability import metrics
 from app.observability.logging import RequestLog
 from app.observability.usage import Usage
 from app.services import Limits, Services
+from app.services.indexing import Indexer
 from app.services.status import VERSION
 from app.store import audit, migrate
 from app.store.database import Database
@@ -81,14 +82,17 @@ def _verifier(settings: Settings, db: Database, http: httpx2.AsyncClient) -> tup
 def create_app(settings: Settings) -> Starlette:
     settings.check_serving()
     db = Database(settings)
+    indexer = Indexer.from_settings(db, settings)
     services = Services.create(
         db,
+        indexer,
         Limits(
             max_batch=settings.max_batch,
             max_results=settings.max_results,
             page_size=settings.graph_page_size,
             observations_per_entity=settings.observations_per_entity,
         ),
+        ef_search=settings.search_ef_search,
     )
     # Only for the identity provider's metadata, keys and introspection; never forwards client tokens.
     http = httpx2.AsyncClient(timeout=httpx2.Timeout(5.0), follow_redirects=False)
@@ -128,7 +132,7 @@ def create_app(settings: Settings) -> Starlette:
             problem = str(exc)
         if problem:
             return JSONResponse({"status": "not ready", "reason": problem}, status_code=503)
-        return JSONResponse({"status": "ready"})
+        return JSONResponse({"status": "ready", "embeddings": indexer.state()})  # reported, not fatal
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -140,6 +144,7 @@ def create_app(settings: Settings) -> Starlette:
             raise  # a schema this code does not know: refuse to serve
         _watch_pool(db)
         metrics_server = _serve_metrics(settings)
+        await indexer.start()  # loads the embedding model; a broken model setting stops the server here
         logger.info(
             "engram %s listening on %s",
             VERSION,
@@ -161,6 +166,7 @@ def create_app(settings: Settings) -> Starlette:
             await asyncio.gather(*background, return_exceptions=True)
             if metrics_server is not None:
                 metrics_server.shutdown()
+            await indexer.stop()
             await http.aclose()
             await db.close()
 

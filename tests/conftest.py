@@ -197,3 +197,34 @@ def error_code(result: CallToolResult) -> str:
 
 def dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
+
+
+# --- embeddings: the real local model, and an OpenAI-compatible endpoint serving it ----------------
+
+
+@pytest.fixture(scope="session")
+async def local_model() -> AsyncIterator[Any]:
+    from app.embeddings.local import LocalModel
+
+    model = LocalModel(Settings(embedding_batch_size=16))
+    await model.start()
+    yield model
+    await model.close()
+
+
+@pytest.fixture(scope="session")
+def _embedding_server(local_model: Any) -> Iterator[Any]:
+    from tests.embedding_server import EmbeddingServer
+
+    server = EmbeddingServer(local_model)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def embedding_server(_embedding_server: Any) -> Iterator[Any]:
+    """The endpoint, answering normally at the start of each test."""
+    _embedding_server.reset()
+    yield _embedding_server
+    _embedding_server.reset()

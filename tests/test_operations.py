@@ -109,7 +109,8 @@ def test_readyz_reflects_a_stopped_database(db_settings):
     process = start_server(server_env(db_settings, port := free_port()))
     base = f"http://127.0.0.1:{port}"
     try:
-        assert httpx2.get(f"{base}/readyz", timeout=10).json() == {"status": "ready"}
+        ready = httpx2.get(f"{base}/readyz", timeout=10).json()
+        assert ready["status"] == "ready" and ready["embeddings"].startswith("ok")
         provision.down()
         try:
             stopped = httpx2.get(f"{base}/readyz", timeout=10)

@@ -10,7 +10,7 @@ from app.config import Settings
 from app.mcp import resources
 from app.mcp.context import ToolSet
 from app.mcp.observe import Observe
-from app.mcp.tools import admin, entities, graph, memory_dialect, neo4j_dialect, relations
+from app.mcp.tools import admin, entities, graph, memory_dialect, neo4j_dialect, relations, search
 from app.observability.usage import Usage
 from app.services import Services
 
@@ -22,8 +22,9 @@ with active-voice types ("works at", "depends on").
 # How to use each tool set; the server's instructions name only the tools it serves.
 USAGE = {
     "native": """\
-- Before answering from memory, look it up: get_entity for a known name, find_entities to list by
-  filters, neighbors / shortest_path / subgraph to explore connections.
+- Before answering from memory, look it up: search with the question in plain words, get_entity
+  for a known name, find_entities to list by filters, neighbors / shortest_path / subgraph to
+  explore connections.
 - Record new facts with upsert_entities (it merges into existing names) and link entities with
   connect_entities. Keep each observation to one fact. Fix mistakes with update_entity and
   remove_observations; remove_entities is undone by restore_entities.
@@ -70,7 +71,7 @@ def build_mcp(
     claims = [settings.tenant_claim, *settings.tenant_fallback_claims]
     tools = ToolSet(mcp, claims, scopes=scopes)
     if "native" in settings.tool_sets:
-        for module in (entities, relations, graph, admin):
+        for module in (entities, relations, graph, search, admin):
             module.register(tools, services)
     if "memory" in settings.tool_sets:
         memory_dialect.register(tools, services)

@@ -8,7 +8,9 @@ from app.services.base import Limits
 from app.services.cursors import Cursors
 from app.services.entities import Entities
 from app.services.graph import Graph
+from app.services.indexing import Indexer
 from app.services.relations import Relations
+from app.services.search import Search
 from app.services.status import Status
 from app.store.database import Database
 
@@ -19,17 +21,22 @@ class Services:
     relations: Relations
     graph: Graph
     status: Status
+    search: Search
+    indexer: Indexer
     limits: Limits
     cursors: Cursors
 
     @classmethod
-    def create(cls, db: Database, limits: Limits) -> Services:
+    def create(cls, db: Database, indexer: Indexer, limits: Limits, *, ef_search: int = 100) -> Services:
         cursors = Cursors()
+        shared = (db, indexer, cursors, limits)
         return cls(
-            entities=Entities(db, cursors, limits),
-            relations=Relations(db, cursors, limits),
-            graph=Graph(db, cursors, limits),
-            status=Status(db, cursors, limits),
+            entities=Entities(*shared),
+            relations=Relations(*shared),
+            graph=Graph(*shared),
+            status=Status(*shared),
+            search=Search(db, indexer, max_results=limits.max_results, ef_search=ef_search),
+            indexer=indexer,
             limits=limits,
             cursors=cursors,
         )

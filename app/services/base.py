@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -14,7 +14,8 @@ from app.errors import EngramError
 from app.observability.context import CALL, REQUEST_ID
 from app.services import models
 from app.services.cursors import Cursors
-from app.store import audit, relations
+from app.services.indexing import Indexer
+from app.store import audit, index, relations
 from app.store.database import Database, Tx
 
 
@@ -27,22 +28,28 @@ class Limits:
 
 
 class Service:
-    def __init__(self, db: Database, cursors: Cursors, limits: Limits) -> None:
+    def __init__(self, db: Database, indexer: Indexer, cursors: Cursors, limits: Limits) -> None:
         self.db = db
+        self.indexer = indexer
         self.cursors = cursors
         self.limits = limits
 
     @asynccontextmanager
-    async def tx(self, who: Principal, *, readonly: bool = False) -> AsyncIterator[Tx]:
+    async def tx(self, who: Principal, *, readonly: bool = False, texts: Sequence[str] = ()) -> AsyncIterator[Tx]:
         """One transaction in the caller's tenant; everything a tool call does happens inside it.
 
-        A write made for a tool call ends with that call's audit row, in the same transaction.
+        A write ends, in the same transaction, by bringing the search documents of the entities it
+        changed up to date and by the call's audit row. `texts` it is likely to index are embedded
+        before the transaction opens, so it stays short; the rest wait for the background filler.
         """
         tenant = await self.db.tenant(who.tenant)
         if self.cursors.key is None:  # loaded on first use: it lives in the database, shared by replicas
             self.cursors.key = await self.db.secret("cursor")
+        vectors = await self.indexer.vectors_for(tenant, texts) if texts else index.Vectors(self.indexer.model)
         async with self.db.transaction(tenant, readonly=readonly) as tx:
             yield tx
+            if not readonly:
+                tx.pending = await index.sync(tx, tx.entities, vectors)
             call = CALL.get()
             if not readonly and call is not None and tx.affected:
                 await audit.write(
@@ -54,6 +61,7 @@ class Service:
                     duration_ms=round((time.perf_counter() - call.started) * 1000, 3),
                     request_id=REQUEST_ID.get(),
                 )
+        self.indexer.written(tx.pending)
 
     def check_batch(self, size: int) -> None:
         if size > self.limits.max_batch:

@@ -19,7 +19,7 @@ from app.auth.principal import Principal
 from app.errors import EngramError
 from app.services import models
 from app.services.base import Service, relation, summary
-from app.store import audit, entities, history, relations
+from app.store import audit, entities, history, index, relations
 from app.store.database import Tx
 from app.store.history import Event
 
@@ -63,9 +63,9 @@ class Entities(Service):
     ) -> models.UpsertResult:
         self.check_batch(len(items))
         folded = _fold(items)
-        async with self.tx(who) as tx:
+        async with self.tx(who, texts=_texts(folded)) as tx:
             results = await self._upsert(tx, folded, on_existing, who.actor)
-        return models.UpsertResult(results=results)
+        return models.UpsertResult(results=results, embeddings_pending=tx.pending)
 
     async def _upsert(
         self, tx: Tx, folded: list[_Merged], on_existing: OnExisting, actor: str
@@ -265,7 +265,7 @@ class Entities(Service):
         """Create each (name, type, observations), or make an existing one exactly that (type and observations)."""
         self.check_batch(len(items))
         folded = [_Merged(name, {"type": type_}, list(dict.fromkeys(obs))) for name, type_, obs in items]
-        async with self.tx(who) as tx:
+        async with self.tx(who, texts=_texts(folded)) as tx:
             await self._upsert(tx, folded, "merge", who.actor)
             found = await entities.live_by_names(tx, [m.name for m in folded])
             stored = await entities.observations(tx, [r["id"] for r in found.values()], 100_000)
@@ -333,6 +333,15 @@ class Entities(Service):
             more = len(rows) > limit
             next_cursor = self.cursors.encode(tx.tenant.id, listing, rows[limit - 1]["id"]) if more else None
         return models.AuditPage(entries=[models.AuditEntry(**dict(r)) for r in rows[:limit]], next_cursor=next_cursor)
+
+
+def _texts(folded: Sequence[_Merged]) -> list[str]:
+    """The search texts an upsert will most likely index, to embed before its transaction."""
+    return [
+        t
+        for m in folded
+        for t in index.texts_of(m.name, m.fields.get("type"), m.fields.get("description"), m.observations)
+    ]
 
 
 def hash_filters(filters: entities.Filters) -> str:

@@ -161,6 +161,11 @@ class UpsertItem(BaseModel):
 
 class UpsertResult(BaseModel):
     results: list[UpsertItem]
+    embeddings_pending: int = Field(
+        0,
+        description="Texts saved without an embedding yet (provider unavailable): `search` finds them by words now, "
+        "by meaning once a background task has embedded them.",
+    )
 
 
 class Changed(BaseModel):

@@ -29,5 +29,5 @@ class Status(Service):
             pass
         usable = tools if graph == "ok" else [t for t in tools if t in _ALWAYS]
         return models.StatusResult(
-            database=database, graph=graph, embeddings="not configured", tools=usable, version=VERSION
+            database=database, graph=graph, embeddings=self.indexer.state(), tools=usable, version=VERSION
         )

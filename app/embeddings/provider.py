@@ -1,0 +1,54 @@
+"""The interface every embedding provider implements, and the choice of one from settings."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import ClassVar
+
+from app.config import Settings
+
+Vector = list[float]
+
+# What the default local model is called in settings and in the database.
+DEFAULT_LOCAL_MODEL = "all-MiniLM-L6-v2"
+
+
+class EmbeddingError(RuntimeError):
+    """The provider gave no usable vectors. The message is safe to log (no keys, no texts)."""
+
+
+class Provider(ABC):
+    """Turns texts into unit-length vectors of `dimensions` floats, in order.
+
+    `model` names the vectors' space: two providers with the same `model` must produce
+    comparable vectors, because it is what each stored vector records as its maker.
+    """
+
+    kind: ClassVar[str] = "provider"  # the metrics' `provider` label
+
+    model: str
+    dimensions: int
+
+    async def start(self) -> None:  # noqa: B027 (optional hook)
+        """Load the model or open connections; called once before the first `embed`."""
+
+    @abstractmethod
+    async def embed(self, texts: Sequence[str], *, attempts: int | None = None) -> list[Vector]:
+        """One vector per text. `attempts` bounds tries of a remote call (default: the settings')."""
+
+    async def close(self) -> None:  # noqa: B027 (optional hook)
+        """Release what `start` took."""
+
+
+def create_provider(settings: Settings) -> Provider | None:
+    """The configured provider (not started yet), or None when embeddings are switched off."""
+    if settings.embedding_provider == "none":
+        return None
+    if settings.embedding_provider == "openai":
+        from app.embeddings.openai_compat import OpenAICompatible
+
+        return OpenAICompatible(settings)
+    from app.embeddings.local import LocalModel
+
+    return LocalModel(settings)

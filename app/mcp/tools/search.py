@@ -1,0 +1,61 @@
+"""The `search` tool: find entities by meaning and by words."""
+
+# No `from __future__ import annotations`: the schemas use bounds known only at registration.
+
+from typing import Annotated
+
+from pydantic import Field
+
+from app.auth.principal import READ, Principal
+from app.errors import EngramError
+from app.mcp.context import READ_ONLY, ToolSet
+from app.services import Services
+from app.services.models import Certainty, Label, TypeName
+from app.services.search import Query
+from app.services.search_models import Mode, SearchResult
+from app.store.index import Filters
+
+QueryText = Annotated[str, Field(min_length=1, max_length=1000, description="What to look for, in any words.")]
+
+
+def register(tool: ToolSet, s: Services) -> None:
+    @tool(READ, READ_ONLY, name="search")
+    async def search_tool(
+        who: Principal,
+        query: QueryText,
+        mode: Mode = "hybrid",
+        types: Annotated[list[TypeName] | None, Field(max_length=20, description="Only these entity types.")] = None,
+        area: Label | None = None,
+        topic: Label | None = None,
+        min_certainty: Certainty | None = None,
+        max_certainty: Certainty | None = None,
+        min_score: Annotated[
+            float | None, Field(ge=0, le=1, description="Drop hits whose best score is below this.")
+        ] = None,
+        limit: Annotated[int, Field(ge=1, le=50)] = 10,
+        cursor: Annotated[str | None, Field(max_length=200, description="`next_cursor` of the previous page.")] = None,
+    ) -> SearchResult:
+        """Find entities by what they mean and by the words they contain: "what do I know about X?".
+
+        Use it before answering from memory, with the question in plain words. `hybrid` (default)
+        fuses meaning, words and names; `semantic` ranks by meaning only; `keyword` by words and
+        names only (quote "a phrase", use `or`, `-word` to exclude). Each hit gives the entity,
+        the observation or text that matched (with a **marked** snippet when words matched) and
+        its scores, so you can judge why it matched. Filters narrow by type, area, topic and
+        certainty. Results come `limit` at a time; pass `next_cursor` back for more.
+        """
+        if min_certainty is not None and max_certainty is not None and min_certainty > max_certainty:
+            raise EngramError("invalid", "`min_certainty` must not exceed `max_certainty`")
+        if not query.strip():
+            raise EngramError("invalid", "`query` must contain more than white space")
+        return await s.search.search(
+            who,
+            Query(
+                text=query.strip(),
+                mode=mode,
+                filters=Filters(types, area, topic, min_certainty, max_certainty),
+                min_score=min_score,
+                limit=limit,
+                cursor=cursor,
+            ),
+        )

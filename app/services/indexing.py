@@ -1,0 +1,280 @@
+"""Keeping embeddings right: the model a server embeds with, vectors for writes, the background
+filler of pending texts, and `engram reindex`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import asyncpg
+
+from app.config import Settings
+from app.embeddings.embedder import Embedder, ProviderDown
+from app.embeddings.provider import EmbeddingError, Vector, create_provider
+from app.errors import EngramError
+from app.observability import metrics
+from app.store import index
+from app.store.database import Database, Tenant
+
+logger = logging.getLogger(__name__)
+
+_POLL_SECONDS = 30.0  # how often the filler looks for other replicas' pending texts
+_RECHECK_SECONDS = 5.0  # after a model change, how often searches look whether a reindex finished
+_REBUILD_PAGE = 500  # entities per transaction when `engram reindex` rebuilds documents
+
+Progress = Callable[[Tenant, int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ReindexReport:
+    tenants: int
+    texts: int
+    complete: bool  # every tenant's texts now carry the model's vectors
+    current: bool  # ... and the model was made current
+
+
+class Indexer:
+    def __init__(self, db: Database, embedder: Embedder | None, *, batch_size: int) -> None:
+        self._db = db
+        self.embedder = embedder
+        self._batch = batch_size
+        self.model: index.Model | None = None
+        self.current_model: str | None = None  # the model whose vectors are complete
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._checked = 0.0
+
+    @classmethod
+    def from_settings(cls, db: Database, settings: Settings) -> Indexer:
+        provider = create_provider(settings)
+        embedder = Embedder(provider, settings.embedding_cache_size) if provider is not None else None
+        return cls(db, embedder, batch_size=settings.embedding_batch_size)
+
+    # --- life cycle ---------------------------------------------------------------------------
+
+    async def start(self, *, fill: bool = True) -> None:
+        """Load the model, register it, and (in a server) start the filler. Model errors are fatal."""
+        if self.embedder is not None:
+            await self.embedder.provider.start()
+        try:
+            await self.register()
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            logger.warning("embedding model not registered yet (%s); will retry", type(exc).__name__)
+        if fill and self.embedder is not None:
+            self._task = asyncio.create_task(self._fill_forever(), name="embedding filler")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self.embedder is not None:
+            await self.embedder.provider.close()
+
+    async def register(self) -> None:
+        """Record this server's model; warn when the stored vectors were made by another one."""
+        if self.embedder is None:
+            self.current_model = await index.current_model_name(self._db)
+            return
+        self.model, self.current_model = await index.register_model(
+            self._db, self.embedder.model, self.embedder.dimensions
+        )
+        if self.model_changed:
+            logger.warning(
+                "embedding model changed: stored vectors were made by %s, this server embeds with %s. "
+                "Semantic search covers only texts embedded by the new model until `engram reindex` runs.",
+                self.current_model,
+                self.model.name,
+            )
+
+    def state(self) -> str:
+        """The embedding provider's state, as server_status and /readyz report it."""
+        if self.embedder is None:
+            return "off (keyword search only)"
+        if self.model is None:
+            return "not ready (model not registered yet)"
+        changed = f"; vectors of {self.current_model} await `engram reindex`" if self.model_changed else ""
+        return f"ok ({self.model.name}, {self.model.dimensions} dimensions{changed})"
+
+    @property
+    def model_changed(self) -> bool:
+        return self.model is not None and self.current_model is not None and self.current_model != self.model.name
+
+    async def still_changed(self) -> bool:
+        """`model_changed`, read again from the database at most every few seconds (a reindex
+        elsewhere may have finished)."""
+        if self.model_changed and time.monotonic() - self._checked > _RECHECK_SECONDS:
+            self._checked = time.monotonic()
+            self.current_model = await index.current_model_name(self._db)
+        return self.model_changed
+
+    # --- writes and queries ---------------------------------------------------------------------
+
+    async def vectors_for(self, tenant: Tenant, texts: Sequence[str]) -> index.Vectors:
+        """Embed a write's texts before its transaction opens. Never fails: what cannot be embedded
+        now is left pending for the filler."""
+        if self.embedder is None or self.model is None or not texts:
+            return index.Vectors(self.model)
+        unique = list(dict.fromkeys(texts))
+        try:
+            vectors = await self.embedder.embed(unique, scope=tenant.id, attempts=1)
+        except EmbeddingError:
+            return index.Vectors(self.model)
+        return index.Vectors(self.model, {index.text_hash(t): v for t, v in zip(unique, vectors, strict=True)})
+
+    def written(self, pending: int) -> None:
+        """After a commit that left `pending` texts without vectors: wake the filler."""
+        if pending:
+            self._wake.set()
+
+    async def query_vector(self, tenant: Tenant, text: str) -> tuple[Vector | None, str | None]:
+        """The query's vector, or None and why not."""
+        if self.embedder is None:
+            return None, "semantic search is switched off on this server (ENGRAM_EMBEDDING_PROVIDER=none)"
+        if self.model is None:
+            return None, "semantic search is not ready: the embedding model is not registered yet"
+        try:
+            return (await self.embedder.embed([text], scope=tenant.id, attempts=1))[0], None
+        except EmbeddingError:
+            return None, "semantic ranking skipped: the embedding provider is not answering"
+
+    # --- filling ------------------------------------------------------------------------------
+
+    async def fill(
+        self,
+        tenant: Tenant,
+        *,
+        replace: bool = False,
+        max_texts: int | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> int:
+        """Embed the tenant's pending texts (or, with `replace`, every text not embedded by this
+        server's model), batch by batch, each batch in its own short transaction. Returns how many
+        texts got vectors; resumable at any point, since finished rows no longer qualify."""
+        assert self.embedder is not None and self.model is not None
+        model = self.model
+        generation = None
+        if not replace:
+            async with self._db.transaction(tenant, readonly=True) as tx:
+                generation = await index.pending_generation(tx)
+        done, after = 0, 0
+        while True:
+            if max_texts is not None and done >= max_texts:
+                return done  # stopped early: the marker stays
+            size = self._batch if max_texts is None else min(self._batch, max_texts - done)
+            async with self._db.transaction(tenant, readonly=True) as tx:
+                docs = await index.docs_to_embed(tx, model if replace else None, after, size)
+            if not docs:
+                break
+            vectors = await self.embedder.embed([d["body"] for d in docs], scope=tenant.id)
+            async with self._db.transaction(tenant) as tx:
+                await index.store_vectors(
+                    tx, model, [(d["id"], d["body_hash"], v) for d, v in zip(docs, vectors, strict=True)]
+                )
+            after = docs[-1]["id"]
+            done += len(docs)
+            if progress is not None:
+                progress(done)
+        if generation is not None:
+            async with self._db.transaction(tenant) as tx:
+                await index.clear_pending(tx, generation)
+        return done
+
+    async def _fill_forever(self) -> None:
+        """Fill pending texts when a write leaves some, every 30 s, and after the provider recovers."""
+        assert self.embedder is not None
+        while True:
+            wait = _POLL_SECONDS
+            try:
+                if self.model is None:
+                    await self.register()
+                else:
+                    self.current_model = await index.current_model_name(self._db)
+                for tenant in await index.tenants(self._db, pending_only=True):
+                    await self.fill(tenant)
+                metrics.EMBED_PENDING.set(0)
+            except ProviderDown:
+                wait = max(self.embedder.seconds_until_retry(), 0.5)
+            except EmbeddingError as exc:
+                logger.warning("filling embeddings paused: %s", exc)
+                wait = max(self.embedder.seconds_until_retry(), 0.5)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                logger.warning("filling embeddings paused: database error %s", type(exc).__name__)
+                wait = 5.0
+            except Exception:
+                logger.exception("filling embeddings failed")
+            if wait != _POLL_SECONDS:  # paused with work left: show the backlog to the alerts
+                with contextlib.suppress(Exception):
+                    metrics.EMBED_PENDING.set(await self._backlog())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=wait)
+            self._wake.clear()
+
+    async def _backlog(self) -> int:
+        """Texts waiting for an embedding, over all tenants that have some."""
+        total = 0
+        for tenant in await index.tenants(self._db, pending_only=True):
+            async with self._db.transaction(tenant, readonly=True) as tx:
+                total += await index.count_to_embed(tx, self.model)
+        return total
+
+    # --- engram reindex -----------------------------------------------------------------------
+
+    async def reindex(
+        self, tenant_keys: Sequence[str] = (), *, max_texts: int | None = None, progress: Progress | None = None
+    ) -> ReindexReport:
+        """Rebuild every tenant's search documents and give each text a vector of this server's
+        model, tenant by tenant; once all are done, make the model current."""
+        if self.embedder is None or self.model is None:
+            raise EngramError("unavailable", "reindex needs an embedding provider (ENGRAM_EMBEDDING_PROVIDER)")
+        every = await index.tenants(self._db, pending_only=False)
+        chosen = [t for t in every if not tenant_keys or t.key in tenant_keys]
+        if missing := set(tenant_keys) - {t.key for t in chosen}:
+            raise EngramError("not_found", f"no such tenant: {', '.join(sorted(missing))}")
+        budget = max_texts
+        texts = 0
+        for n, tenant in enumerate(chosen):
+            await self._rebuild_documents(tenant)
+            async with self._db.transaction(tenant, readonly=True) as tx:
+                total = await index.count_to_embed(tx, self.model)
+            if progress is not None:
+                progress(tenant, 0, total)
+            done = await self.fill(
+                tenant,
+                replace=True,
+                max_texts=budget,
+                progress=None if progress is None else functools.partial(_tenant_progress, progress, tenant, total),
+            )
+            texts += done
+            if done < total:
+                return ReindexReport(n, texts, complete=False, current=False)
+            async with self._db.transaction(tenant) as tx:
+                await index.build_vector_index(tx, self.model)
+            if budget is not None:
+                budget -= done
+        current = not tenant_keys
+        if current:
+            await index.make_current(self._db, self.model)
+            self.current_model = self.model.name
+        return ReindexReport(len(chosen), texts, complete=True, current=current)
+
+    async def _rebuild_documents(self, tenant: Tenant) -> None:
+        """Documents for every entity, as the write path would have made them (fixes missing ones)."""
+        after: str | None = None
+        while True:
+            async with self._db.transaction(tenant) as tx:
+                ids = await index.entity_ids_after(tx, after, _REBUILD_PAGE)
+                if not ids:
+                    return
+                await index.sync(tx, ids, index.Vectors(self.model))
+            after = ids[-1]
+
+
+def _tenant_progress(progress: Progress, tenant: Tenant, total: int, done: int) -> None:
+    progress(tenant, done, total)

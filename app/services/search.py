@@ -1,0 +1,225 @@
+"""Search by meaning and by words: three rankings of a tenant's entities, fused by reciprocal rank.
+
+- semantic: the query's embedding against every indexed text (entity and each observation);
+- words: full-text search over the same texts (web-search syntax);
+- names: trigram similarity of entity names, for typos and partial names (short queries only).
+
+Each ranking is of texts; an entity takes the place of its best text. Fusion is reciprocal
+rank fusion weighted by each ranking's own score: an entity gains score / (60 + rank) from every
+ranking it appears in. Plain RRF (1 / (60 + rank)) let a text that shares one common word with
+the query outrank the semantic best match; weighting by score keeps weak evidence weak while
+ranks still do the calibration between cosine similarities and word counts (docs/search.md,
+docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import orjson
+
+from app.auth.principal import Principal
+from app.errors import EngramError
+from app.services.indexing import Indexer
+from app.services.models import EntitySummary
+from app.services.search_models import Match, Mode, Scores, SearchHit, SearchResult
+from app.store import index
+from app.store.database import Database, Tx
+
+RRF_K = 60
+NAME_QUERY_MAX_WORDS = 3  # longer queries are questions, not names
+# In a large tenant a word found in thousands of texts ("team", "customer") identifies nothing, and
+# matching it would mean ranking a large part of the tenant on every query: such words (by the
+# planner's statistics, read again every few minutes) are not used to find texts, only to rank them.
+COMMON_WORD = 1000
+COMMON_WORDS_TTL = 600.0
+CANDIDATES = 1000  # most matching texts the words ranking looks at
+_WEB_SYNTAX = re.compile(r'"|(^|\s)-\S|\s(or)\s', re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    text: str
+    mode: Mode = "hybrid"
+    filters: index.Filters = field(default_factory=index.Filters)
+    min_score: float | None = None
+    limit: int = 10
+    cursor: str | None = None
+
+    def fingerprint(self) -> str:
+        key = orjson.dumps([self.text, self.mode, *self.filters.args(), self.min_score])
+        return hashlib.sha256(key).hexdigest()[:16]
+
+
+@dataclass(slots=True)
+class _Candidate:
+    entity_id: str
+    ranks: dict[str, int]
+    scores: dict[str, float]
+    docs: dict[str, int | None]
+    fused: float = 0.0
+
+
+def _best_per_entity(rows: Sequence[index.Ranked]) -> list[index.Ranked]:
+    """A ranking of texts, best first, to a ranking of entities: each at its best text."""
+    seen: dict[str, index.Ranked] = {}
+    for r in rows:
+        seen.setdefault(r.entity_id, r)
+    return list(seen.values())
+
+
+class Search:
+    def __init__(self, db: Database, indexer: Indexer, *, max_results: int, ef_search: int) -> None:
+        self._db = db
+        self._indexer = indexer
+        self.max_results = max_results
+        self._ef_search = ef_search
+        self._common: dict[str, tuple[float, list[str]]] = {}  # per tenant: (when read, words)
+
+    async def search(self, who: Principal, q: Query) -> SearchResult:
+        offset = self._offset(q)
+        depth = offset + q.limit  # entities each ranking must reach
+        notices: list[str] = []
+        tenant = await self._db.tenant(who.tenant)
+
+        vector = None
+        if q.mode != "keyword":
+            vector, problem = await self._indexer.query_vector(tenant, q.text)
+            if problem:
+                if q.mode == "semantic":
+                    raise EngramError("unavailable", problem)
+                notices.append(problem + "; these results rank by words and names only")
+            elif await self._indexer.still_changed():
+                notices.append(
+                    "the embedding model changed: texts not yet re-embedded (`engram reindex`) are found by words "
+                    "and names only"
+                )
+        mode: Mode = q.mode if vector is not None or q.mode == "keyword" else "keyword"
+        strict = bool(_WEB_SYNTAX.search(q.text))
+        texts = min(3 * depth + 20, 600)  # an entity may hold several of the nearest texts
+
+        async with self._db.transaction(tenant, readonly=True) as tx:
+            await index.tune(tx, max(self._ef_search, texts))
+            rankings: dict[str, list[index.Ranked]] = {}
+            if vector is not None and self._indexer.model is not None:
+                rankings["semantic"] = _best_per_entity(
+                    await index.by_vector(tx, self._indexer.model, vector, q.filters, texts)
+                )
+            if mode != "semantic":
+                common = await self._common_words(tx)
+                rankings["keyword"] = _best_per_entity(
+                    await index.by_words(tx, q.text, strict, common, q.filters, texts, CANDIDATES)
+                )
+                if len(q.text.split()) <= NAME_QUERY_MAX_WORDS:
+                    rankings["name"] = await index.by_name(tx, q.text, q.filters, depth)
+            ranked = self._fuse(rankings, q.min_score)
+            page = ranked[offset:depth]
+            hits = await self._describe(tx, page, rankings, q.text, strict)
+            if vector is not None and (pending := await index.pending_count(tx)):
+                notices.append(f"{pending} recently saved texts have no embedding yet: found by words and names only")
+
+        more = len(ranked) > depth and depth < self.max_results
+        next_cursor = _cursor(depth, q.fingerprint()) if more else None
+        return SearchResult(mode=mode, hits=hits, next_cursor=next_cursor, notices=notices)
+
+    async def _common_words(self, tx: Tx) -> list[str]:
+        cached = self._common.get(tx.tenant.id)
+        if cached is None or time.monotonic() - cached[0] > COMMON_WORDS_TTL:
+            cached = (time.monotonic(), await index.common_words(tx, COMMON_WORD))
+            self._common[tx.tenant.id] = cached
+        return cached[1]
+
+    def _offset(self, q: Query) -> int:
+        if q.cursor is None:
+            return 0
+        try:
+            data = orjson.loads(base64.urlsafe_b64decode(q.cursor.encode()))
+            offset, fingerprint = int(data["o"]), str(data["f"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise EngramError("invalid", "`cursor` is not a cursor this tool returned") from exc
+        if fingerprint != q.fingerprint():
+            raise EngramError("invalid", "`cursor` belongs to another query: repeat the same arguments with it")
+        if not 0 < offset < self.max_results:
+            raise EngramError("invalid", "`cursor` is out of range")
+        return offset
+
+    @staticmethod
+    def _fuse(rankings: dict[str, list[index.Ranked]], min_score: float | None) -> list[_Candidate]:
+        candidates: dict[str, _Candidate] = {}
+        for leg, rows in rankings.items():
+            for rank, r in enumerate(rows, start=1):
+                c = candidates.setdefault(r.entity_id, _Candidate(r.entity_id, {}, {}, {}))
+                c.ranks[leg], c.scores[leg], c.docs[leg] = rank, r.score, r.doc_id
+                c.fused += max(r.score, 0.0) / (RRF_K + rank)
+        best_possible = len(rankings) / (RRF_K + 1)
+        out = []
+        for c in candidates.values():
+            c.fused /= best_possible
+            if min_score is None or max(c.scores.values()) >= min_score:
+                out.append(c)
+        out.sort(key=lambda c: (-c.fused, -max(c.scores.values()), c.entity_id))
+        return out
+
+    async def _describe(
+        self,
+        tx: Tx,
+        page: list[_Candidate],
+        rankings: dict[str, list[index.Ranked]],
+        text: str,
+        strict: bool,
+    ) -> list[SearchHit]:
+        rows = await index.entities(tx, [c.entity_id for c in page])
+        shown: dict[str, int | None] = {}
+        for c in page:
+            # The text that placed the entity best: semantic or words (names have no text).
+            legs = sorted((rank, leg) for leg, rank in c.ranks.items() if c.docs[leg] is not None)
+            shown[c.entity_id] = c.docs[legs[0][1]] if legs else None
+        worded = {r.doc_id for r in rankings.get("keyword", ()) if r.doc_id is not None}
+        doc_ids = [d for d in shown.values() if d is not None]
+        texts = await index.matched_texts(tx, doc_ids, [d for d in doc_ids if d in worded], text, strict)
+        hits = []
+        for c in page:
+            row = rows.get(c.entity_id)
+            if row is None:
+                continue
+            doc = shown[c.entity_id]
+            if doc is not None and doc in texts:
+                kind, body, snippet = texts[doc]
+                match = Match(kind=kind, text=body, snippet=snippet)  # type: ignore[arg-type]
+            else:
+                match = Match(kind="name", text=row["name"])
+            hits.append(
+                SearchHit(
+                    entity=EntitySummary(
+                        id=row["id"],
+                        name=row["name"],
+                        type=row["type"],
+                        description=row["description"],
+                        area=row["area"],
+                        topic=row["topic"],
+                        subtopic=row["subtopic"],
+                        certainty=row["certainty"],
+                    ),
+                    match=match,
+                    scores=Scores(
+                        semantic=_round(c.scores.get("semantic")),
+                        keyword=_round(c.scores.get("keyword")),
+                        name=_round(c.scores.get("name")),
+                        fused=round(c.fused, 4),
+                    ),
+                )
+            )
+        return hits
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def _cursor(offset: int, fingerprint: str) -> str:
+    return base64.urlsafe_b64encode(orjson.dumps({"o": offset, "f": fingerprint})).decode()

@@ -1,0 +1,330 @@
+"""Search at scale: a tenant with 100k entities (~300k indexed texts) beside a tenant with 1k.
+
+    make bench-search            # or: python -m bench.search [--large N] [--small N] [--reuse]
+
+What is real and what is not (docs/benchmarks.md says the same):
+- Every write goes through the service's write path (Memory.upsert_entities: AGE vertex, entity
+  rows, observations, search documents) into a database of its own (`engram_bench_search`).
+- Embeddings: the small tenant, the first `--real` entities of the large one, the pending-ingestion
+  sample and every query are embedded by the local model. The rest of the large tenant gets
+  SYNTHETIC vectors: each is a real embedding from that first part plus Gaussian noise (cosine
+  about 0.8 to its centre), so the bulk clusters like real text does. Embedding 300k texts on
+  this machine's two shared cores would take ~30 min; the query embedding is measured for real.
+- Recall of the vector ranking is measured against exact search over the same rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import statistics
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import asyncpg
+import numpy as np
+from app.services.memory import Memory
+from pydantic import SecretStr
+
+from app.auth.principal import Principal
+from app.config import Settings
+from app.services.indexing import Indexer
+from app.services.models import EntityIn
+from app.services.search import Query, Search
+from app.store import index, migrate, provision
+from app.store.database import Database, Tenant
+from bench import corpus
+
+BENCH_DB = "engram_bench_search"
+BATCH = 200
+NOISE = 0.035  # per-dimension sigma: cosine ~0.8 between a synthetic vector and its real centre
+
+
+def who(tenant: str) -> Principal:
+    return Principal("bench", "bench", tenant, frozenset(), "bench")
+
+
+def entity_inputs(items: Sequence[corpus.Entity]) -> list[EntityIn]:
+    return [
+        EntityIn(name=e.name, type=e.type, description=e.description, observations=list(e.observations)) for e in items
+    ]
+
+
+class SyntheticIndexer(Indexer):
+    """Vectors for the bulk of the large tenant: a real embedding (picked by the text's hash) plus noise."""
+
+    def __init__(self, db: Database, model: index.Model, centres: np.ndarray) -> None:
+        super().__init__(db, None, batch_size=64)
+        self.model = model
+        self._centres = centres
+
+    async def vectors_for(self, tenant: Tenant, texts: Sequence[str]) -> index.Vectors:
+        out = {}
+        for text in texts:
+            digest = index.text_hash(text)
+            seed = int.from_bytes(digest[:8], "little")
+            v = self._centres[seed % len(self._centres)] + np.random.default_rng(seed).normal(0, NOISE, 384)
+            out[digest] = (v / np.linalg.norm(v)).tolist()
+        return index.Vectors(self.model, out)
+
+
+async def ingest(memory: Memory, tenant: str, items: Sequence[corpus.Entity]) -> tuple[float, int]:
+    """Upsert in batches through the service; returns (seconds, texts left pending)."""
+    start, pending = time.perf_counter(), 0
+    for i in range(0, len(items), BATCH):
+        result = await memory.upsert_entities(who(tenant), entity_inputs(items[i : i + BATCH]), "merge")
+        pending += result.embeddings_pending
+    return time.perf_counter() - start, pending
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.array(values), q))
+
+
+async def timed(fn: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
+    start = time.perf_counter()
+    result = await fn()
+    return (time.perf_counter() - start) * 1000, result
+
+
+async def bench_db(settings: Settings, reuse: bool) -> tuple[str, str]:
+    owner = settings.admin_dsn()
+    conn = await asyncpg.connect(owner)
+    try:
+        exists = await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", BENCH_DB)
+        if exists and not reuse:
+            await conn.execute(f'DROP DATABASE "{BENCH_DB}" WITH (FORCE)')
+        if not exists or not reuse:
+            await conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
+    finally:
+        await conn.close()
+    owner_url = owner.rsplit("/", 1)[0] + "/" + BENCH_DB
+    await migrate.migrate(owner_url, settings.migrations_dir)
+    return settings.runtime_dsn().rsplit("/", 1)[0] + "/" + BENCH_DB, owner_url
+
+
+async def vector_recall(
+    db: Database, owner_url: str, search_ef: int, model: index.Model, tenant: Tenant, vectors: Sequence[Sequence[float]]
+) -> dict[str, float]:
+    """The production vector query (top 50 texts, first 10 kept) against an exact scan of the same
+    rows, run on a connection of its own so no cached plan is shared between the two."""
+    exact_conn = await asyncpg.connect(owner_url, server_settings={"search_path": "ag_catalog, public"})
+    ann_ms, exact_ms, recalls = [], [], []
+    try:
+        await exact_conn.execute("SET enable_indexscan = off")
+        for v in vectors:
+            async with db.transaction(tenant, readonly=True) as tx:
+                await index.tune(tx, max(search_ef, 50))
+                ms, ann = await timed(lambda v=v, tx=tx: index.by_vector(tx, model, v, index.Filters(), 50))
+            ann_ms.append(ms)
+            literal = "[" + ",".join(map(str, v)) + "]"
+            ms, exact = await timed(
+                lambda literal=literal: exact_conn.fetch(
+                    f"SELECT id FROM {tenant.schema}.search_docs WHERE model_id = $2"  # noqa: S608
+                    " ORDER BY embedding::vector(384) <=> $1::text::vector(384) LIMIT 10",
+                    literal,
+                    model.id,
+                )
+            )
+            exact_ms.append(ms)
+            truth = {r[0] for r in exact}
+            recalls.append(len(truth & {r.doc_id for r in ann[:10]}) / max(len(truth), 1))
+    finally:
+        await exact_conn.close()
+    return {
+        "recall@10": statistics.mean(recalls),
+        "recall@10 min": min(recalls),
+        "ann p50 ms": pct(ann_ms, 50),
+        "exact p50 ms": pct(exact_ms, 50),
+    }
+
+
+async def shared_table(
+    owner_url: str, tenants: dict[str, Tenant], vectors: Sequence[Sequence[float]]
+) -> dict[str, Any]:
+    """The design not taken: both tenants in one table with one HNSW index, filtered by tenant."""
+    conn = await asyncpg.connect(owner_url, server_settings={"search_path": "ag_catalog, public"})
+    out: dict[str, Any] = {}
+    try:
+        await conn.execute("DROP TABLE IF EXISTS bench_shared")
+        await conn.execute("CREATE TABLE bench_shared (tenant text, doc_id bigint, embedding vector(384))")
+        for key, t in tenants.items():
+            await conn.execute(
+                f"INSERT INTO bench_shared SELECT $1, id, embedding::vector(384) FROM {t.schema}.search_docs"  # noqa: S608
+                " WHERE embedding IS NOT NULL",
+                key,
+            )
+        await conn.execute("SET maintenance_work_mem = '1GB'")
+        start = time.perf_counter()
+        await conn.execute("CREATE INDEX ON bench_shared USING hnsw (embedding vector_cosine_ops)")
+        out["build s"] = time.perf_counter() - start
+        await conn.execute("ANALYZE bench_shared")
+        small = "bench-small"
+        for scan in ("off", "relaxed_order"):
+            recalls, times = [], []
+            for v in vectors:
+                literal = "[" + ",".join(map(str, v)) + "]"
+                async with conn.transaction():
+                    await conn.execute(f"SET LOCAL hnsw.iterative_scan = {scan}")
+                    await conn.execute("SET LOCAL hnsw.ef_search = 100")
+                    ms, rows = await timed(
+                        lambda literal=literal: conn.fetch(
+                            "SELECT doc_id FROM bench_shared WHERE tenant = $1"
+                            " ORDER BY embedding <=> $2::text::vector(384) LIMIT 10",
+                            small,
+                            literal,
+                        )
+                    )
+                    await conn.execute("SET LOCAL enable_indexscan = off")
+                    exact = await conn.fetch(
+                        "SELECT doc_id FROM bench_shared WHERE tenant = $1"
+                        " ORDER BY embedding <=> $2::text::vector(384) LIMIT 10",
+                        small,
+                        literal,
+                    )
+                truth = {r[0] for r in exact}
+                recalls.append(len(truth & {r[0] for r in rows}) / max(len(truth), 1))
+                times.append(ms)
+            out[f"small tenant, iterative_scan={scan}"] = {
+                "recall@10": statistics.mean(recalls),
+                "p50 ms": pct(times, 50),
+            }
+        await conn.execute("DROP TABLE bench_shared")
+    finally:
+        await conn.close()
+    return out
+
+
+async def main(args: argparse.Namespace) -> None:
+    base = provision.with_local_database(Settings(embedding_cache_size=0, statement_timeout_ms=600_000))
+    app_url, owner_url = await bench_db(base, args.reuse)
+    settings = base.model_copy(
+        update={"database_url": SecretStr(app_url), "admin_database_url": SecretStr(owner_url), "pool_min_size": 1}
+    )
+    db = Database(settings)
+    await db.open()
+    indexer = Indexer.from_settings(db, settings)
+    await indexer.start(fill=False)
+    assert indexer.model is not None and indexer.embedder is not None
+    model = indexer.model
+    memory = Memory(db, indexer, max_batch=BATCH, max_results=200)
+    report: dict[str, Any] = {"load average at start": os.getloadavg()[0]}
+
+    small = corpus.entities(args.small, seed=1)
+    large = corpus.entities(args.large, seed=2)
+    if not args.reuse:
+        print(f"ingesting {len(small)} + {args.real} entities with the local model ...", flush=True)
+        s1, _ = await ingest(memory, "bench-small", small)
+        s2, _ = await ingest(memory, "bench-large", large[: args.real])
+        n = len(small) + args.real
+        report["ingest, local model"] = {"entities/s": n / (s1 + s2), "texts/s": 3 * n / (s1 + s2)}
+
+        print(f"ingesting {args.pending} entities with embeddings pending ...", flush=True)
+        seconds, pending = await ingest(
+            Memory(db, Indexer(db, None, batch_size=64), max_batch=BATCH, max_results=200),
+            "bench-pending",
+            corpus.entities(args.pending, seed=3),
+        )
+        report["ingest, embeddings pending"] = {
+            "entities/s": args.pending / seconds,
+            "texts/s": pending / seconds,
+            "pending texts": pending,
+        }
+
+        large_tenant = await db.tenant("bench-large")
+        owner = await asyncpg.connect(owner_url, server_settings={"search_path": "ag_catalog, public"})
+        try:
+            await owner.execute(f"DROP INDEX IF EXISTS {large_tenant.schema}.search_docs_vec_{model.id}")
+            async with db.transaction(large_tenant, readonly=True) as tx:
+                rows = await tx.fetch("SELECT embedding::text FROM {s}.search_docs WHERE embedding IS NOT NULL")
+            centres = np.array([[float(x) for x in r[0][1:-1].split(",")] for r in rows])
+            print(f"ingesting {args.large - args.real} entities with synthetic vectors ...", flush=True)
+            bulk = Memory(db, SyntheticIndexer(db, model, centres), max_batch=BATCH, max_results=200)
+            seconds, _ = await ingest(bulk, "bench-large", large[args.real :])
+            report["ingest, vectors supplied (no vector index)"] = {
+                "entities/s": (args.large - args.real) / seconds,
+                "texts/s": 3 * (args.large - args.real) / seconds,
+            }
+            print("building the large tenant's HNSW index ...", flush=True)
+            await owner.execute("SET maintenance_work_mem = '1GB'")
+            await owner.execute("SET statement_timeout = 0")
+            start = time.perf_counter()
+            await owner.execute("SELECT engram.ensure_vector_index($1, $2::smallint)", large_tenant.schema, model.id)
+            report["HNSW build, large tenant (s)"] = time.perf_counter() - start
+            for t in ("bench-small", "bench-large"):
+                schema = (await db.tenant(t)).schema
+                await owner.execute(f"ANALYZE {schema}.search_docs, {schema}.entities")
+        finally:
+            await owner.close()
+
+    tenants = {key: await db.tenant(key) for key in ("bench-small", "bench-large")}
+    for key, t in tenants.items():
+        async with db.transaction(t, readonly=True) as tx:
+            report[f"{key} texts"] = await tx.fetchval("SELECT count(*) FROM {s}.search_docs")
+
+    questions = corpus.queries(args.queries, seed=4)
+    embed_ms, vectors = [], []
+    for q in questions:
+        ms, v = await timed(lambda q=q: indexer.embedder.embed([q], scope=str(uuid.uuid4())))  # type: ignore[union-attr]
+        embed_ms.append(ms)
+        vectors.append(v[0])
+    report["query embedding p50 ms"] = pct(embed_ms, 50)
+
+    search = Search(db, indexer, max_results=200, ef_search=settings.search_ef_search)
+    for key, t in tenants.items():
+        report[f"{key} vector ranking"] = await vector_recall(
+            db, owner_url, settings.search_ef_search, model, t, vectors
+        )
+        for mode in ("hybrid", "semantic", "keyword"):
+            times = []
+            for q in questions:
+                ms, _ = await timed(lambda q=q, mode=mode, key=key: search.search(who(key), Query(text=q, mode=mode)))
+                times.append(ms)
+            report[f"{key} search {mode} ms"] = {"p50": pct(times, 50), "p95": pct(times, 95)}
+
+    if not args.no_shared:
+        print("building a shared table of both tenants for comparison ...", flush=True)
+        report["shared table"] = await shared_table(owner_url, tenants, vectors)
+
+    await indexer.stop()
+    await db.close()
+    report["load average at end"] = os.getloadavg()[0]
+    print_report(report, args)
+
+
+def print_report(report: dict[str, Any], args: argparse.Namespace) -> None:
+    import torch
+
+    print(f"\n# search benchmark, {time.strftime('%Y-%m-%d')}")
+    print(f"{platform.node()}: {platform.processor() or platform.machine()}, torch {torch.__version__}")
+    print(f"large {args.large} entities ({args.real} with real embeddings), small {args.small}, {args.queries} queries")
+    for key, value in report.items():
+        if isinstance(value, dict):
+            inner = ", ".join(f"{k} {_fmt(v)}" for k, v in value.items())
+            print(f"- {key}: {inner}")
+        else:
+            print(f"- {key}: {_fmt(value)}")
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}" if value < 10 else f"{value:.0f}"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} {_fmt(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--large", type=int, default=100_000)
+    parser.add_argument("--small", type=int, default=1_000)
+    parser.add_argument("--real", type=int, default=2_000, help="large-tenant entities embedded by the model")
+    parser.add_argument("--pending", type=int, default=10_000, help="entities for the pending-ingestion figure")
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--reuse", action="store_true", help="keep the loaded database, measure searches only")
+    parser.add_argument("--no-shared", action="store_true", help="skip the shared-table comparison")
+    asyncio.run(main(parser.parse_args()))

@@ -34,5 +34,10 @@ system-deps:
 test: system-deps db lint
 	$(BIN)/pytest
 
+# The benchmarks (not part of `make test`): figures for docs/benchmarks.md. BENCH_ARGS=--quick checks they run.
+bench: db
+	$(BIN)/engram migrate
+	$(BIN)/python -m bench $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

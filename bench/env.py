@@ -5,14 +5,16 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from app.auth.principal import READ, WRITE, Principal
 from app.config import Settings, cache_dir
+from app.observability.context import CALL, Call
 from app.services import Limits, Services
 from app.store import provision
 from app.store.database import Database
@@ -33,6 +35,16 @@ def settings() -> Settings:
 
 def principal(tenant: str) -> Principal:
     return Principal(subject="bench", client_id="bench", tenant=tenant, scopes=frozenset({READ, WRITE}), issuer="bench")
+
+
+@contextmanager
+def tool_call(who: Principal, tool: str) -> Iterator[None]:
+    """Run a service call as the tool would: a write then ends with its audit row, in its transaction."""
+    token = CALL.set(Call(tool, who.subject, who.client_id, time.perf_counter(), who.tenant))
+    try:
+        yield
+    finally:
+        CALL.reset(token)
 
 
 @asynccontextmanager
@@ -60,6 +72,17 @@ def _first_line(cmd: list[str]) -> str:
     return out.strip().splitlines()[0] if out.strip() else "not found"
 
 
+def code_version() -> str:
+    """The commit measured, and whether the server code differed from it."""
+    head = _first_line(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"])
+    if head == "not found":
+        return "not a git checkout"
+    changed = subprocess.run(
+        ["git", "-C", str(ROOT), "status", "--porcelain", "--", "app", "sql"], capture_output=True, text=True
+    ).stdout.strip()
+    return head + (" with uncommitted changes to app/ or sql/" if changed else "")
+
+
 def machine() -> dict[str, Any]:
     """Where and when the figures were taken, and how busy the machine was."""
     cpu = "unknown"
@@ -74,6 +97,7 @@ def machine() -> dict[str, Any]:
 
     return {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "code": code_version(),
         "nproc": os.cpu_count(),
         "cpu": cpu,
         "memory_gib": round(mem_kb / 1024 / 1024, 1),

@@ -110,7 +110,8 @@ async def ensure(settings: Settings, shape: Shape, say: Any = print) -> Generate
             async with db.transaction(tenant, readonly=True) as tx:
                 live = await entities.count_live(tx)
             if live >= shape.entities:
-                say(f"reusing the generated graph in tenant {done.tenant} ({live:,} live entities)")
+                say(f"reusing the generated graph in tenant {done.tenant}: removing earlier runs' writes ...")
+                await analyze(settings, done.tenant, prune=True)
                 return done
             say(f"the recorded tenant {done.tenant} holds {live:,} entities: generating anew")
         done = await _generate(db, shape, say)
@@ -121,18 +122,40 @@ async def ensure(settings: Settings, shape: Shape, say: Any = print) -> Generate
     return done
 
 
-async def analyze(settings: Settings, tenant_key: str) -> None:
-    """Fresh planner statistics for the new tables (as their owner; the run-time role may not)."""
+async def analyze(settings: Settings, tenant_key: str, *, prune: bool = False) -> None:
+    """Fresh planner statistics for the tenant's tables, as their owner (the run-time role may not).
+
+    With `prune`, first remove everything but the generator's own rows, so every run starts from
+    the same graph: the benchmark's writes (entities, observations, relations, history, audit rows)
+    would otherwise pile up from run to run.
+    """
     db = Database(settings)
     await db.open()
     try:
         tenant = await db.tenant(tenant_key)
     finally:
         await db.close()
-    conn = await asyncpg.connect(settings.admin_dsn())
+    s = tenant.schema
+    # AGE's operators (graphid =, agtype access) resolve through the search path.
+    conn = await asyncpg.connect(settings.admin_dsn(), server_settings={"search_path": "ag_catalog, public"})
     try:
+        if prune:
+            async with conn.transaction():
+                await conn.execute(
+                    f"""DELETE FROM {s}."REL" WHERE ag_catalog.agtype_access_operator(VARIADIC ARRAY[properties,
+                        '"created_by"'::ag_catalog.agtype])::text <> $1""",
+                    ACTOR,
+                )
+                await conn.execute(
+                    f"""WITH gone AS (DELETE FROM {s}.entities WHERE created_by <> $1 RETURNING gid)
+                        DELETE FROM {s}."Entity" v USING gone WHERE v.id = gone.gid""",
+                    ACTOR,
+                )
+                await conn.execute(f"DELETE FROM {s}.observations WHERE created_by <> $1", ACTOR)
+                await conn.execute(f"DELETE FROM {s}.history WHERE actor <> $1", ACTOR)
+                await conn.execute("DELETE FROM engram.audit WHERE tenant_id = $1::uuid", tenant.id)
         for table in ("entities", "observations", "history", '"Entity"', '"REL"'):
-            await conn.execute(f"ANALYZE {tenant.schema}.{table}")
+            await conn.execute(f"VACUUM (ANALYZE) {s}.{table}" if prune else f"ANALYZE {s}.{table}")
     finally:
         await conn.close()
 

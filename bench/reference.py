@@ -20,11 +20,13 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from app.auth.devkeys import mint_token
 from app.config import Settings
+from app.store import tenants
 from bench import procs
 from bench.env import bench_dir
 from bench.generate import analyze
@@ -146,6 +148,14 @@ async def _tools(c: Client, n: int, iterations: int) -> dict[str, Latency]:
     return {tool: await timed(ops[tool], iterations, 2) for tool in TOOLS}
 
 
+async def drop_tenant(settings: Settings, key: str) -> None:
+    conn = await asyncpg.connect(settings.admin_dsn())
+    try:
+        await tenants.delete(conn, key)
+    finally:
+        await conn.close()
+
+
 async def run(settings: Settings, sizes: list[int], iterations: int, say: Any = print) -> dict[str, Any]:
     script = reference_script()
     port = free_port()
@@ -180,4 +190,5 @@ async def run(settings: Settings, sizes: list[int], iterations: int, say: Any = 
             if memory.exists():
                 row["reference_file_bytes"] = memory.stat().st_size
             out["sizes"][str(n)] = row
+            await drop_tenant(settings, tenant)
     return out

@@ -34,6 +34,7 @@ def machine(r: dict[str, Any]) -> str:
     return "\n".join(
         [
             f"- date: {m['date']}{' (quick run: not figures)' if m.get('quick') else ''}",
+            f"- code: {m.get('code', 'unknown')}",
             f"- machine: {m['nproc']} cores ({m['cpu']}), {m['memory_gib']} GiB, Linux {m['kernel']}",
             f"- load average (1/5/15 min) before: {load}; after: {after}",
             f"- Python {m['python']} ({pkgs}); Node {m['node']}",
@@ -52,6 +53,22 @@ def graph(r: dict[str, Any]) -> str:
     )
 
 
+def _answers(x: dict[str, Any]) -> str:
+    """What the measured calls returned, so a fast figure cannot hide an empty answer."""
+    if "relations_per_answer_mean" in x:
+        ping = _ms(x["select_1_roundtrip"]["p50"])
+        return f"{x['relations_per_answer_mean']} relations each; a SELECT 1 round trip: {ping} ms"
+    if "neighbors_mean" in x:
+        return f"{x['neighbors_mean']} neighbours each, {x['truncated_share']:.0%} cut by the limit"
+    if "found_share" in x:
+        return f"{x['found_share']:.0%} found, mean length {x['length_mean']}"
+    if "merge_existing_per_s" in x:
+        return f"merging into the same 100 names again: {x['merge_existing_per_s']:,.0f}/s"
+    if "single_relation_call" in x:
+        return f"one relation per call: p50 {_ms(x['single_relation_call']['p50'])} ms"
+    return ""
+
+
 def store(r: dict[str, Any]) -> str:
     rows = []
     for c in r["store"]["cases"]:
@@ -65,9 +82,10 @@ def store(r: dict[str, Any]) -> str:
         floor_txt = f"{_ms(floor['p50'])} / {_ms(floor['p95'])}"
         if q:
             floor_txt += f" (main query alone {_ms(q['p50'])})"
-        rows.append([c["name"], measured, floor_txt, _target(c)])
+        rows.append([c["name"], measured, floor_txt, _target(c), _answers(c.get("extra") or {})])
     w = r["store"]["writer"]
-    table = _table(["operation", "service p50 / p95 / p99 ms (or rate)", "floor p50 / p95 ms", "target"], rows)
+    header = ["operation", "service p50 / p95 / p99 ms (or rate)", "floor p50 / p95 ms", "target", "answers"]
+    table = _table(header, rows)
     return f"{table}\n\nBackground writer: {w.get('per_second')} writes/s, {w.get('errors')} errors."
 
 

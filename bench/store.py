@@ -244,11 +244,13 @@ async def _upserts(b: Bench) -> list[Case]:
         ]
 
     async def service(i: int) -> None:
-        await s.entities.upsert(b.who, batch(i, "upsert"), "merge")
+        with env.tool_call(b.who, "upsert_entities"):
+            await s.entities.upsert(b.who, batch(i, "upsert"), "merge")
 
     async def merge(i: int) -> None:  # the same names again, each gaining one observation
         items = [e.model_copy(update={"observations": ["third fact"]}) for e in batch(i, "upsert")]
-        await s.entities.upsert(b.who, items, "merge")
+        with env.tool_call(b.who, "upsert_entities"):
+            await s.entities.upsert(b.who, items, "merge")
 
     async def floor(i: int) -> None:
         new = [
@@ -283,11 +285,13 @@ async def _connects(b: Bench) -> list[Case]:
 
     async def service(i: int) -> None:
         items = [models.RelationIn(**{"from": x, "to": y}, type=t) for x, y, t in pairs(100)]
-        await s.relations.connect(b.who, items)
+        with env.tool_call(b.who, "connect_entities"):
+            await s.relations.connect(b.who, items)
 
     async def single(i: int) -> None:
         x, y, t = pairs(1)[0]
-        await s.relations.connect(b.who, [models.RelationIn(**{"from": x, "to": y}, type=t)])
+        with env.tool_call(b.who, "connect_entities"):
+            await s.relations.connect(b.who, [models.RelationIn(**{"from": x, "to": y}, type=t)])
 
     rows = await entities.live_by_names(raw, b.names[:400])
     records = list(rows.values())

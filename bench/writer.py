@@ -43,14 +43,17 @@ async def run(tenant: str, rate: float, names: list[str]) -> dict[str, object]:
             try:
                 if kind == 0:
                     item = models.EntityIn(name=f"Writer {run_id} {i}", type="note", observations=[f"written at {i}"])
-                    await s.entities.upsert(who, [item], "merge")
+                    with env.tool_call(who, "upsert_entities"):
+                        await s.entities.upsert(who, [item], "merge")
                 elif kind == 1:
                     obs = models.ObservationsIn(entity=rng.choice(names), observations=[f"seen {run_id} {i}"])
-                    await s.entities.change_observations(who, [obs], add=True)
+                    with env.tool_call(who, "add_observations"):
+                        await s.entities.change_observations(who, [obs], add=True)
                 else:
                     ends = {"from": f"Writer {run_id} {i - 2}", "to": rng.choice(names)}
                     rel = models.RelationIn(**ends, type="mentions")
-                    await s.relations.connect(who, [rel])
+                    with env.tool_call(who, "connect_entities"):
+                        await s.relations.connect(who, [rel])
             except Exception as exc:
                 errors += 1
                 print(f"writer: {type(exc).__name__}: {exc}", file=sys.stderr)

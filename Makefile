@@ -39,6 +39,11 @@ system-deps:
 test: system-deps db lint
 	$(BIN)/pytest
 
+# The benchmarks (not part of `make test`): figures for docs/benchmarks.md. BENCH_ARGS=--quick checks they run.
+bench: db
+	$(BIN)/engram migrate
+	$(BIN)/python -m bench $(BENCH_ARGS)
+
 bench-search: db
 	$(BIN)/engram migrate
 	$(BIN)/python -m bench.search

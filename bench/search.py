@@ -124,7 +124,7 @@ async def vector_recall(
             literal = "[" + ",".join(map(str, v)) + "]"
             ms, exact = await timed(
                 lambda literal=literal: exact_conn.fetch(
-                    f"SELECT id FROM {tenant.schema}.search_docs WHERE model_id = $2"  # noqa: S608
+                    f"SELECT id FROM {tenant.schema}.search_docs WHERE model_id = $2"
                     " ORDER BY embedding::vector(384) <=> $1::text::vector(384) LIMIT 10",
                     literal,
                     model.id,
@@ -154,7 +154,7 @@ async def shared_table(
         await conn.execute("CREATE TABLE bench_shared (tenant text, doc_id bigint, embedding vector(384))")
         for key, t in tenants.items():
             await conn.execute(
-                f"INSERT INTO bench_shared SELECT $1, id, embedding::vector(384) FROM {t.schema}.search_docs"  # noqa: S608
+                f"INSERT INTO bench_shared SELECT $1, id, embedding::vector(384) FROM {t.schema}.search_docs"
                 " WHERE embedding IS NOT NULL",
                 key,
             )

@@ -44,7 +44,12 @@ async def walk(
     for level in range(1, depth + 1):
         if not frontier:
             break
-        steps = await traversal.expand(tx, frontier, outgoing=outgoing, incoming=incoming, types=types)
+        # A level can hold far more edges than the walk still needs (a hub has thousands): read a
+        # few times what is missing, and the whole level only when that did not bring enough.
+        cap = 4 * (limit - len(reached)) + len(frontier)
+        steps = await traversal.expand(tx, frontier, outgoing=outgoing, incoming=incoming, types=types, limit=cap)
+        if len(steps) == cap and len({st.other for st in steps} - seen) < limit - len(reached):
+            steps = await traversal.expand(tx, frontier, outgoing=outgoing, incoming=incoming, types=types)
         frontier = []
         for step in steps:
             if step.other in seen:

@@ -136,11 +136,11 @@ async def touching(tx: Tx, entity_id: str, limit: int) -> list[Relation]:
         + """
         JOIN (
             SELECT * FROM ag_catalog.cypher('{s}', $$
-                MATCH (a:Entity {id: $id})-[r:REL]->(b:Entity) RETURN id(r)
+                MATCH (a:Entity)-[r:REL]->(b:Entity) WHERE a.id = $id RETURN id(r)
             $$, $1) AS (edge ag_catalog.graphid)
             UNION ALL
             SELECT * FROM ag_catalog.cypher('{s}', $$
-                MATCH (a:Entity {id: $id})<-[r:REL]-(b:Entity) RETURN id(r)
+                MATCH (a:Entity)<-[r:REL]-(b:Entity) WHERE a.id = $id RETURN id(r)
             $$, $1) AS (edge ag_catalog.graphid)
         ) c ON c.edge = r.id
         ORDER BY se.id::text = $2 DESC, se.name, te.name
@@ -157,13 +157,18 @@ async def touching(tx: Tx, entity_id: str, limit: int) -> list[Relation]:
 async def among(tx: Tx, gids: Sequence[str], *, either_end: bool, limit: int) -> list[Relation]:
     """Live relations with both ends (or, with `either_end`, at least one end) among `gids`."""
     join = "OR" if either_end else "AND"
+    # Materialized: the edges of these ends first. Left to itself, right after an import (no
+    # planner statistics yet) the planner joined entities x entities first: 0.9 s at 1k entities.
     rows = await tx.fetch(
-        _SELECT
-        + f"""
-        WHERE (r.start_id = ANY($1::text[]::ag_catalog.graphid[])
-               {join} r.end_id = ANY($1::text[]::ag_catalog.graphid[]))
-        ORDER BY se.name, te.name LIMIT $2
-        """,
+        f"""
+        WITH r AS MATERIALIZED (
+            SELECT * FROM {{s}}."REL" r
+            WHERE r.start_id = ANY($1::text[]::ag_catalog.graphid[])
+                  {join} r.end_id = ANY($1::text[]::ag_catalog.graphid[])
+        )
+        """
+        + _SELECT.replace('FROM {s}."REL" r', "FROM r")
+        + "ORDER BY se.name, te.name LIMIT $2",
         list(gids),
         limit,
     )

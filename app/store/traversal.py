@@ -30,7 +30,13 @@ class Step:
 
 @timed
 async def expand(
-    tx: Tx, frontier: Sequence[str], *, outgoing: bool, incoming: bool, types: Sequence[str] | None
+    tx: Tx,
+    frontier: Sequence[str],
+    *,
+    outgoing: bool,
+    incoming: bool,
+    types: Sequence[str] | None,
+    limit: int | None = None,
 ) -> list[Step]:
     """Edges from (and/or into) the frontier's vertices whose other end is a live entity."""
     rows = await tx.fetch(
@@ -44,10 +50,12 @@ async def expand(
         FROM {{s}}."REL" r JOIN {{s}}.entities e ON e.gid = r.start_id AND e.deleted_at IS NULL
         WHERE $3 AND r.end_id = ANY($1::text[]::ag_catalog.graphid[])
           AND ($4::text[] IS NULL OR {REL_TYPE} = ANY($4))
+        LIMIT $5
         """,
         list(frontier),
         outgoing,
         incoming,
         list(types) if types else None,
+        limit,
     )
     return [Step(a if out else b, b if out else a, a, b, orjson.loads(rel)) for a, b, rel, out in rows]

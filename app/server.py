@@ -87,7 +87,11 @@ def create_app(settings: Settings) -> Starlette:
         except migrate.MigrationError:
             await db.close()
             raise  # a schema this code does not know: refuse to serve
-        await indexer.start()  # loads the embedding model; a broken model setting stops the server here
+        try:
+            await indexer.start()  # loads the embedding model; a broken model setting stops the server here
+        except Exception:
+            await db.close()
+            raise
         logger.info(
             "engram listening on %s (auth %s)%s",
             settings.resource_url,

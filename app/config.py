@@ -102,6 +102,7 @@ class Settings(BaseSettings):
         False, description="Send `dimensions` with each request (models that can shorten their vectors)."
     )
     embedding_device: str | None = Field(None, max_length=50, description="local: torch device; unset picks one.")
+    embedding_threads: int = Field(1, ge=1, le=64, description="local: CPU threads of the model.")
     embedding_batch_size: int = Field(64, ge=1, le=2048)
     embedding_timeout_seconds: float = Field(30, gt=0, le=600)
     embedding_max_retries: int = Field(3, ge=0, le=10)

@@ -144,7 +144,13 @@ def create_app(settings: Settings) -> Starlette:
             raise  # a schema this code does not know: refuse to serve
         _watch_pool(db)
         metrics_server = _serve_metrics(settings)
-        await indexer.start()  # loads the embedding model; a broken model setting stops the server here
+        try:
+            await indexer.start()  # loads the embedding model; a broken model setting stops the server here
+        except Exception:
+            if metrics_server is not None:
+                metrics_server.shutdown()
+            await db.close()
+            raise
         logger.info(
             "engram %s listening on %s",
             VERSION,

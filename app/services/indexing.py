@@ -63,6 +63,8 @@ class Indexer:
             await self.embedder.provider.start()
         try:
             await self.register()
+        except asyncpg.RaiseError as exc:  # the database refused this model (same name, other size)
+            raise EmbeddingError(str(exc)) from exc
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             logger.warning("embedding model not registered yet (%s); will retry", type(exc).__name__)
         if fill and self.embedder is not None:

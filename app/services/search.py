@@ -120,8 +120,9 @@ class Search:
             ranked = self._fuse(rankings, q.min_score)
             page = ranked[offset:depth]
             hits = await self._describe(tx, page, rankings, q.text, strict)
-            if vector is not None and (pending := await index.pending_count(tx)):
-                notices.append(f"{pending} recently saved texts have no embedding yet: found by words and names only")
+            if vector is not None and (pending := await index.pending_count(tx, 1000)):
+                count = "more than 999" if pending >= 1000 else str(pending)
+                notices.append(f"{count} recently saved texts have no embedding yet: found by words and names only")
 
         more = len(ranked) > depth and depth < self.max_results
         next_cursor = _cursor(depth, q.fingerprint()) if more else None

@@ -249,8 +249,11 @@ async def entity_ids_after(tx: Tx, after: str | None, limit: int) -> list[str]:
     return [r[0] for r in rows]
 
 
-async def pending_count(tx: Tx) -> int:
-    return await tx.fetchval("SELECT count(*) FROM {s}.search_docs WHERE model_id IS NULL")
+async def pending_count(tx: Tx, up_to: int) -> int:
+    """Texts waiting for an embedding, counted up to `up_to` (a long backlog is not worth counting)."""
+    return await tx.fetchval(
+        "SELECT count(*) FROM (SELECT 1 FROM {s}.search_docs WHERE model_id IS NULL LIMIT $1) p", up_to
+    )
 
 
 # --- the rankings -------------------------------------------------------------------------------------

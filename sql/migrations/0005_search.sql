@@ -65,6 +65,11 @@ BEGIN
         CREATE INDEX search_docs_tsv ON %1$I.search_docs USING gin (tsv);
         CREATE INDEX search_docs_pending ON %1$I.search_docs (id) WHERE model_id IS NULL;
     $ddl$, s);
+    -- Trigram similarity of names (typos, partial names), unless an earlier step made that index.
+    IF NOT EXISTS (SELECT 1 FROM pg_indexes WHERE schemaname = s AND tablename = 'entities'
+                   AND indexdef LIKE '%USING gin (name %gin_trgm_ops)%') THEN
+        EXECUTE format('CREATE INDEX ON %I.entities USING gin (name gin_trgm_ops)', s);
+    END IF;
     SELECT id INTO m FROM engram.embedding_models WHERE current_since IS NOT NULL;
     IF FOUND THEN
         PERFORM engram.ensure_vector_index(s, m);

@@ -1,7 +1,11 @@
 # Engram's server image.
 #
 #   docker build -t engram:0.1.0 .                                  # the server
-#   docker build --build-arg WITH_LOCAL_MODEL=true -t engram:0.1.0-local .   # plus the local embedding model
+#   docker build --build-arg WITH_LOCAL_MODEL=true --build-arg EMBEDDING_PROVIDER=local \
+#                -t engram:0.1.0-local .                           # plus the local embedding model
+#
+# Without the local model the image's default embedding provider is `none` (keyword search only);
+# point ENGRAM_EMBEDDING_PROVIDER=openai at an embedding server, or build with the model.
 #
 # The image runs `engram serve` as uid 10001 and writes only under /tmp, so it runs with a
 # read-only root filesystem. It listens on all interfaces, so it needs an identity provider
@@ -35,6 +39,7 @@ FROM ${PYTHON_IMAGE}
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 ARG CREATED=unknown
+ARG EMBEDDING_PROVIDER=none
 LABEL org.opencontainers.image.title="engram" \
       org.opencontainers.image.description="Remote, multi-tenant knowledge-graph memory for AI assistants, served over MCP" \
       org.opencontainers.image.licenses="Apache-2.0" \
@@ -54,7 +59,8 @@ ENV PATH=/opt/venv/bin:$PATH \
     ENGRAM_CACHE_DIR=/tmp/engram \
     ENGRAM_MIGRATIONS_DIR=/app/sql/migrations \
     ENGRAM_HOST=0.0.0.0 \
-    ENGRAM_PORT=8000
+    ENGRAM_PORT=8000 \
+    ENGRAM_EMBEDDING_PROVIDER=${EMBEDDING_PROVIDER}
 WORKDIR /app
 USER 10001:10001
 # The MCP endpoint and health checks; Prometheus metrics (ENGRAM_METRICS_PORT).

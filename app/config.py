@@ -107,7 +107,7 @@ class Settings(BaseSettings):
     embedding_timeout_seconds: float = Field(30, gt=0, le=600)
     embedding_max_retries: int = Field(3, ge=0, le=10)
     embedding_cache_size: int = Field(10_000, ge=0, le=1_000_000)
-    search_ef_search: int = Field(100, ge=10, le=1000)
+    search_ef_search: int = Field(200, ge=10, le=1000)
 
     # observability
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

@@ -14,6 +14,7 @@ docs/benchmarks.md).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import re
@@ -86,44 +87,47 @@ class Search:
         depth = offset + q.limit  # entities each ranking must reach
         notices: list[str] = []
         tenant = await self._db.tenant(who.tenant)
-
-        vector = None
-        if q.mode != "keyword":
-            vector, problem = await self._indexer.query_vector(tenant, q.text)
-            if problem:
-                if q.mode == "semantic":
-                    raise EngramError("unavailable", problem)
-                notices.append(problem + "; these results rank by words and names only")
-            elif await self._indexer.still_changed():
-                notices.append(
-                    "the embedding model changed: texts not yet re-embedded (`engram reindex`) are found by words "
-                    "and names only"
-                )
-        mode: Mode = q.mode if vector is not None or q.mode == "keyword" else "keyword"
         strict = bool(_WEB_SYNTAX.search(q.text))
         texts = min(3 * depth + 20, 600)  # an entity may hold several of the nearest texts
-
-        async with self._db.transaction(tenant, readonly=True) as tx:
-            await index.tune(tx, max(self._ef_search, texts))
-            rankings: dict[str, list[index.Ranked]] = {}
-            if vector is not None and self._indexer.model is not None:
-                rankings["semantic"] = _best_per_entity(
-                    await index.by_vector(tx, self._indexer.model, vector, q.filters, texts)
-                )
-            if mode != "semantic":
-                common = await self._common_words(tx)
-                rankings["keyword"] = _best_per_entity(
-                    await index.by_words(tx, q.text, strict, common, q.filters, texts, CANDIDATES)
-                )
-                if len(q.text.split()) <= NAME_QUERY_MAX_WORDS:
-                    rankings["name"] = await index.by_name(tx, q.text, q.filters, depth)
-            ranked = self._fuse(rankings, q.min_score)
-            page = ranked[offset:depth]
-            hits = await self._describe(tx, page, rankings, q.text, strict)
-            if vector is not None and (pending := await index.pending_count(tx, 1000)):
-                count = "more than 999" if pending >= 1000 else str(pending)
-                notices.append(f"{count} recently saved texts have no embedding yet: found by words and names only")
-
+        # The query is embedded (on the model's thread) while the word and name rankings run.
+        embedding = asyncio.create_task(self._indexer.query_vector(tenant, q.text)) if q.mode != "keyword" else None
+        try:
+            async with self._db.transaction(tenant, readonly=True) as tx:
+                await index.tune(tx, max(self._ef_search, texts))
+                rankings: dict[str, list[index.Ranked]] = {}
+                if q.mode != "semantic":
+                    common = await self._common_words(tx)
+                    rankings["keyword"] = _best_per_entity(
+                        await index.by_words(tx, q.text, strict, common, q.filters, texts, CANDIDATES)
+                    )
+                    if len(q.text.split()) <= NAME_QUERY_MAX_WORDS:
+                        rankings["name"] = await index.by_name(tx, q.text, q.filters, depth)
+                vector = None
+                if embedding is not None:
+                    vector, problem = await embedding
+                    if problem:
+                        if q.mode == "semantic":
+                            raise EngramError("unavailable", problem)
+                        notices.append(problem + "; these results rank by words and names only")
+                    elif self._indexer.model is not None:
+                        rankings["semantic"] = _best_per_entity(
+                            await index.by_vector(tx, self._indexer.model, vector, q.filters, texts)
+                        )
+                ranked = self._fuse(rankings, q.min_score)
+                page = ranked[offset:depth]
+                hits = await self._describe(tx, page, rankings, q.text, strict)
+                if vector is not None and (pending := await index.pending_count(tx, 1000)):
+                    count = "more than 999" if pending >= 1000 else str(pending)
+                    notices.append(f"{count} recently saved texts have no embedding yet: found by words and names only")
+        finally:
+            if embedding is not None and not embedding.done():
+                embedding.cancel()
+        if vector is not None and await self._indexer.still_changed():
+            notices.append(
+                "the embedding model changed: texts not yet re-embedded (`engram reindex`) are found by words "
+                "and names only"
+            )
+        mode: Mode = q.mode if vector is not None or q.mode == "keyword" else "keyword"
         more = len(ranked) > depth and depth < self.max_results
         next_cursor = _cursor(depth, q.fingerprint()) if more else None
         return SearchResult(mode=mode, hits=hits, next_cursor=next_cursor, notices=notices)

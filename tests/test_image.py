@@ -264,7 +264,8 @@ def served(image: Image, container_tmp: Path, db_settings: Settings) -> Iterator
 
 def test_serves_health_and_readiness(served: Served) -> None:
     assert httpx2.get(f"{served.base}/healthz").json() == {"status": "ok"}
-    assert httpx2.get(f"{served.base}/readyz").json() == {"status": "ready"}
+    ready = httpx2.get(f"{served.base}/readyz").json()
+    assert ready == {"status": "ready", "embeddings": "off (keyword search only)"}  # the image without the model
 
 
 def test_serves_metrics_on_its_own_port(served: Served) -> None:

@@ -3,7 +3,7 @@
     make bench-search            # or: python -m bench.search [--large N] [--small N] [--reuse]
 
 What is real and what is not (docs/benchmarks.md says the same):
-- Every write goes through the service's write path (Memory.upsert_entities: AGE vertex, entity
+- Every write goes through the service's write path (Entities.upsert: AGE vertex, entity
   rows, observations, search documents) into a database of its own (`engram_bench_search`).
 - Embeddings: the small tenant, the first `--real` entities of the large one, the pending-ingestion
   sample and every query are embedded by the local model. The rest of the large tenant gets
@@ -27,11 +27,13 @@ from typing import Any
 
 import asyncpg
 import numpy as np
-from app.services.memory import Memory
 from pydantic import SecretStr
 
 from app.auth.principal import Principal
 from app.config import Settings
+from app.services.base import Limits
+from app.services.cursors import Cursors
+from app.services.entities import Entities
 from app.services.indexing import Indexer
 from app.services.models import EntityIn
 from app.services.search import Query, Search
@@ -76,11 +78,11 @@ class SyntheticIndexer(Indexer):
         return index.Vectors(self.model, out)
 
 
-async def ingest(memory: Memory, tenant: str, items: Sequence[corpus.Entity]) -> tuple[float, int]:
+async def ingest(memory: Entities, tenant: str, items: Sequence[corpus.Entity]) -> tuple[float, int]:
     """Upsert in batches through the service; returns (seconds, texts left pending)."""
     start, pending = time.perf_counter(), 0
     for i in range(0, len(items), BATCH):
-        result = await memory.upsert_entities(who(tenant), entity_inputs(items[i : i + BATCH]), "merge")
+        result = await memory.upsert(who(tenant), entity_inputs(items[i : i + BATCH]), "merge")
         pending += result.embeddings_pending
     return time.perf_counter() - start, pending
 
@@ -237,7 +239,7 @@ async def main(args: argparse.Namespace) -> None:
     await indexer.start(fill=False)
     assert indexer.model is not None and indexer.embedder is not None
     model = indexer.model
-    memory = Memory(db, indexer, max_batch=BATCH, max_results=200)
+    memory = Entities(db, indexer, Cursors(), Limits(max_batch=BATCH, max_results=200))
     report: dict[str, Any] = {"load average at start": os.getloadavg()[0]}
 
     small = corpus.entities(args.small, seed=1)
@@ -251,7 +253,7 @@ async def main(args: argparse.Namespace) -> None:
 
         print(f"ingesting {args.pending} entities with embeddings pending ...", flush=True)
         seconds, pending = await ingest(
-            Memory(db, Indexer(db, None, batch_size=64), max_batch=BATCH, max_results=200),
+            Entities(db, Indexer(db, None, batch_size=64), Cursors(), Limits(max_batch=BATCH, max_results=200)),
             "bench-pending",
             corpus.entities(args.pending, seed=3),
         )
@@ -269,7 +271,9 @@ async def main(args: argparse.Namespace) -> None:
                 rows = await tx.fetch("SELECT embedding::text FROM {s}.search_docs WHERE embedding IS NOT NULL")
             centres = np.array([[float(x) for x in r[0][1:-1].split(",")] for r in rows])
             print(f"ingesting {args.large - args.real} entities with synthetic vectors ...", flush=True)
-            bulk = Memory(db, SyntheticIndexer(db, model, centres), max_batch=BATCH, max_results=200)
+            bulk = Entities(
+                db, SyntheticIndexer(db, model, centres), Cursors(), Limits(max_batch=BATCH, max_results=200)
+            )
             seconds, _ = await ingest(bulk, "bench-large", large[args.real :])
             report["ingest, vectors supplied (no vector index)"] = {
                 "entities/s": (args.large - args.real) / seconds,
@@ -313,7 +317,7 @@ async def main(args: argparse.Namespace) -> None:
         vectors.append(v[0])
     report["query embedding p50 ms"] = pct(embed_ms, 50)
 
-    search = Search(db, indexer, max_results=200, ef_search=settings.search_ef_search)
+    search = Search(db, indexer, Cursors(), max_results=200, ef_search=settings.search_ef_search)
     for key, t in tenants.items():
         report[f"{key} vector ranking"] = await vector_recall(
             db, owner_url, settings.search_ef_search, model, t, vectors

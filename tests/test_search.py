@@ -144,6 +144,9 @@ async def test_filters_min_score_and_paging(client_for, tenant):
         assert error_code(other) == "invalid"
         bogus = await c.call_tool("search", {"query": query, "cursor": "not-a-cursor"})
         assert error_code(bogus) == "invalid"
+    async with client_for(tenant + "-other") as b:  # a cursor is signed for its tenant: useless to another
+        moved = await b.call_tool("search", {"query": query, "limit": 3, "cursor": first["next_cursor"]})
+        assert error_code(moved) == "invalid"
 
 
 @pytest.mark.parametrize(

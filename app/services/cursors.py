@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -28,6 +29,11 @@ def _unb64(text: str) -> bytes:
 class Cursors:
     def __init__(self, key: bytes | None = None) -> None:
         self.key = key
+
+    async def load(self, read_key: Callable[[], Awaitable[bytes]]) -> None:
+        """Fetch the key on first use: it lives in the database, shared by every replica."""
+        if self.key is None:
+            self.key = await read_key()
 
     def _mac(self, body: str) -> str:
         if self.key is None:

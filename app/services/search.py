@@ -15,7 +15,6 @@ docs/benchmarks.md).
 from __future__ import annotations
 
 import asyncio
-import base64
 import hashlib
 import re
 import time
@@ -26,6 +25,7 @@ import orjson
 
 from app.auth.principal import Principal
 from app.errors import EngramError
+from app.services.cursors import Cursors
 from app.services.indexing import Indexer
 from app.services.models import EntitySummary
 from app.services.search_models import Match, Mode, Scores, SearchHit, SearchResult
@@ -75,15 +75,18 @@ def _best_per_entity(rows: Sequence[index.Ranked]) -> list[index.Ranked]:
 
 
 class Search:
-    def __init__(self, db: Database, indexer: Indexer, *, max_results: int, ef_search: int) -> None:
+    def __init__(self, db: Database, indexer: Indexer, cursors: Cursors, *, max_results: int, ef_search: int) -> None:
         self._db = db
         self._indexer = indexer
+        self._cursors = cursors
         self.max_results = max_results
         self._ef_search = ef_search
         self._common: dict[str, tuple[float, list[str]]] = {}  # per tenant: (when read, words)
 
     async def search(self, who: Principal, q: Query) -> SearchResult:
-        offset = self._offset(q)
+        tenant = await self._db.tenant(who.tenant)
+        await self._cursors.load(lambda: self._db.secret("cursor"))
+        offset = self._offset(q, tenant.id)
         depth = offset + q.limit  # entities each ranking must reach
         notices: list[str] = []
         tenant = await self._db.tenant(who.tenant)
@@ -129,7 +132,7 @@ class Search:
             )
         mode: Mode = q.mode if vector is not None or q.mode == "keyword" else "keyword"
         more = len(ranked) > depth and depth < self.max_results
-        next_cursor = _cursor(depth, q.fingerprint()) if more else None
+        next_cursor = self._cursors.encode(tenant.id, f"search:{q.fingerprint()}", depth) if more else None
         return SearchResult(mode=mode, hits=hits, next_cursor=next_cursor, notices=notices)
 
     async def _common_words(self, tx: Tx) -> list[str]:
@@ -139,17 +142,12 @@ class Search:
             self._common[tx.tenant.id] = cached
         return cached[1]
 
-    def _offset(self, q: Query) -> int:
+    def _offset(self, q: Query, tenant_id: str) -> int:
+        """Where a page starts: a signed cursor bound to the tenant and to the same query."""
         if q.cursor is None:
             return 0
-        try:
-            data = orjson.loads(base64.urlsafe_b64decode(q.cursor.encode()))
-            offset, fingerprint = int(data["o"]), str(data["f"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise EngramError("invalid", "`cursor` is not a cursor this tool returned") from exc
-        if fingerprint != q.fingerprint():
-            raise EngramError("invalid", "`cursor` belongs to another query: repeat the same arguments with it")
-        if not 0 < offset < self.max_results:
+        offset = self._cursors.decode(q.cursor, tenant_id, f"search:{q.fingerprint()}")
+        if not isinstance(offset, int) or not 0 < offset < self.max_results:
             raise EngramError("invalid", "`cursor` is out of range")
         return offset
 
@@ -224,7 +222,3 @@ class Search:
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
-
-
-def _cursor(offset: int, fingerprint: str) -> str:
-    return base64.urlsafe_b64encode(orjson.dumps({"o": offset, "f": fingerprint})).decode()

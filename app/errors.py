@@ -20,6 +20,3 @@ class EngramError(Exception):
         """`code: message`, then the details as JSON: readable by a model, parseable by a program."""
         text = f"{self.code}: {self.message}"
         return f"{text} {orjson.dumps(self.details).decode()}" if self.details else text
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message, **({"details": self.details} if self.details else {})}

@@ -182,10 +182,6 @@ class Database:
         finally:
             await self.pool.release(conn)
 
-    def forget_tenant(self, key: str) -> None:
-        """Drop a cached tenant (after it was deleted)."""
-        self._tenants.pop(key, None)
-
     async def api_key(self, key_id: str) -> asyncpg.Record | None:
         """An API key's record by its public id, looked up before any tenant is known."""
         return await self.pool.fetchrow("SELECT * FROM engram.api_key($1)", key_id)

@@ -275,13 +275,6 @@ async def remove_observations(tx: Tx, pairs: Sequence[tuple[str, str]]) -> dict[
     return _group(rows)
 
 
-@timed
-async def replace_observations(tx: Tx, entity_id: str, contents: Sequence[str], actor: str) -> None:
-    """Make an entity's observations exactly `contents`, in that order."""
-    await tx.execute("DELETE FROM {s}.observations WHERE entity_id = $1", entity_id)
-    await add_observations(tx, [(entity_id, c) for c in contents], actor)
-
-
 def _group(rows: Iterable[asyncpg.Record]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for r in rows:

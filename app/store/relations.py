@@ -182,8 +182,3 @@ async def from_sources(tx: Tx, gids: Sequence[str]) -> list[Relation]:
         _SELECT + " WHERE r.start_id = ANY($1::text[]::ag_catalog.graphid[]) ORDER BY se.name, te.name", list(gids)
     )
     return [_relation(r) for r in rows]
-
-
-@timed
-async def count_live(tx: Tx) -> int:
-    return await tx.fetchval("SELECT count(*) FROM (" + _SELECT + ") x")

@@ -39,7 +39,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-TEST_DB = "engram_test"
+# Its own database per checkout, so two suites can run side by side on one PostgreSQL.
+TEST_DB = os.environ.get("ENGRAM_TEST_DB", "engram_test")
 
 
 def _with_db(url: str, name: str) -> str:

@@ -1,4 +1,4 @@
-"""engram serve | migrate | db up|down|status|url | token | reindex"""
+"""engram serve | migrate | db | token | tenant | apikey | user | member | keys | client | audit | usage | reindex"""
 
 from __future__ import annotations
 
@@ -101,11 +101,13 @@ def _admin(work):  # type: ignore[no-untyped-def]
     import asyncpg
 
     from app.errors import EngramError
+    from app.store.database import init_connection
 
     settings = _with_database(_settings())
 
     async def run():  # type: ignore[no-untyped-def]
         conn = await asyncpg.connect(settings.admin_dsn())
+        await init_connection(conn)
         try:
             return await work(conn)
         finally:
@@ -165,11 +167,149 @@ def cmd_apikey(args: argparse.Namespace) -> None:
         print(f"key {args.key_id} revoked (servers stop accepting it within ENGRAM_API_KEY_CACHE_SECONDS)")
 
 
+def _password(args: argparse.Namespace) -> str:
+    """A new password: one line of standard input with --password-stdin, else asked twice."""
+    import getpass
+
+    if args.password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = getpass.getpass("password: ")
+        if getpass.getpass("again: ") != password:
+            sys.exit("error: the passwords differ")
+    if not 12 <= len(password) <= 1000 or "\x00" in password:
+        sys.exit("error: a password is 12 to 1000 characters")
+    return password
+
+
+def cmd_user(args: argparse.Namespace) -> None:
+    """Local accounts of the built-in authorization server."""
+    from app.authserver.credentials import hash_password
+    from app.store import accounts, oauth
+
+    name = (args.username or "").lower()
+    if args.action == "add":
+        digest = asyncio.run(hash_password(_password(args)))
+        user = _admin(lambda c: accounts.create(c, name, args.display_name or "", digest))
+        print(f"user {user.username} added ({user.id})")
+    elif args.action == "passwd":
+        digest = asyncio.run(hash_password(_password(args)))
+        _admin(lambda c: accounts.set_password(c, name, digest))
+        print(f"password of {name} changed")
+    elif args.action in ("disable", "enable"):
+
+        async def switch(conn):  # type: ignore[no-untyped-def]
+            await accounts.set_disabled(conn, name, args.action == "disable")
+            if args.action == "disable":  # sessions end at once; grants, and so their tokens, too
+                user = await accounts.by_username(conn, name)
+                assert user is not None
+                await accounts.close_sessions_of(conn, user.id)
+                await oauth.revoke_families(conn, user_id=user.id)
+
+        _admin(switch)
+        print(f"user {name} {args.action}d")
+    else:
+        for user, created in _admin(accounts.list_users):
+            state = "disabled" if user.disabled else "active"
+            kind = "password" if user.password_hash else "upstream"
+            print(f"{user.username}\t{state}\t{kind}\t{created:%Y-%m-%d}\t{user.display_name}")
+
+
+def cmd_member(args: argparse.Namespace) -> None:
+    """Which tenants a user belongs to, and with which role."""
+    from app.errors import EngramError
+    from app.store import accounts
+
+    if args.action == "list":
+        for username, tenant, role in _admin(lambda c: accounts.list_memberships(c, args.tenant)):
+            print(f"{tenant}\t{username}\t{role}")
+        return
+    if not (args.username and args.tenant):
+        sys.exit("error: member add/remove need a username and --tenant")
+    name = args.username.lower()
+
+    async def change(conn):  # type: ignore[no-untyped-def]
+        user = await accounts.by_username(conn, name)
+        if user is None:
+            raise EngramError("not_found", f"no user {name!r}")
+        if args.action == "add":
+            await accounts.add_membership(conn, user.id, args.tenant, args.role)
+        else:
+            await accounts.remove_membership(conn, name, args.tenant)
+
+    _admin(change)
+    print(f"{name} {'is ' + args.role + ' of' if args.action == 'add' else 'removed from'} {args.tenant}")
+
+
+def cmd_keys(args: argparse.Namespace) -> None:
+    """Signing keys of the built-in authorization server."""
+    from datetime import timedelta
+
+    from app.authserver.signing import rotate
+    from app.store import oauth
+
+    if args.action == "rotate":
+        settings = _settings()
+        activate = timedelta(seconds=args.activate_in)
+        retire = timedelta(seconds=settings.access_token_ttl_seconds + 300)
+        kid = _admin(lambda c: rotate(c, activate_in=activate, retire_after=retire))
+        print(f"key {kid} signs from {args.activate_in} s from now; older keys verify for {retire} after that")
+        return
+    for key in _admin(oauth.signing_keys):
+        retires = f"retires {key.retires_at:%Y-%m-%d %H:%M}" if key.retires_at else "current"
+        print(f"{key.kid}\tactivates {key.activates_at:%Y-%m-%d %H:%M:%S}\t{retires}")
+
+
+def cmd_client(args: argparse.Namespace) -> None:
+    """OAuth clients: configured ones (`add`), and all registered ones."""
+    from mcp.shared.auth import OAuthClientInformationFull
+
+    from app.authserver.clients import check_metadata
+    from app.authserver.credentials import new_secret
+    from app.store import oauth
+
+    if args.action == "add":
+        secret, secret_hash = new_secret() if args.confidential else (None, None)
+        info = OAuthClientInformationFull(
+            client_id=args.client_id,
+            client_name=args.name or args.client_id,
+            redirect_uris=args.redirect_uri,
+            token_endpoint_auth_method="client_secret_basic" if secret else "none",
+        )
+        check_metadata(info)
+        metadata = info.model_dump(mode="json", exclude_none=True, exclude={"client_id"})
+        _admin(lambda c: oauth.add_client(c, args.client_id, "static", metadata, secret_hash))
+        print(f"client {args.client_id} added" + (f"; its secret (shown once): {secret}" if secret else ""))
+    elif args.action == "remove":
+
+        async def remove(conn):  # type: ignore[no-untyped-def]
+            await oauth.revoke_families(conn, client_id=args.client_id)
+            return await oauth.remove_client(conn, args.client_id)
+
+        if not _admin(remove):
+            sys.exit(f"error: no client {args.client_id}")
+        print(f"client {args.client_id} removed and its grants revoked")
+    else:
+        for client, created, used in _admin(oauth.list_clients):
+            name = client.metadata.get("client_name", "")
+            print(f"{client.client_id}\t{client.kind}\t{name}\tcreated {created:%Y-%m-%d}\tused {used or 'never'}")
+
+
 def cmd_audit(args: argparse.Namespace) -> None:
     from datetime import UTC, datetime, timedelta
 
     from app.store import audit
 
+    if args.action == "auth":
+        from app.store import oauth
+
+        since = datetime.now(UTC) - timedelta(days=args.days) if args.days else None
+        for r in _admin(lambda c: oauth.events(c, args.limit, since)):
+            print(
+                f"{r['at']:%Y-%m-%d %H:%M:%S}\t{r['event']}\t{r['outcome']}\t{r['username'] or '-'}\t"
+                f"{r['client_id'] or '-'}\t{r['tenant_key'] or '-'}\t{r['detail']}"
+            )
+        return
     if args.action == "cleanup":
         days = _settings().audit_retention_days
         removed = _admin(lambda c: audit.cleanup(c, days))
@@ -267,11 +407,34 @@ def main(argv: list[str] | None = None) -> None:
     apikey.add_argument("--expires-days", type=int, help="lifetime in days (default: no expiry)")
     apikey.set_defaults(func=cmd_apikey)
     audit = sub.add_parser("audit", help="read the audit log, or remove rows past retention")
-    audit.add_argument("action", nargs="?", choices=["show", "cleanup"], default="show")
+    audit.add_argument("action", nargs="?", choices=["show", "auth", "cleanup"], default="show")
     audit.add_argument("--tenant")
     audit.add_argument("--limit", type=int, default=100)
     audit.add_argument("--days", type=int, help="only the last N days")
     audit.set_defaults(func=cmd_audit)
+    user = sub.add_parser("user", help="local accounts of the built-in authorization server")
+    user.add_argument("action", choices=["add", "passwd", "disable", "enable", "list"])
+    user.add_argument("username", nargs="?")
+    user.add_argument("--display-name", help="with add: the name shown on pages")
+    user.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
+    user.set_defaults(func=cmd_user)
+    member = sub.add_parser("member", help="which tenants a user may give applications access to")
+    member.add_argument("action", choices=["add", "remove", "list"])
+    member.add_argument("username", nargs="?")
+    member.add_argument("--tenant", help="the tenant id (required for add and remove)")
+    member.add_argument("--role", choices=["reader", "writer", "admin"], default="writer")
+    member.set_defaults(func=cmd_member)
+    keys = sub.add_parser("keys", help="token-signing keys of the built-in authorization server")
+    keys.add_argument("action", choices=["rotate", "list"])
+    keys.add_argument("--activate-in", type=int, default=300, help="seconds until the new key signs (default 300)")
+    keys.set_defaults(func=cmd_keys)
+    client = sub.add_parser("client", help="OAuth clients of the built-in authorization server")
+    client.add_argument("action", choices=["add", "list", "remove"])
+    client.add_argument("client_id", nargs="?")
+    client.add_argument("--name", help="with add: the name shown on the consent page")
+    client.add_argument("--redirect-uri", action="append", help="with add: repeat for several")
+    client.add_argument("--confidential", action="store_true", help="with add: issue a client secret")
+    client.set_defaults(func=cmd_client)
     usage = sub.add_parser("usage", help="tool calls per tenant, tool and day")
     usage.add_argument("--tenant")
     usage.add_argument("--days", type=int, default=7)
@@ -285,6 +448,12 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("tenant: give the tenant id")
     if args.command == "apikey" and args.action == "create" and not args.tenant:
         parser.error("apikey create: --tenant is required")
+    if args.command == "user" and args.action != "list" and not args.username:
+        parser.error("user: give the username")
+    if args.command == "client" and args.action != "list" and not args.client_id:
+        parser.error("client: give the client id")
+    if args.command == "client" and args.action == "add" and not args.redirect_uri:
+        parser.error("client add: --redirect-uri is required")
     if args.command == "apikey" and args.action == "revoke" and not args.key_id:
         parser.error("apikey revoke: give the key id")
     args.func(args)

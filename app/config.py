@@ -56,7 +56,7 @@ class Settings(BaseSettings):
     database_wait_seconds: int = Field(60, ge=0, le=3600, description="How long start-up waits for the database.")
 
     # auth
-    auth_mode: Literal["dev", "oidc"] = "dev"
+    auth_mode: Literal["dev", "builtin", "oidc"] = "dev"
     dev_key_file: Path = Field(default_factory=lambda: cache_dir() / "dev-signing-key.json")
     token_ttl_seconds: int = Field(3600, ge=60, le=30 * 86400)
     oidc_issuer: str | None = Field(None, description="The identity provider's issuer URL (auth mode oidc).")
@@ -67,6 +67,10 @@ class Settings(BaseSettings):
     jwks_min_refresh_seconds: int = Field(30, ge=1, le=3600)
     api_key_cache_seconds: int = Field(30, ge=0, le=300, description="How long a revoked key may still work.")
     jwks_max_age_seconds: int = Field(3600, ge=60, le=86400)
+    scope_claims: CommaList = Field(
+        default_factory=lambda: ["scope", "scp"],
+        description="Token claims that carry scopes (a space-separated string or a list), e.g. add `permissions`.",
+    )
     scope_read: str = Field("memory:read", min_length=1, max_length=200)
     scope_write: str = Field("memory:write", min_length=1, max_length=200)
     scope_admin: str = Field("memory:admin", min_length=1, max_length=200)
@@ -74,6 +78,26 @@ class Settings(BaseSettings):
     tenant_claim: str = Field("tenant_id", min_length=1, max_length=100)
     tenant_fallback_claims: CommaList = Field(default_factory=lambda: ["org_id", "tid"])
     tenant_policy: Literal["auto", "managed"] = "auto"
+
+    # the built-in authorization server (auth modes builtin and dev; docs/auth.md)
+    access_token_ttl_seconds: int = Field(600, ge=60, le=86400, description="Lifetime of the access tokens it issues.")
+    refresh_token_ttl_seconds: int = Field(30 * 86400, ge=3600, le=365 * 86400)
+    signing_key_reload_seconds: int = Field(
+        60, ge=1, le=3600, description="How often a replica reads the signing keys again (to follow a rotation)."
+    )
+    local_accounts: bool = Field(True, description="Sign-in with local accounts (`engram user add`).")
+    client_registration: bool = Field(True, description="Dynamic client registration (RFC 7591) at /register.")
+    client_metadata_documents: bool = Field(True, description="Clients identified by their metadata document URL.")
+    client_metadata_allow_http_loopback: bool = Field(
+        False, description="Accept metadata documents from http://127.0.0.1 (for tests only; never in production)."
+    )
+    unused_client_days: int = Field(1, ge=1, le=365, description="Registered clients never used are removed after.")
+    sign_in_max_failures: int = Field(5, ge=1, le=1000, description="Wrong passwords per account per window.")
+    sign_in_failure_window_seconds: int = Field(900, ge=60, le=86400)
+    sign_in_per_minute: int = Field(30, ge=1, le=100_000, description="Sign-in attempts per client address.")
+    token_per_minute: int = Field(60, ge=1, le=100_000, description="/token requests per client address.")
+    register_per_minute: int = Field(10, ge=1, le=100_000, description="/register requests per client address.")
+    authorize_per_minute: int = Field(60, ge=1, le=100_000, description="/authorize requests per client address.")
 
     # tools
     tool_sets: CommaList = Field(default_factory=lambda: ["native", "memory"])
@@ -123,6 +147,7 @@ class Settings(BaseSettings):
         "tenant_fallback_claims",
         "oidc_audiences",
         "metrics_tenants",
+        "scope_claims",
         mode="before",
     )(_comma_list)
 
@@ -178,7 +203,7 @@ class Settings(BaseSettings):
 
     @property
     def issuer(self) -> str:
-        """Who issues access tokens: the identity provider, or in dev mode the server itself."""
+        """Who issues access tokens: the identity provider, or (builtin and dev modes) the server itself."""
         return self.oidc_issuer if self.auth_mode == "oidc" and self.oidc_issuer else self.base_url
 
     @property

@@ -10,7 +10,6 @@ from wsgiref.simple_server import WSGIServer
 
 import asyncpg
 import httpx2
-from joserfc.jwk import KeySet
 from mcp.server.auth.routes import build_resource_metadata_url, create_protected_resource_routes
 from mcp.server.transport_security import TransportSecuritySettings
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest, start_http_server
@@ -21,9 +20,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
 from app.auth.apikeys import ApiKeys
-from app.auth.devkeys import load_or_create_key, public_jwks
-from app.auth.keys import Issuer, StaticKeys
+from app.auth.devkeys import load_or_create_key
+from app.auth.keys import Issuer
 from app.auth.verifier import Introspection, TokenVerifier
+from app.authserver.accounts import Throttle
+from app.authserver.provider import Lifetimes
+from app.authserver.server import AuthServer, RateLimits
 from app.config import Settings
 from app.mcp.scope_guard import ScopeGuard
 from app.mcp.server import build_mcp
@@ -52,18 +54,51 @@ async def _readiness(db: Database, settings: Settings) -> str | None:
     return f"migrations pending: {', '.join(todo)}" if todo else None
 
 
-def _verifier(settings: Settings, db: Database, http: httpx2.AsyncClient) -> tuple[TokenVerifier, list[Route]]:
-    """The token verifier for the auth mode, and the routes that mode publishes."""
+def _auth_server(settings: Settings, db: Database) -> AuthServer | None:
+    """The built-in authorization server (builtin mode, and dev mode with its dev user signed in at once)."""
+    if settings.auth_mode == "oidc":
+        return None
+    dev = settings.auth_mode == "dev"
+    return AuthServer(
+        db,
+        issuer=settings.issuer,
+        resource=settings.resource_url,
+        scope_names=settings.scope_names,
+        tenant_claim=settings.tenant_claim,
+        lifetimes=Lifetimes(access=settings.access_token_ttl_seconds, refresh=settings.refresh_token_ttl_seconds),
+        local_accounts=settings.local_accounts,
+        auto_sign_in=dev,
+        personal_tenants=settings.tenant_policy == "auto",
+        registration=settings.client_registration,
+        documents=None,
+        throttle=Throttle(
+            failures=settings.sign_in_max_failures,
+            window=settings.sign_in_failure_window_seconds,
+            attempts=settings.sign_in_per_minute,
+        ),
+        rate_limits=RateLimits(
+            token=settings.token_per_minute,
+            register=settings.register_per_minute,
+            authorize=settings.authorize_per_minute,
+        ),
+        unused_client_days=settings.unused_client_days,
+        key_reload_seconds=settings.signing_key_reload_seconds,
+        # `engram token` signs with the dev key on disk; its tokens stay valid beside the server's own.
+        extra_keys=[load_or_create_key(settings.dev_key_file)] if dev else (),
+    )
+
+
+def _verifier(settings: Settings, db: Database, http: httpx2.AsyncClient, auth: AuthServer | None) -> TokenVerifier:
+    """The token verifier for the auth mode: the server's own keys, or the identity provider's."""
     api_keys = ApiKeys(db.api_key, settings.tenant_claim, settings.api_key_cache_seconds)
-    common = {"audiences": settings.audiences, "scope_names": settings.scope_names, "api_keys": api_keys}
-    if settings.auth_mode == "dev":
-        key = load_or_create_key(settings.dev_key_file)
-
-        async def jwks(request: Request) -> JSONResponse:
-            return JSONResponse(public_jwks(key))
-
-        verifier = TokenVerifier(StaticKeys(KeySet([key])), issuer=settings.issuer, **common)  # type: ignore[arg-type]
-        return verifier, [Route("/.well-known/jwks.json", jwks)]
+    common = {
+        "audiences": settings.audiences,
+        "scope_names": settings.scope_names,
+        "api_keys": api_keys,
+        "scope_claims": settings.scope_claims,
+    }
+    if auth is not None:
+        return TokenVerifier(auth.keys, issuer=settings.issuer, revoked=auth.revocations, **common)  # type: ignore[arg-type]
     issuer = Issuer(
         settings.issuer,
         http,
@@ -76,7 +111,7 @@ def _verifier(settings: Settings, db: Database, http: httpx2.AsyncClient) -> tup
         introspection = Introspection(
             issuer, http, settings.oidc_client_id, settings.oidc_client_secret.get_secret_value()
         )
-    return TokenVerifier(issuer, issuer=settings.issuer, introspection=introspection, **common), []  # type: ignore[arg-type]
+    return TokenVerifier(issuer, issuer=settings.issuer, introspection=introspection, **common)  # type: ignore[arg-type]
 
 
 def create_app(settings: Settings) -> Starlette:
@@ -96,7 +131,8 @@ def create_app(settings: Settings) -> Starlette:
     )
     # Only for the identity provider's metadata, keys and introspection; never forwards client tokens.
     http = httpx2.AsyncClient(timeout=httpx2.Timeout(5.0), follow_redirects=False)
-    verifier, auth_routes = _verifier(settings, db, http)
+    auth = _auth_server(settings, db)
+    verifier = _verifier(settings, db, http, auth)
     usage = Usage()
     mcp, tools = build_mcp(settings, services, verifier, usage)
     hosts, origins = settings.transport_hosts()
@@ -145,6 +181,8 @@ def create_app(settings: Settings) -> Starlette:
         _watch_pool(db)
         metrics_server = _serve_metrics(settings)
         try:
+            if auth is not None:
+                await auth.start()
             await indexer.start()  # loads the embedding model; a broken model setting stops the server here
         except Exception:
             if metrics_server is not None:
@@ -173,6 +211,8 @@ def create_app(settings: Settings) -> Starlette:
             if metrics_server is not None:
                 metrics_server.shutdown()
             await indexer.stop()
+            if auth is not None:
+                await auth.stop()
             await http.aclose()
             await db.close()
 
@@ -191,7 +231,7 @@ def create_app(settings: Settings) -> Starlette:
         Route("/healthz", healthz),
         Route("/readyz", readyz),
         *([Route("/metrics", metrics_page)] if settings.metrics_port == 0 else []),
-        *auth_routes,
+        *(auth.routes() if auth is not None else []),
         *metadata,  # RFC 9728, at the path clients derive from the resource URL ...
         Route("/.well-known/oauth-protected-resource", metadata[0].endpoint, methods=["GET", "OPTIONS"]),  # ... root
         Mount("/", app=guarded),

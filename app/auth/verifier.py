@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from typing import Any
 
 import httpx2
@@ -64,6 +64,8 @@ class TokenVerifier:
         scope_names: dict[str, str],
         api_keys: ApiKeys | None = None,
         introspection: Introspection | None = None,
+        scope_claims: Sequence[str] = ("scope", "scp"),
+        revoked: Container[str] = (),
     ) -> None:
         self._keys = keys
         self._issuer = issuer
@@ -71,6 +73,8 @@ class TokenVerifier:
         self._to_internal = {external: internal for internal, external in scope_names.items()}
         self._api_keys = api_keys
         self._introspection = introspection
+        self._scope_claims = list(scope_claims)
+        self._revoked = revoked  # grants (`sid`) revoked at the built-in authorization server
         self._claims = jwt.JWTClaimsRegistry(
             leeway=LEEWAY_SECONDS,
             iss={"essential": True, "value": issuer},
@@ -88,19 +92,28 @@ class TokenVerifier:
             return found
         hit = self._cache.get(token)
         if hit is not None and (hit.expires_at or 0) > time.time():
-            return hit
+            return None if self._is_revoked(hit) else hit
         found = await self._verify_jwt(token) if token.count(".") == 2 else await self._introspect(token)
         if found is not None:  # refusals are not cached: a key rotation may make the token good
             if len(self._cache) >= CACHE_SIZE:
                 self._cache.clear()
             self._cache[token] = found
-        return found
+        return None if found is not None and self._is_revoked(found) else found
+
+    def _is_revoked(self, token: AccessToken) -> bool:
+        sid = (token.claims or {}).get("sid")
+        if isinstance(sid, str) and sid in self._revoked:
+            metrics.AUTH_FAILURES.labels("revoked").inc()
+            return True
+        return False
 
     async def _verify_jwt(self, token: str) -> AccessToken | None:
         try:
             header = jws.extract_compact(token.encode()).protected
             if header.get("alg") not in ALGORITHMS:
                 raise JoseError(f"algorithm {header.get('alg')!r} is not accepted")
+            if header.get("typ", "at+jwt").lower() not in ("at+jwt", "application/at+jwt", "jwt"):
+                raise JoseError(f"token type {header.get('typ')!r} is not an access token")  # RFC 9068 section 4
             keys = await self._keys.key_set(header.get("kid"))
             decoded = jwt.decode(token, keys, algorithms=ALGORITHMS)
             self._claims.validate(decoded.claims)
@@ -139,8 +152,13 @@ class TokenVerifier:
         return self._access_token(token, claims)
 
     def _access_token(self, token: str, claims: dict[str, Any]) -> AccessToken:
-        scope = claims.get("scope", "")
-        scopes = scope.split() if isinstance(scope, str) else []
+        scopes: list[str] = []
+        for name in self._scope_claims:  # `scope` (RFC 9068), `scp` (Okta, Entra), `permissions` (Auth0)
+            value = claims.get(name)
+            if isinstance(value, str):
+                scopes += value.split()
+            elif isinstance(value, list):
+                scopes += [v for v in value if isinstance(v, str)]
         return AccessToken(
             token=token,
             client_id=str(claims.get("client_id") or claims.get("azp") or claims["sub"]),

@@ -109,3 +109,12 @@ DB_UP = Gauge("engram_database_up", "1 when the last database check succeeded.",
 
 def set_build_info(version: str) -> None:
     BUILD.info({"version": version, "python": platform.python_version()})
+
+
+OAUTH_EVENTS = Counter(
+    "engram_oauth_events_total",
+    "Built-in authorization server: each flow's outcomes (register, authorize, sign_in, consent, token, refresh,"
+    " revoke; ok or a bounded refusal reason).",
+    ["flow", "outcome"],
+    registry=REGISTRY,
+)

@@ -85,7 +85,7 @@ class Tx:
         return await self.conn.execute(self._sql(query), *args)
 
 
-async def _init_connection(conn: asyncpg.Connection) -> None:
+async def init_connection(conn: asyncpg.Connection) -> None:
     await conn.set_type_codec(
         "jsonb",
         schema="pg_catalog",
@@ -111,7 +111,7 @@ class Database:
         s = self._settings
         self._pool = await asyncpg.create_pool(
             s.runtime_dsn(),
-            init=_init_connection,
+            init=init_connection,
             reset=_keep_session,
             min_size=s.pool_min_size,
             max_size=s.pool_max_size,

@@ -1,0 +1,114 @@
+"""Signing people in: local accounts (argon2id, throttled), browser sessions, and the tenants a
+signed-in user may grant access to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from app.auth.principal import personal_tenant
+from app.authserver.credentials import check_password, digest, new_secret
+from app.authserver.limits import RateLimiter
+from app.authserver.provider import Events
+from app.errors import EngramError
+from app.store import accounts
+from app.store.accounts import Membership, User
+from app.store.database import Database
+
+DEV_USER = "dev"
+DEV_TENANT = "demo"
+
+
+class SignInRefused(Exception):
+    def __init__(self, reason: str, message: str, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True, slots=True)
+class Throttle:
+    """At most `failures` wrong passwords per username per `window` seconds, and `attempts` sign-in
+    posts per client address per minute."""
+
+    failures: int = 5
+    window: int = 900
+    attempts: int = 30
+
+
+class Accounts:
+    def __init__(
+        self,
+        db: Database,
+        limiter: RateLimiter,
+        events: Events,
+        *,
+        issuer: str,
+        session_ttl: timedelta,
+        throttle: Throttle,
+        personal_tenants: bool,
+    ) -> None:
+        self._db = db
+        self._limiter = limiter
+        self._events = events
+        self._issuer = issuer
+        self._session_ttl = session_ttl
+        self._throttle = throttle
+        self._personal_tenants = personal_tenants
+
+    async def sign_in(self, username: str, password: str, address: str) -> User:
+        """The user, if the password is right and neither the account nor the address is throttled."""
+        username = username.strip().lower()
+        t = self._throttle
+        if (wait := await self._limiter.hit(f"sign-in:{address}", t.attempts, 60)) is not None:
+            await self._events("sign_in", "rate_limited")
+            raise SignInRefused("rate_limited", "Too many sign-in attempts from here. Try again shortly.", wait)
+        if (wait := await self._limiter.over(f"sign-in-failed:{username}", t.failures, t.window)) is not None:
+            await self._events("sign_in", "throttled", detail=username)
+            raise SignInRefused("throttled", "Too many failed attempts for this account. Try again later.", wait)
+        user = await accounts.by_username(self._db.pool, username)
+        # An unknown name is checked against a dummy hash: both answers take as long.
+        if not await check_password(user.password_hash if user else None, password) or user is None:
+            await self._limiter.hit(f"sign-in-failed:{username}", t.failures, t.window)
+            await self._events("sign_in", "wrong_password", user_id=user.id if user else None, detail=username)
+            raise SignInRefused("wrong_password", "Wrong username or password.")
+        if user.disabled:
+            await self._events("sign_in", "disabled", user_id=user.id)
+            raise SignInRefused("disabled", "This account is disabled.")
+        await self._events("sign_in", "ok", user_id=user.id)
+        return user
+
+    async def open_session(self, user: User) -> str:
+        """A new browser session; the value goes in the cookie, only its hash is stored."""
+        value, id_hash = new_secret()
+        await accounts.open_session(self._db.pool, id_hash, user.id, self._session_ttl)
+        return value
+
+    async def session_user(self, value: str | None) -> User | None:
+        if not value or len(value) > 100:
+            return None
+        return await accounts.session_user(self._db.pool, digest(value))
+
+    async def close_session(self, value: str) -> None:
+        await accounts.close_session(self._db.pool, digest(value))
+
+    async def tenants(self, user: User) -> list[Membership]:
+        """The user's memberships; a user with none gets a personal tenant when tenants are automatic."""
+        found = await accounts.memberships(self._db.pool, user.id)
+        if found or not self._personal_tenants:
+            return found
+        await accounts.add_membership(self._db.pool, user.id, personal_tenant(self._issuer, user.id), "admin")
+        return await accounts.memberships(self._db.pool, user.id)
+
+    async def dev_user(self) -> User:
+        """The development user, signed in automatically on loopback: admin of the `demo` tenant."""
+        user = await accounts.by_username(self._db.pool, DEV_USER)
+        if user is None:
+            try:
+                user = await accounts.create(self._db.pool, DEV_USER, "Development user", None)
+            except EngramError:  # another request created it first
+                user = await accounts.by_username(self._db.pool, DEV_USER)
+                assert user is not None
+            await accounts.add_membership(self._db.pool, user.id, DEV_TENANT, "admin")
+        return user

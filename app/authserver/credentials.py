@@ -1,0 +1,44 @@
+"""Random credentials and the hashes they are stored as.
+
+Codes, refresh tokens, sessions and client secrets carry 256 random bits, so a plain SHA-256 is
+as strong at rest as a slow hash would be; passwords, chosen by people, get argon2id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import secrets
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+
+_hasher = PasswordHasher()  # argon2id with the library's current recommended parameters
+# Verified against when a username is unknown, so that answer takes as long as a wrong password.
+_DUMMY = _hasher.hash(secrets.token_urlsafe(16))
+
+
+def new_secret() -> tuple[str, bytes]:
+    """A fresh credential and its stored form."""
+    value = secrets.token_urlsafe(32)
+    return value, digest(value)
+
+
+def digest(value: str) -> bytes:
+    return hashlib.sha256(value.encode()).digest()
+
+
+async def hash_password(password: str) -> str:
+    return await asyncio.to_thread(_hasher.hash, password)
+
+
+async def check_password(stored: str | None, password: str) -> bool:
+    """Whether `password` matches; off the event loop, since argon2id is deliberately slow."""
+
+    def verify() -> bool:
+        try:
+            return _hasher.verify(stored or _DUMMY, password) and stored is not None
+        except (VerificationError, InvalidHashError):
+            return False
+
+    return await asyncio.to_thread(verify)

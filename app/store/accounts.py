@@ -1,0 +1,190 @@
+"""People who sign in at the built-in authorization server: users, their upstream identities, the
+tenants they belong to, and their browser sessions. Not tenant data: reached outside any tenant
+context, by the run-time role (sign-in) and the owner (the `engram user` / `member` commands)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import asyncpg
+
+from app.errors import EngramError
+from app.store.database import timed
+
+Executor = asyncpg.Pool | asyncpg.Connection
+ROLES = ("reader", "writer", "admin")
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    id: str
+    username: str
+    display_name: str
+    password_hash: str | None
+    disabled: bool
+
+    @classmethod
+    def of(cls, row: asyncpg.Record) -> User:
+        return cls(
+            str(row["id"]), row["username"], row["display_name"], row["password_hash"], row["disabled_at"] is not None
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Membership:
+    tenant: str
+    role: str
+
+
+_USER = "SELECT id, username, display_name, password_hash, disabled_at FROM engram.users"
+
+
+@timed
+async def by_username(db: Executor, username: str) -> User | None:
+    row = await db.fetchrow(f"{_USER} WHERE username = $1", username)
+    return User.of(row) if row else None
+
+
+@timed
+async def by_id(db: Executor, user_id: str) -> User | None:
+    row = await db.fetchrow(f"{_USER} WHERE id = $1::uuid", user_id)
+    return User.of(row) if row else None
+
+
+@timed
+async def by_identity(db: Executor, provider: str, subject: str) -> User | None:
+    row = await db.fetchrow(
+        "SELECT u.id, u.username, u.display_name, u.password_hash, u.disabled_at FROM engram.user_identities i"
+        " JOIN engram.users u ON u.id = i.user_id WHERE i.provider = $1 AND i.subject = $2",
+        provider,
+        subject,
+    )
+    return User.of(row) if row else None
+
+
+async def create(db: Executor, username: str, display_name: str, password_hash: str | None) -> User:
+    try:
+        row = await db.fetchrow(
+            "INSERT INTO engram.users (username, display_name, password_hash) VALUES ($1, $2, $3)"
+            " RETURNING id, username, display_name, password_hash, disabled_at",
+            username,
+            display_name,
+            password_hash,
+        )
+    except asyncpg.UniqueViolationError:
+        raise EngramError("conflict", f"user {username!r} exists already") from None
+    except asyncpg.CheckViolationError:
+        raise EngramError("invalid", "a username is 1-100 of a-z 0-9 . _ @ + - (lower case)") from None
+    assert row is not None
+    return User.of(row)
+
+
+async def create_linked(db: asyncpg.Pool, username: str, display_name: str, provider: str, subject: str) -> User:
+    """A user who signs in through an upstream provider, with that identity linked."""
+    async with db.acquire() as conn, conn.transaction():
+        user = await create(conn, username, display_name, None)
+        await conn.execute(
+            "INSERT INTO engram.user_identities (provider, subject, user_id) VALUES ($1, $2, $3::uuid)",
+            provider,
+            subject,
+            user.id,
+        )
+    return user
+
+
+async def set_password(db: Executor, username: str, password_hash: str) -> None:
+    await _one(db, "UPDATE engram.users SET password_hash = $2 WHERE username = $1", username, password_hash)
+
+
+async def set_disabled(db: Executor, username: str, disabled: bool) -> None:
+    await _one(
+        db,
+        "UPDATE engram.users SET disabled_at = CASE WHEN $2 THEN coalesce(disabled_at, now()) END WHERE username = $1",
+        username,
+        disabled,
+    )
+
+
+async def list_users(db: Executor) -> list[tuple[User, datetime]]:
+    rows = await db.fetch(
+        "SELECT id, username, display_name, password_hash, disabled_at, created_at FROM engram.users ORDER BY username"
+    )
+    return [(User.of(r), r["created_at"]) for r in rows]
+
+
+@timed
+async def memberships(db: Executor, user_id: str) -> list[Membership]:
+    rows = await db.fetch(
+        "SELECT tenant_key, role FROM engram.memberships WHERE user_id = $1::uuid ORDER BY tenant_key", user_id
+    )
+    return [Membership(r["tenant_key"], r["role"]) for r in rows]
+
+
+async def add_membership(db: Executor, user_id: str, tenant: str, role: str) -> None:
+    try:
+        await db.execute(
+            "INSERT INTO engram.memberships (user_id, tenant_key, role) VALUES ($1::uuid, $2, $3)"
+            " ON CONFLICT (user_id, tenant_key) DO UPDATE SET role = excluded.role",
+            user_id,
+            tenant,
+            role,
+        )
+    except asyncpg.CheckViolationError:
+        raise EngramError(
+            "invalid", "a tenant id is 1-200 letters, digits and . _ : @ | -; roles: " + ", ".join(ROLES)
+        ) from None
+
+
+async def remove_membership(db: Executor, username: str, tenant: str) -> None:
+    await _one(
+        db,
+        "DELETE FROM engram.memberships m USING engram.users u"
+        " WHERE m.user_id = u.id AND u.username = $1 AND m.tenant_key = $2",
+        username,
+        tenant,
+    )
+
+
+async def list_memberships(db: Executor, tenant: str | None) -> list[tuple[str, str, str]]:
+    rows = await db.fetch(
+        "SELECT u.username, m.tenant_key, m.role FROM engram.memberships m JOIN engram.users u ON u.id = m.user_id"
+        " WHERE $1::text IS NULL OR m.tenant_key = $1 ORDER BY m.tenant_key, u.username",
+        tenant,
+    )
+    return [(r["username"], r["tenant_key"], r["role"]) for r in rows]
+
+
+@timed
+async def open_session(db: Executor, id_hash: bytes, user_id: str, ttl: timedelta) -> None:
+    await db.execute(
+        "INSERT INTO engram.web_sessions (id_hash, user_id, expires_at) VALUES ($1, $2::uuid, now() + $3)",
+        id_hash,
+        user_id,
+        ttl,
+    )
+
+
+@timed
+async def session_user(db: Executor, id_hash: bytes) -> User | None:
+    """The signed-in user of a live session, if the user is still enabled."""
+    row = await db.fetchrow(
+        "SELECT u.id, u.username, u.display_name, u.password_hash, u.disabled_at FROM engram.web_sessions s"
+        " JOIN engram.users u ON u.id = s.user_id"
+        " WHERE s.id_hash = $1 AND s.expires_at > now() AND u.disabled_at IS NULL",
+        id_hash,
+    )
+    return User.of(row) if row else None
+
+
+async def close_session(db: Executor, id_hash: bytes) -> None:
+    await db.execute("DELETE FROM engram.web_sessions WHERE id_hash = $1", id_hash)
+
+
+async def close_sessions_of(db: Executor, user_id: str) -> None:
+    await db.execute("DELETE FROM engram.web_sessions WHERE user_id = $1::uuid", user_id)
+
+
+async def _one(db: Executor, query: str, *args: object) -> None:
+    if (await db.execute(query, *args)).endswith(" 0"):
+        raise EngramError("not_found", f"no such user or membership: {args[0]!r}")

@@ -1,0 +1,433 @@
+"""The built-in authorization server, end to end: the SDK's OAuthClientProvider connects by URL
+alone (dynamic registration), a person signs in and consents with real form posts, and every
+refusal answers the right OAuth error and issues nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import secrets
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+import asyncpg
+import httpx2
+import orjson
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from app.config import Settings
+from tests.conftest import ROOT, Server, connect, ok, serve
+from tests.oauth_agent import Person, hidden_fields, oauth_client
+
+PASSWORD = "correct horse battery staple"
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+REDIRECT = "http://127.0.0.1:33418/callback"
+
+
+def engram(env: dict[str, str], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args],
+        cwd=ROOT,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.fixture(scope="module")
+def builtin(db_settings: Settings) -> Iterator[Server]:
+    with serve(
+        db_settings,
+        ENGRAM_AUTH_MODE="builtin",
+        ENGRAM_SIGN_IN_MAX_FAILURES="3",
+        ENGRAM_REGISTER_PER_MINUTE="1000",
+        ENGRAM_TOKEN_PER_MINUTE="1000",
+        ENGRAM_AUTHORIZE_PER_MINUTE="1000",
+        ENGRAM_SIGNING_KEY_RELOAD_SECONDS="1",
+    ) as running:
+        yield running
+
+
+def add_user(server: Server, tenant: str, role: str = "writer") -> Person:
+    name = f"u{uuid.uuid4().hex[:10]}"
+    made = engram(server.env, "user", "add", name, "--display-name", "Ada Lovelace", "--password-stdin", stdin=PASSWORD)
+    assert made.returncode == 0, made.stderr
+    member = engram(server.env, "member", "add", name, "--tenant", tenant, "--role", role)
+    assert member.returncode == 0, member.stderr
+    return Person(name, PASSWORD)
+
+
+def _part(token: str, index: int) -> dict[str, Any]:
+    """A JWT's header (0) or claims (1), unverified: the test only reads what the server wrote."""
+    part = token.split(".")[index]
+    return orjson.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
+
+
+async def test_metadata_describes_what_the_server_accepts(builtin):
+    metadata = httpx2.get(f"{builtin.base}/.well-known/oauth-authorization-server").json()
+    assert metadata["issuer"] == builtin.base  # exactly: clients compare it byte for byte
+    assert metadata["authorization_endpoint"] == f"{builtin.base}/authorize"
+    assert metadata["code_challenge_methods_supported"] == ["S256"]
+    assert "none" in metadata["token_endpoint_auth_methods_supported"]
+    assert metadata["authorization_response_iss_parameter_supported"] is True
+    assert metadata["registration_endpoint"] == f"{builtin.base}/register"
+    resource = httpx2.get(f"{builtin.base}/.well-known/oauth-protected-resource/mcp").json()
+    assert resource["authorization_servers"] == [builtin.base]
+    keys = httpx2.get(metadata["jwks_uri"]).json()["keys"]
+    assert keys and all("d" not in k for k in keys)  # public halves only
+
+
+async def test_sdk_client_connects_by_url_alone(builtin, tenant):
+    person = add_user(builtin, tenant)
+    http, storage = oauth_client(builtin.url, person)
+    async with Client(streamable_http_client(builtin.url, http_client=http), mode="legacy") as c:
+        ok(await c.call_tool("upsert_entities", {"entities": [{"name": "Signed in by URL", "type": "t"}]}))
+        history = ok(await c.call_tool("entity_history", {"name": "Signed in by URL"}))
+    assert person.redirect["iss"] == builtin.base  # RFC 9207
+    assert storage.client_info is not None and storage.client_info.client_id  # registered dynamically
+    assert storage.tokens is not None and storage.tokens.refresh_token
+    token = _part(storage.tokens.access_token, 1)
+    assert token["tenant_id"] == tenant and token["aud"] == builtin.url and token["sub"]
+    assert set(token["scope"].split()) == {"memory:read", "memory:write"}  # a writer gets no admin
+    assert history["entries"][0]["actor"] == token["sub"]
+    consent = person.pages[-1]
+    assert "Test Assistant" in consent and tenant in consent and "127.0.0.1:33418" in consent
+
+    # The same tenant's memory through a token of the next process generation: a refresh.
+    async with Client(streamable_http_client(builtin.url, http_client=http), mode="auto") as c:
+        assert ok(await c.call_tool("get_entity", {"name": "Signed in by URL"}))["name"] == "Signed in by URL"
+
+
+class Flow:
+    """One authorization by hand, to test each step's refusals."""
+
+    def __init__(self, server: Server, person: Person, client_id: str) -> None:
+        self.server = server
+        self.person = person
+        self.client_id = client_id
+        self.verifier = secrets.token_urlsafe(48)
+        challenge = base64.urlsafe_b64encode(hashlib.sha256(self.verifier.encode()).digest()).rstrip(b"=").decode()
+        self.params = {
+            "response_type": "code",
+            "client_id": client_id,
+            "redirect_uri": REDIRECT,
+            "code_challenge": challenge,
+            "code_challenge_method": "S256",
+            "state": "s-" + secrets.token_hex(4),
+            "resource": server.url,
+            "scope": "memory:read memory:write",
+        }
+
+    def authorize_url(self, **changes: str | None) -> str:
+        params = {k: v for k, v in {**self.params, **changes}.items() if v is not None}
+        return f"{self.server.base}/authorize?{urlencode(params)}"
+
+    async def code(self) -> str:
+        await self.person.visit(self.authorize_url())
+        assert self.person.redirect["state"] == self.params["state"]
+        return self.person.redirect["code"]
+
+    async def token(self, **form: str) -> httpx2.Response:
+        data = {"client_id": self.client_id, **form}
+        async with httpx2.AsyncClient() as http:
+            return await http.post(f"{self.server.base}/token", data=data)
+
+    async def exchange(self, code: str, verifier: str | None = None) -> httpx2.Response:
+        return await self.token(
+            grant_type="authorization_code",
+            code=code,
+            redirect_uri=REDIRECT,
+            code_verifier=verifier or self.verifier,
+            resource=self.server.url,
+        )
+
+
+async def register(server: Server, **metadata: Any) -> httpx2.Response:
+    body = {"client_name": "Hand-made client", "redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none"}
+    async with httpx2.AsyncClient() as http:
+        return await http.post(f"{server.base}/register", json={**body, **metadata})
+
+
+@pytest.fixture
+async def flow(builtin, tenant) -> Flow:
+    registered = await register(builtin)
+    assert registered.status_code == 201, registered.text
+    return Flow(builtin, add_user(builtin, tenant), registered.json()["client_id"])
+
+
+async def mcp_status(server: Server, token: str) -> int:
+    """The HTTP status of an MCP request carrying `token` (200, or 401 when it is refused)."""
+    async with httpx2.AsyncClient() as http:
+        answer = await http.post(
+            server.url,
+            content=orjson.dumps(INITIALIZE),
+            headers={
+                "Authorization": f"Bearer {token}",
+                "Content-Type": "application/json",
+                "Accept": "application/json, text/event-stream",
+            },
+        )
+    return answer.status_code
+
+
+async def until_refused(server: Server, token: str) -> bool:
+    """Revocation reaches every replica within a few seconds: poll, don't sleep a fixed time."""
+    for _ in range(40):
+        if await mcp_status(server, token) == 401:
+            return True
+        await asyncio.sleep(0.25)
+    return False
+
+
+async def test_code_is_single_use_and_reuse_revokes_the_grant(flow):
+    code = await flow.code()
+    first = await flow.exchange(code)
+    assert first.status_code == 200, first.text
+    access = first.json()["access_token"]
+    assert await mcp_status(flow.server, access) == 200
+    again = await flow.exchange(code)
+    assert again.status_code == 400 and again.json()["error"] == "invalid_grant"
+    assert "access_token" not in again.text
+    assert await until_refused(flow.server, access)  # the grant the code made is gone
+    refreshed = await flow.token(grant_type="refresh_token", refresh_token=first.json()["refresh_token"])
+    assert refreshed.status_code == 400 and refreshed.json()["error"] == "invalid_grant"
+
+
+async def test_wrong_pkce_verifier_issues_nothing(flow):
+    code = await flow.code()
+    wrong = await flow.exchange(code, verifier=secrets.token_urlsafe(48))
+    assert wrong.status_code == 400 and wrong.json()["error"] == "invalid_grant"
+    assert "access_token" not in wrong.text
+
+
+async def test_expired_code_issues_nothing(flow, db_settings):
+    code = await flow.code()
+    conn = await asyncpg.connect(db_settings.admin_dsn())
+    try:
+        digest = hashlib.sha256(code.encode()).digest()
+        await conn.execute(
+            "UPDATE engram.oauth_codes SET expires_at = now() - interval '1 second' WHERE code_hash = $1", digest
+        )
+    finally:
+        await conn.close()
+    expired = await flow.exchange(code)
+    assert expired.status_code == 400 and expired.json()["error"] == "invalid_grant"
+
+
+async def test_refresh_rotates_and_reuse_revokes_the_family(flow):
+    issued = (await flow.exchange(await flow.code())).json()
+    rotated = await flow.token(grant_type="refresh_token", refresh_token=issued["refresh_token"])
+    assert rotated.status_code == 200, rotated.text
+    newer = rotated.json()
+    assert newer["refresh_token"] != issued["refresh_token"]
+    assert await mcp_status(flow.server, newer["access_token"]) == 200
+    replay = await flow.token(grant_type="refresh_token", refresh_token=issued["refresh_token"])  # stolen and replayed
+    assert replay.status_code == 400 and replay.json()["error"] == "invalid_grant"
+    assert await until_refused(flow.server, newer["access_token"])
+    after = await flow.token(grant_type="refresh_token", refresh_token=newer["refresh_token"])
+    assert after.status_code == 400 and after.json()["error"] == "invalid_grant"
+
+
+async def test_revocation_by_the_client(flow):
+    issued = (await flow.exchange(await flow.code())).json()
+    async with httpx2.AsyncClient() as http:
+        revoked = await http.post(
+            f"{flow.server.base}/revoke", data={"client_id": flow.client_id, "token": issued["refresh_token"]}
+        )
+    assert revoked.status_code == 200
+    assert await until_refused(flow.server, issued["access_token"])
+
+
+async def test_authorization_request_refusals(flow):
+    async with httpx2.AsyncClient() as http:
+        # A redirect URI the client did not register: an error page, never a redirect there.
+        wrong = await http.get(flow.authorize_url(redirect_uri="https://evil.example/cb"))
+        assert wrong.status_code == 400 and "location" not in wrong.headers
+        unknown = await http.get(flow.authorize_url(client_id="no-such-client"))
+        assert unknown.status_code == 400 and "location" not in unknown.headers
+        for resource, error in ((None, "invalid_request"), ("https://elsewhere.example/mcp", "invalid_target")):
+            answer = await http.get(flow.authorize_url(resource=resource))
+            assert answer.status_code == 302
+            query = parse_qs(urlsplit(answer.headers["location"]).query)
+            assert query["error"] == [error] and "code" not in query
+        plain = await http.get(flow.authorize_url(code_challenge_method="plain"))
+        assert plain.status_code in (302, 400) and "code=" not in plain.headers.get("location", "")
+        # A loopback redirect may use another port (RFC 8252), another path may not.
+        other_port = await http.get(flow.authorize_url(redirect_uri="http://127.0.0.1:40001/callback"))
+        assert other_port.status_code == 302 and "/oauth/consent" in other_port.headers["location"]
+        other_path = await http.get(flow.authorize_url(redirect_uri="http://127.0.0.1:33418/elsewhere"))
+        assert other_path.status_code == 400
+
+
+async def test_forms_need_their_csrf_token(flow):
+    browser = flow.person.browser
+    page = await browser.get(flow.authorize_url(), follow_redirects=True)
+    fields = hidden_fields(page.text)
+    assert page.headers["content-security-policy"].startswith("default-src 'none'")
+    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+    forged = await browser.post(
+        f"{flow.server.base}/oauth/sign-in",
+        data={"request": fields["request"], "username": flow.person.username, "password": PASSWORD},
+    )
+    assert forged.status_code == 403
+    assert not any("session" in c for c in forged.headers.get_list("set-cookie"))
+    # Signed in, a consent post without the token (or from another browser) is refused too.
+    await flow.person.visit(flow.authorize_url())
+    page = await browser.get(flow.authorize_url(), follow_redirects=True)
+    fields = hidden_fields(page.text)
+    async with httpx2.AsyncClient(cookies=browser.cookies) as other:
+        missing = await other.post(
+            f"{flow.server.base}/oauth/consent", data={"request": fields["request"], "decision": "allow"}
+        )
+    assert missing.status_code == 403 and "location" not in missing.headers
+
+
+async def test_deny_answers_access_denied(flow):
+    page = await flow.person.browser.get(flow.authorize_url(), follow_redirects=True)
+    fields = hidden_fields(page.text)
+    signed = await flow.person.browser.post(
+        f"{flow.server.base}/oauth/sign-in", data={**fields, "username": flow.person.username, "password": PASSWORD}
+    )
+    consent = await flow.person.browser.get(f"{flow.server.base}{signed.headers['location']}")
+    await flow.person.decide(str(consent.url), consent.text, "deny")
+    assert flow.person.redirect["error"] == "access_denied" and "code" not in flow.person.redirect
+
+
+async def test_wrong_passwords_are_throttled_and_disabled_users_refused(flow):
+    browser = flow.person.browser
+    page = await browser.get(flow.authorize_url(), follow_redirects=True)
+    fields = hidden_fields(page.text)
+    statuses = []
+    for _ in range(4):
+        answer = await browser.post(
+            f"{flow.server.base}/oauth/sign-in", data={**fields, "username": flow.person.username, "password": "nope"}
+        )
+        statuses.append(answer.status_code)
+    assert statuses[:3] == [401, 401, 401] and statuses[3] == 429  # max failures is 3 here
+    right = await browser.post(
+        f"{flow.server.base}/oauth/sign-in", data={**fields, "username": flow.person.username, "password": PASSWORD}
+    )
+    assert right.status_code == 429 and "retry-after" in right.headers  # even the right password, for a while
+
+    other = add_user(flow.server, "disabled-tenant")
+    assert engram(flow.server.env, "user", "disable", other.username).returncode == 0
+    page = await other.browser.get(flow.authorize_url(), follow_redirects=True)
+    refused = await other.browser.post(
+        f"{flow.server.base}/oauth/sign-in",
+        data={**hidden_fields(page.text), "username": other.username, "password": PASSWORD},
+    )
+    assert refused.status_code == 401 and "disabled" in refused.text
+
+
+async def test_disabling_a_user_revokes_their_grants(flow):
+    issued = (await flow.exchange(await flow.code())).json()
+    assert await mcp_status(flow.server, issued["access_token"]) == 200
+    assert engram(flow.server.env, "user", "disable", flow.person.username).returncode == 0
+    assert await until_refused(flow.server, issued["access_token"])
+    refreshed = await flow.token(grant_type="refresh_token", refresh_token=issued["refresh_token"])
+    assert refreshed.status_code == 400
+
+
+async def test_reader_role_limits_the_scopes(builtin, tenant):
+    registered = (await register(builtin)).json()
+    flow = Flow(builtin, add_user(builtin, tenant, role="reader"), registered["client_id"])
+    issued = (await flow.exchange(await flow.code())).json()
+    assert issued["scope"] == "memory:read"
+    async with connect(builtin.url, issued["access_token"], mode="legacy") as c:
+        assert ok(await c.call_tool("graph_stats", {}))
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "upsert_entities", "arguments": {}}}
+    async with httpx2.AsyncClient() as http:
+        refused = await http.post(
+            builtin.url,
+            content=orjson.dumps(call),
+            headers={
+                "Authorization": f"Bearer {issued['access_token']}",
+                "Content-Type": "application/json",
+                "Accept": "application/json, text/event-stream",
+                "MCP-Protocol-Version": "2025-11-25",
+            },
+        )
+    assert refused.status_code == 403 and 'scope="memory:write"' in refused.headers["www-authenticate"]
+
+
+async def test_remembered_consent_skips_the_page(flow):
+    flow.person.remember = True
+    await flow.code()
+    flow.person.pages.clear()
+    flow.person.redirect = {}
+    await flow.person.visit(flow.authorize_url())
+    assert "code" in flow.person.redirect and not flow.person.pages  # straight back, no page shown
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"redirect_uris": ["javascript:alert(1)"]},
+        {"redirect_uris": ["http://evil.example/cb"]},
+        {"redirect_uris": [f"https://a.example/{i}" for i in range(11)]},
+        {"client_name": "x" * 201},
+        {"client_name": "nul\x00"},
+        {"redirect_uris": []},
+        {"grant_types": ["client_credentials"]},
+    ],
+)
+async def test_registration_refuses_bad_metadata(builtin, metadata):
+    answer = await register(builtin, **metadata)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"] in ("invalid_client_metadata", "invalid_redirect_uri")
+
+
+async def test_registration_body_is_bounded(builtin):
+    async with httpx2.AsyncClient() as http:
+        answer = await http.post(f"{builtin.base}/register", content=b"{" + b" " * 100_000 + b"}")
+    assert answer.status_code == 413
+
+
+async def test_rate_limits_answer_429(db_settings):
+    """Counted in the database, so shared by replicas: start this address's window afresh."""
+    conn = await asyncpg.connect(db_settings.admin_dsn())
+    try:
+        await conn.execute("DELETE FROM engram.rate_windows WHERE bucket LIKE 'register:%'")
+    finally:
+        await conn.close()
+    with serve(db_settings, ENGRAM_AUTH_MODE="builtin", ENGRAM_REGISTER_PER_MINUTE="2") as server:
+        statuses = [(await register(server)).status_code for _ in range(3)]
+    assert statuses == [201, 201, 429]
+
+
+async def test_a_second_process_accepts_tokens_and_rotation_keeps_them_valid(builtin, flow, db_settings):
+    old = (await flow.exchange(await flow.code())).json()
+    old_kid = _part(old["access_token"], 0)["kid"]
+    # A second process on the same database, serving the same public URL (replicas behind one ingress).
+    with serve(db_settings, ENGRAM_AUTH_MODE="builtin", ENGRAM_PUBLIC_URL=builtin.base) as second:
+        assert await mcp_status(second, old["access_token"]) == 200
+        rotated = engram(builtin.env, "keys", "rotate", "--activate-in", "0")
+        assert rotated.returncode == 0, rotated.stderr
+        new_kid = rotated.stdout.split()[1]
+        refresh_token, new = old["refresh_token"], None
+        for _ in range(40):  # the signing replica loads the new key within its reload period
+            new = (await flow.token(grant_type="refresh_token", refresh_token=refresh_token)).json()
+            refresh_token = new["refresh_token"]
+            if _part(new["access_token"], 0)["kid"] == new_kid:
+                break
+            await asyncio.sleep(0.25)
+        assert new is not None and _part(new["access_token"], 0)["kid"] == new_kid != old_kid
+        for server in (builtin, second):
+            assert await mcp_status(server, new["access_token"]) == 200
+            assert await mcp_status(server, old["access_token"]) == 200  # the old key still verifies
+        jwks = httpx2.get(f"{builtin.base}/.well-known/jwks.json").json()
+        assert {old_kid, new_kid} <= {k["kid"] for k in jwks["keys"]}

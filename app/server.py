@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
 from app.auth.apikeys import ApiKeys
+from app.auth.cimd import ClientDocuments
 from app.auth.devkeys import load_or_create_key
 from app.auth.keys import Issuer
 from app.auth.verifier import Introspection, TokenVerifier
@@ -70,7 +71,9 @@ def _auth_server(settings: Settings, db: Database) -> AuthServer | None:
         auto_sign_in=dev,
         personal_tenants=settings.tenant_policy == "auto",
         registration=settings.client_registration,
-        documents=None,
+        documents=ClientDocuments(allow_insecure_loopback=settings.client_metadata_allow_http_loopback)
+        if settings.client_metadata_documents
+        else None,
         throttle=Throttle(
             failures=settings.sign_in_max_failures,
             window=settings.sign_in_failure_window_seconds,

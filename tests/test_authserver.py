@@ -10,8 +10,11 @@ import hashlib
 import secrets
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
@@ -19,11 +22,17 @@ import asyncpg
 import httpx2
 import orjson
 import pytest
+import trustme
+import uvicorn
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from app.config import Settings
-from tests.conftest import ROOT, Server, connect, ok, serve
+from tests.conftest import ROOT, Server, connect, free_port, ok, serve
 from tests.oauth_agent import Person, hidden_fields, oauth_client
 
 PASSWORD = "correct horse battery staple"
@@ -431,3 +440,149 @@ async def test_a_second_process_accepts_tokens_and_rotation_keeps_them_valid(bui
             assert await mcp_status(server, old["access_token"]) == 200  # the old key still verifies
         jwks = httpx2.get(f"{builtin.base}/.well-known/jwks.json").json()
         assert {old_kid, new_kid} <= {k["kid"] for k in jwks["keys"]}
+
+
+# --- clients identified by their metadata document ---------------------------------------------
+
+
+class DocumentServer:
+    """Client metadata documents over real HTTPS on loopback, from a test certificate authority."""
+
+    def __init__(self, directory: Path) -> None:
+        self.port = free_port()
+        self.base = f"https://localhost:{self.port}"
+        ca = trustme.CA()
+        cert = ca.issue_cert("localhost", "127.0.0.1")
+        self.ca_file = directory / "ca.pem"
+        ca.cert_pem.write_to_path(str(self.ca_file))
+        key_file, cert_file = directory / "key.pem", directory / "cert.pem"
+        cert.private_key_pem.write_to_path(str(key_file))
+        cert.cert_chain_pems[0].write_to_path(str(cert_file))
+        self.documents: dict[str, bytes] = {}
+
+        async def document(request: Request) -> Response:
+            body = self.documents.get(request.url.path)
+            return Response(body, media_type="application/json") if body else Response(status_code=404)
+
+        app = Starlette(routes=[Route("/{name:path}", document)])
+        config = uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=self.port,
+            ssl_keyfile=str(key_file),
+            ssl_certfile=str(cert_file),
+            log_level="warning",
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+
+    def publish(self, path: str, **overrides: Any) -> str:
+        url = f"{self.base}{path}"
+        document = {
+            "client_id": url,
+            "client_name": "Metadata Document Client",
+            "redirect_uris": [REDIRECT],
+            "grant_types": ["authorization_code", "refresh_token"],
+            "response_types": ["code"],
+            "token_endpoint_auth_method": "none",
+            **overrides,
+        }
+        self.documents[path] = orjson.dumps(document)
+        return url
+
+    def __enter__(self) -> DocumentServer:
+        self._thread.start()
+        while not self._server.started:
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def documents(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DocumentServer]:
+    with DocumentServer(tmp_path_factory.mktemp("cimd")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def cimd(db_settings: Settings, documents: DocumentServer) -> Iterator[Server]:
+    """A server that trusts the test CA and, for the tests only, accepts documents from loopback."""
+    with serve(
+        db_settings,
+        ENGRAM_AUTH_MODE="builtin",
+        ENGRAM_CLIENT_METADATA_ALLOW_HTTP_LOOPBACK="true",
+        ENGRAM_REGISTER_PER_MINUTE="1000",
+        ENGRAM_AUTHORIZE_PER_MINUTE="1000",
+        SSL_CERT_FILE=str(documents.ca_file),
+    ) as running:
+        yield running
+
+
+async def test_sdk_client_connects_with_a_metadata_document(cimd, documents, tenant):
+    url = documents.publish("/oauth/client.json")
+    metadata = httpx2.get(f"{cimd.base}/.well-known/oauth-authorization-server").json()
+    assert metadata["client_id_metadata_document_supported"] is True
+    person = add_user(cimd, tenant)
+    http, storage = oauth_client(cimd.url, person, client_metadata_url=url)
+    async with Client(streamable_http_client(cimd.url, http_client=http), mode="legacy") as c:
+        ok(await c.call_tool("upsert_entities", {"entities": [{"name": "Known by its document", "type": "t"}]}))
+    assert storage.client_info is not None and storage.client_info.client_id == url  # no registration
+    assert "Metadata Document Client" in person.pages[-1]
+    assert _part(storage.tokens.access_token, 1)["client_id"] == url  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("path", "overrides"),
+    [
+        ("/mismatch.json", {"client_id": "https://localhost/other.json"}),
+        (
+            "/big.json",
+            {"client_name": "x" * 190, "contacts": ["a" * 190] * 10, "policy_uri": "https://a.example/" + "p" * 3000},
+        ),
+        ("/secret.json", {"token_endpoint_auth_method": "client_secret_basic"}),
+        ("/evil-redirect.json", {"redirect_uris": ["http://evil.example/cb"]}),
+    ],
+)
+async def test_bad_metadata_documents_are_refused(cimd, documents, path, overrides):
+    url = documents.publish(path, **overrides)
+    async with httpx2.AsyncClient() as http:
+        answer = await http.get(
+            f"{cimd.base}/authorize",
+            params={
+                "response_type": "code",
+                "client_id": url,
+                "redirect_uri": REDIRECT,
+                "code_challenge": "x" * 43,
+                "code_challenge_method": "S256",
+                "resource": cimd.url,
+            },
+        )
+    assert answer.status_code == 400 and "location" not in answer.headers
+
+
+@pytest.mark.parametrize(
+    "client_id",
+    [
+        "https://10.0.0.1/client.json",
+        "https://169.254.169.254/latest/meta-data/client.json",
+        "https://127.0.0.1/client.json",
+        "https://localhost/client.json",
+        "http://example.com/client.json",
+    ],
+)
+async def test_metadata_documents_on_private_addresses_are_refused(builtin, client_id):
+    async with httpx2.AsyncClient() as http:
+        answer = await http.get(
+            f"{builtin.base}/authorize",
+            params={
+                "response_type": "code",
+                "client_id": client_id,
+                "redirect_uri": REDIRECT,
+                "code_challenge": "x" * 43,
+                "resource": builtin.url,
+            },
+        )
+    assert answer.status_code == 400 and "location" not in answer.headers

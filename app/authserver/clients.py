@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import base64
 import hmac
-from collections.abc import Awaitable, Callable, Sequence
+import logging
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -16,10 +17,12 @@ from mcp.shared.auth import InvalidRedirectUriError, InvalidScopeError, OAuthCli
 from pydantic import AnyUrl
 from starlette.requests import Request
 
+from app.auth.cimd import ClientDocumentError, ClientDocuments
 from app.authserver.credentials import digest
 from app.store import oauth
 from app.store.database import Database
 
+logger = logging.getLogger(__name__)
 _LOOPBACK = {"127.0.0.1", "[::1]", "::1", "localhost"}
 MAX_REDIRECT_URIS = 10
 MAX_TEXT = 200
@@ -89,13 +92,10 @@ def check_metadata(info: OAuthClientInformationFull, *, allow_http_loopback: boo
         raise RegistrationError("invalid_client_metadata", "token_endpoint_auth_method is not supported")
 
 
-MetadataDocuments = Callable[[str], Awaitable[OAuthClientInformationFull | None]]
-
-
 class Clients:
     """Finds clients by id: registered ones in the database, metadata documents by fetching them."""
 
-    def __init__(self, db: Database, scopes: Sequence[str], documents: MetadataDocuments | None = None) -> None:
+    def __init__(self, db: Database, scopes: Sequence[str], documents: ClientDocuments | None = None) -> None:
         self._scopes = " ".join(scopes)
         self._db = db
         self._documents = documents
@@ -106,8 +106,12 @@ class Clients:
         if client_id.startswith("https://") or client_id.startswith("http://"):
             if self._documents is None:
                 return None
-            found = await self._documents(client_id)
-            return self._client(found.model_dump(exclude_none=True)) if found else None
+            try:
+                found = await self._documents.fetch(client_id)
+            except ClientDocumentError as refused:
+                logger.info("client metadata document refused: %s", refused.reason)
+                return None
+            return self._client(found.model_dump(exclude_none=True))
         row = await oauth.client(self._db.pool, client_id)
         return self._client({**row.metadata, "client_id": row.client_id}) if row else None
 

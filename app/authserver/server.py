@@ -31,8 +31,9 @@ from starlette.routing import BaseRoute, Mount, Route, request_response
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
+from app.auth.cimd import ClientDocuments
 from app.authserver.accounts import Accounts, Throttle
-from app.authserver.clients import Clients, MetadataDocuments
+from app.authserver.clients import Clients
 from app.authserver.limits import RateLimiter
 from app.authserver.pages import Cookies, Pages
 from app.authserver.provider import Events, Lifetimes, Provider
@@ -72,7 +73,7 @@ class AuthServer:
         auto_sign_in: bool,
         personal_tenants: bool,
         registration: bool,
-        documents: MetadataDocuments | None,
+        documents: ClientDocuments | None,
         throttle: Throttle,
         rate_limits: RateLimits,
         unused_client_days: int,
@@ -83,7 +84,7 @@ class AuthServer:
         self.issuer = issuer
         self._scopes = list(scope_names.values())
         self._registration = registration
-        self._documents = documents is not None
+        self._documents = documents
         self._limits = rate_limits
         self._unused_clients = timedelta(days=unused_client_days)
         self.keys = SigningKeys(
@@ -134,6 +135,8 @@ class AuthServer:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._documents is not None:
+            await self._documents.aclose()
 
     async def _sweep(self, every: float = 600) -> None:
         while True:
@@ -161,7 +164,7 @@ class AuthServer:
             "token_endpoint_auth_methods_supported": methods,
             "revocation_endpoint_auth_methods_supported": methods,
             "authorization_response_iss_parameter_supported": True,
-            "client_id_metadata_document_supported": self._documents,
+            "client_id_metadata_document_supported": self._documents is not None,
         }
         if self._registration:
             data["registration_endpoint"] = f"{self.issuer}/register"

@@ -586,3 +586,13 @@ async def test_metadata_documents_on_private_addresses_are_refused(builtin, clie
             },
         )
     assert answer.status_code == 400 and "location" not in answer.headers
+
+
+async def test_dev_mode_signs_the_dev_user_in_by_itself(server):
+    """`make run`: MCP clients connect by URL with OAuth, no account set up, on loopback only."""
+    person = Person("", "")
+    http, storage = oauth_client(server.url, person)
+    async with Client(streamable_http_client(server.url, http_client=http), mode="legacy") as c:
+        assert ok(await c.call_tool("graph_stats", {})) is not None
+    assert 'name="password"' not in person.pages[-1]  # no sign-in form: the dev user is signed in
+    assert _part(storage.tokens.access_token, 1)["tenant_id"] == "demo"  # type: ignore[union-attr]

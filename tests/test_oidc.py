@@ -66,6 +66,7 @@ def oidc(db_settings) -> Iterator[Oidc]:
             ENGRAM_OIDC_CLIENT_SECRET=CLIENT_SECRET,
             ENGRAM_JWKS_MIN_REFRESH_SECONDS="2",
             ENGRAM_API_KEY_CACHE_SECONDS="0",
+            ENGRAM_SCOPE_CLAIMS="scope,scp,permissions",
         )
         process = start_server(env)
         issuer.audience = f"http://127.0.0.1:{port}/mcp"
@@ -198,6 +199,19 @@ def test_opaque_tokens_through_introspection(oidc, tenant):
     assert oidc.post("Bearer opaque-good").status_code == 200
     assert oidc.post("Bearer opaque-other-aud").status_code == 401
     assert oidc.post("Bearer opaque-inactive").status_code == 401
+
+
+@pytest.mark.parametrize(
+    "scopes",
+    [
+        {"scp": ["memory:read", "memory:write"]},  # Entra, Okta: a list
+        {"scp": "memory:read memory:write"},  # a string
+        {"permissions": ["memory:read", "memory:write"]},  # Auth0 RBAC, with ENGRAM_SCOPE_CLAIMS
+    ],
+)
+async def test_scopes_from_other_claims(oidc, tenant, scopes):
+    async with connect(oidc.url, oidc.token(tenant, scope="", **scopes)) as c:
+        ok(await c.call_tool("upsert_entities", {"entities": [{"name": "Scoped", "type": "t"}]}))
 
 
 async def test_sdk_oauth_client_discovers_and_signs_in(oidc):

@@ -6,6 +6,7 @@ packages=(
   debootstrap
   buildah      # builds the app image without a daemon (tests/test_image.py)
   prometheus   # Prometheus and promtool: metrics, alert rules and dashboard tests
+  chromium     # a real browser for the page tests (driven by Playwright; no browser download)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -8,6 +8,8 @@ import asyncio
 import base64
 import hashlib
 import secrets
+import shutil
+import struct
 import subprocess
 import sys
 import threading
@@ -124,9 +126,10 @@ async def test_sdk_client_connects_by_url_alone(builtin, tenant):
 class Flow:
     """One authorization by hand, to test each step's refusals."""
 
-    def __init__(self, server: Server, person: Person, client_id: str) -> None:
+    def __init__(self, server: Server, person: Person, client_id: str, tenant: str = "") -> None:
         self.server = server
         self.person = person
+        self.person_tenant = tenant
         self.client_id = client_id
         self.verifier = secrets.token_urlsafe(48)
         challenge = base64.urlsafe_b64encode(hashlib.sha256(self.verifier.encode()).digest()).rstrip(b"=").decode()
@@ -175,7 +178,7 @@ async def register(server: Server, **metadata: Any) -> httpx2.Response:
 async def flow(builtin, tenant) -> Flow:
     registered = await register(builtin)
     assert registered.status_code == 201, registered.text
-    return Flow(builtin, add_user(builtin, tenant), registered.json()["client_id"])
+    return Flow(builtin, add_user(builtin, tenant), registered.json()["client_id"], tenant)
 
 
 async def mcp_status(server: Server, token: str) -> int:
@@ -596,3 +599,63 @@ async def test_dev_mode_signs_the_dev_user_in_by_itself(server):
         assert ok(await c.call_tool("graph_stats", {})) is not None
     assert 'name="password"' not in person.pages[-1]  # no sign-in form: the dev user is signed in
     assert _part(storage.tokens.access_token, 1)["tenant_id"] == "demo"  # type: ignore[union-attr]
+
+
+# --- a real browser ----------------------------------------------------------------------------
+
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = shutil.which("chromium")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (scripts/system-deps.sh)")
+async def test_a_person_signs_in_and_consents_in_chromium(flow):
+    from playwright.async_api import async_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    landed: list[str] = []  # where the browser was sent back to: the client's redirect URI
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        page = await browser.new_page(viewport={"width": 900, "height": 900})
+
+        async def capture(route: Any) -> None:  # the client's redirect URI, answered in its place
+            await route.fulfill(status=200, content_type="text/html", body="<p>You can close this window.</p>")
+
+        await page.route("http://127.0.0.1:33418/**", capture)
+        await page.goto(flow.authorize_url())
+        await page.get_by_label("Username").fill(flow.person.username)
+        await page.get_by_label("Password").fill(PASSWORD)
+        await page.screenshot(path=ARTIFACTS / "sign-in.png")
+        await page.get_by_role("button", name="Sign in").click()
+        await page.wait_for_url("**/oauth/consent?**")
+        heading = await page.get_by_role("heading").inner_text()
+        shown_client = await page.locator("#client-name").inner_text()
+        shown_tenant = await page.get_by_role("radio").first.get_attribute("value")
+        shot = ARTIFACTS / "consent.png"
+        await page.screenshot(path=shot, full_page=True)
+        async with page.expect_request("http://127.0.0.1:33418/**") as redirected:
+            await page.get_by_role("button", name="Allow").click()
+        landed.append((await redirected.value).url)
+        await browser.close()
+
+    assert "Hand-made client" in heading and shown_client == "Hand-made client"
+    assert shown_tenant == flow.person_tenant
+    image = shot.read_bytes()
+    assert image[:8] == b"\x89PNG\r\n\x1a\n" and len(image) > 10_000  # a real, drawn page
+    width, height = struct.unpack(">II", image[16:24])
+    assert width == 900 and height >= 400
+    query = parse_qs(urlsplit(landed[0]).query)
+    assert query["state"] == [flow.params["state"]] and query["iss"] == [flow.server.base]
+    issued = await flow.exchange(query["code"][0])
+    assert issued.status_code == 200 and _part(issued.json()["access_token"], 1)["tenant_id"] == flow.person_tenant
+
+
+# Root in a container has no sandbox; the rest keeps Chromium off a network this machine does not have.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]

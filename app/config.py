@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated, Literal, Self
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 _DEFAULT_MIGRATIONS = Path(__file__).resolve().parent.parent / "sql" / "migrations"
@@ -28,6 +28,25 @@ def _comma_list(value: object) -> object:
 
 
 CommaList = Annotated[list[str], NoDecode]
+
+
+class UpstreamProvider(BaseModel):
+    """An OpenID Connect provider people may sign in with at the built-in authorization server."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,29}$", description="Used in URLs: /oauth/upstream/<name>.")
+    label: str = Field(min_length=1, max_length=60, description='Shown as "Sign in with <label>".')
+    issuer: str
+    client_id: str = Field(min_length=1, max_length=500)
+    client_secret: SecretStr
+    scopes: str = "openid email profile"
+
+    @field_validator("issuer")
+    @classmethod
+    def _issuer(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("an http(s) issuer URL")
+        return value.rstrip("/")
 
 
 class Settings(BaseSettings):
@@ -86,6 +105,9 @@ class Settings(BaseSettings):
         60, ge=1, le=3600, description="How often a replica reads the signing keys again (to follow a rotation)."
     )
     local_accounts: bool = Field(True, description="Sign-in with local accounts (`engram user add`).")
+    upstream_providers: list[UpstreamProvider] = Field(
+        default_factory=list, description="OpenID Connect providers to sign in with: a JSON list (docs/auth.md)."
+    )
     client_registration: bool = Field(True, description="Dynamic client registration (RFC 7591) at /register.")
     client_metadata_documents: bool = Field(True, description="Clients identified by their metadata document URL.")
     client_metadata_allow_http_loopback: bool = Field(

@@ -85,6 +85,7 @@ def _auth_server(settings: Settings, db: Database) -> AuthServer | None:
             authorize=settings.authorize_per_minute,
         ),
         unused_client_days=settings.unused_client_days,
+        upstream=settings.upstream_providers,
         key_reload_seconds=settings.signing_key_reload_seconds,
         # `engram token` signs with the dev key on disk; its tokens stay valid beside the server's own.
         extra_keys=[load_or_create_key(settings.dev_key_file)] if dev else (),

@@ -37,6 +37,8 @@ class StandInIssuer:
         self.codes: dict[str, dict[str, Any]] = {}
         self.audience = ""  # what /token puts in `aud`; set by the test to the resource URL
         self.claims: dict[str, Any] = {}  # extra claims /token adds
+        # Who signs in when Engram sends a person here to sign in (an ID token is issued for `openid`).
+        self.person: dict[str, Any] = {"sub": "upstream-user-1", "email": "ada@example.com", "name": "Ada"}
         app = Starlette(
             routes=[
                 Route("/.well-known/openid-configuration", self.discovery),
@@ -100,7 +102,9 @@ class StandInIssuer:
                 "response_types_supported": ["code"],
                 "grant_types_supported": ["authorization_code"],
                 "code_challenge_methods_supported": ["S256"],
-                "token_endpoint_auth_methods_supported": ["none"],
+                "token_endpoint_auth_methods_supported": ["none", "client_secret_basic"],
+                "id_token_signing_alg_values_supported": ["ES256", "RS256"],
+                "subject_types_supported": ["public"],
                 "authorization_response_iss_parameter_supported": True,
             }
         )
@@ -114,7 +118,12 @@ class StandInIssuer:
         if q.get("client_id") != CLIENT_ID or q.get("code_challenge_method") != "S256":
             return JSONResponse({"error": "invalid_request"}, status_code=400)
         code = secrets.token_urlsafe(16)
-        self.codes[code] = {"challenge": q["code_challenge"], "resource": q.get("resource"), "scope": q.get("scope")}
+        self.codes[code] = {
+            "challenge": q["code_challenge"],
+            "resource": q.get("resource"),
+            "scope": q.get("scope"),
+            "nonce": q.get("nonce"),
+        }
         target = f"{q['redirect_uri']}?{urlencode({'code': code, 'state': q['state'], 'iss': self.url})}"
         return RedirectResponse(target, status_code=302)
 
@@ -126,9 +135,13 @@ class StandInIssuer:
         if grant is None or digest != grant["challenge"]:
             return JSONResponse({"error": "invalid_grant"}, status_code=400)
         claims = self.claims_for(grant["resource"] or self.audience, "oauth-tenant", **self.claims)
-        return JSONResponse(
-            {"access_token": self.sign(claims), "token_type": "Bearer", "expires_in": 600, "scope": claims["scope"]}
-        )
+        answer = {"access_token": self.sign(claims), "token_type": "Bearer", "expires_in": 600}
+        answer["scope"] = claims["scope"]
+        if "openid" in (grant["scope"] or "").split():
+            now = int(time.time())
+            identity = {"iss": self.url, "aud": CLIENT_ID, "iat": now, "exp": now + 300, "nonce": grant["nonce"]}
+            answer["id_token"] = self.sign({**identity, **self.person, "email_verified": True})
+        return JSONResponse(answer)
 
     async def introspect(self, request: Request) -> Response:
         expected = base64.b64encode(f"{CLIENT_ID}:{CLIENT_SECRET}".encode()).decode()

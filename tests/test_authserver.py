@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import html
+import re
 import secrets
 import shutil
 import struct
@@ -18,7 +20,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
 
 import asyncpg
 import httpx2
@@ -36,6 +38,8 @@ from starlette.routing import Route
 from app.config import Settings
 from tests.conftest import ROOT, Server, connect, free_port, ok, serve
 from tests.oauth_agent import Person, hidden_fields, oauth_client
+from tests.oidc_issuer import CLIENT_ID as UPSTREAM_CLIENT
+from tests.oidc_issuer import StandInIssuer
 
 PASSWORD = "correct horse battery staple"
 INITIALIZE = {
@@ -659,3 +663,62 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+
+
+# --- signing in through an upstream OpenID Connect provider -------------------------------------
+
+
+@pytest.fixture(scope="module")
+def upstream(db_settings: Settings) -> Iterator[tuple[Server, StandInIssuer]]:
+    with StandInIssuer() as issuer:
+        provider = {
+            "name": "corp",
+            "label": "Corp SSO",
+            "issuer": issuer.url,
+            "client_id": UPSTREAM_CLIENT,
+            "client_secret": "upstream-secret",
+        }
+        with serve(
+            db_settings,
+            ENGRAM_AUTH_MODE="builtin",
+            ENGRAM_LOCAL_ACCOUNTS="false",
+            ENGRAM_UPSTREAM_PROVIDERS=orjson.dumps([provider]).decode(),
+        ) as server:
+            yield server, issuer
+
+
+async def test_sign_in_through_an_upstream_provider(upstream):
+    server, _ = upstream
+    registered = (await register(server)).json()
+    person = Person("", "")  # signs in at the provider, not with a password here
+    flow = Flow(server, person, registered["client_id"])
+    page = await person.browser.get(flow.authorize_url(), follow_redirects=True)
+    assert "Sign in with Corp SSO" in page.text and 'name="password"' not in page.text  # local accounts off
+    start = re.search(r'href="([^"]*/oauth/upstream/corp[^"]*)"', page.text)
+    assert start is not None
+    # The provider approves at once and sends the browser back to Engram's callback.
+    answer = await person.browser.get(urljoin(server.base, html.unescape(start[1])), follow_redirects=True)
+    assert 'name="decision"' in answer.text, answer.text  # signed in: the consent page
+    personal = re.findall(r'name="tenant" id="[^"]+" value="([^"]+)"', answer.text)
+    assert len(personal) == 1 and personal[0].startswith("u-")  # a personal tenant under the auto policy
+    await person.decide(str(answer.url), answer.text, "allow")
+    issued = (await flow.exchange(person.redirect["code"])).json()
+    assert _part(issued["access_token"], 1)["tenant_id"] == personal[0]
+
+    # The same upstream person again: the same Engram user (linked by provider and subject).
+    again = Person("", "")
+    page = await again.browser.get(flow.authorize_url(), follow_redirects=True)
+    start = re.search(r'href="([^"]*/oauth/upstream/corp[^"]*)"', page.text)
+    assert start is not None
+    answer = await again.browser.get(urljoin(server.base, html.unescape(start[1])), follow_redirects=True)
+    assert personal[0] in answer.text
+    listed = engram(server.env, "user", "list")
+    assert "ada@example.com" in listed.stdout
+
+
+async def test_upstream_callback_without_state_is_refused(upstream):
+    server, _ = upstream
+    async with httpx2.AsyncClient() as http:
+        answer = await http.get(f"{server.base}/oauth/upstream/corp/callback?code=forged&state=forged")
+    assert answer.status_code == 400
+    assert not any("engram-session" in c for c in answer.headers.get_list("set-cookie"))

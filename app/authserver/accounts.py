@@ -79,6 +79,12 @@ class Accounts:
         await self._events("sign_in", "ok", user_id=user.id)
         return user
 
+    async def linked_user(self, provider: str, subject: str) -> User | None:
+        return await accounts.by_identity(self._db.pool, provider, subject)
+
+    async def link_new_user(self, username: str, display_name: str, provider: str, subject: str) -> User:
+        return await accounts.create_linked(self._db.pool, username, display_name, provider, subject)
+
     async def open_session(self, user: User) -> str:
         """A new browser session; the value goes in the cookie, only its hash is stored."""
         value, id_hash = new_secret()

@@ -86,7 +86,7 @@ class Pages:
         self._provider = provider
         self._accounts = accounts
         self._prefix = prefix
-        self._cookies = cookies
+        self.cookies = cookies
         self._local_accounts = local_accounts
         self._auto_sign_in = auto_sign_in  # dev mode on loopback: the dev user is signed in at once
         self._providers = list(providers)  # (name, label) of upstream sign-in providers
@@ -102,20 +102,20 @@ class Pages:
         return hmac.new(self._csrf_key, message, hashlib.sha256).hexdigest()
 
     def _csrf_ok(self, request: Request, purpose: str, request_id: str, token: str) -> bool:
-        nonce = request.cookies.get(self._cookies.csrf)
+        nonce = request.cookies.get(self.cookies.csrf)
         return bool(nonce) and hmac.compare_digest(self._csrf_token(nonce or "", purpose, request_id), token)
 
     def _render(
         self, request: Request, template: str, context: dict[str, Any], status: int = 200, targets: Sequence[str] = ()
     ) -> Response:
-        nonce = request.cookies.get(self._cookies.csrf) or secrets.token_urlsafe(24)
+        nonce = request.cookies.get(self.cookies.csrf) or secrets.token_urlsafe(24)
         purpose = context.get("purpose", "")
         csrf = self._csrf_token(nonce, purpose, context.get("request_id", "")) if purpose else ""
         response = _TEMPLATES.TemplateResponse(
             request, template, {**context, "csrf": csrf, "static": f"{self._prefix}/static"}, status_code=status
         )
-        if request.cookies.get(self._cookies.csrf) != nonce:
-            self._cookies.set(response, self._cookies.csrf, nonce, None)
+        if request.cookies.get(self.cookies.csrf) != nonce:
+            self.cookies.set(response, self.cookies.csrf, nonce, None)
         return security_headers(response, targets)
 
     def message(self, request: Request, heading: str, message: str, status: int) -> Response:
@@ -130,11 +130,11 @@ class Pages:
         if pending is None:
             return self._expired(request)
         client, params = pending
-        user = await self._accounts.session_user(request.cookies.get(self._cookies.session))
+        user = await self._accounts.session_user(request.cookies.get(self.cookies.session))
         if user is None and self._auto_sign_in:
             user = await self._accounts.dev_user()
             response = await self._consent_page(request, request_id, client, params, user)
-            self._cookies.set(response, self._cookies.session, await self._accounts.open_session(user), None)
+            self.cookies.set(response, self.cookies.session, await self._accounts.open_session(user), None)
             return response
         if user is None:
             return self._sign_in_page(request, request_id, client)
@@ -163,7 +163,7 @@ class Pages:
                 page.headers["Retry-After"] = str(refused.retry_after)
             return page
         response = RedirectResponse(f"{self._prefix}/consent?request={request_id}", status_code=303)
-        self._cookies.set(response, self._cookies.session, await self._accounts.open_session(user), None)
+        self.cookies.set(response, self.cookies.session, await self._accounts.open_session(user), None)
         return security_headers(response)
 
     async def decide(self, request: Request) -> Response:
@@ -172,7 +172,7 @@ class Pages:
         request_id = _field(form, "request")
         if not self._csrf_ok(request, "consent", request_id, _field(form, "csrf")):
             return self.message(request, "Request refused", "This form expired or did not come from this page.", 403)
-        user = await self._accounts.session_user(request.cookies.get(self._cookies.session))
+        user = await self._accounts.session_user(request.cookies.get(self.cookies.session))
         pending = await self._provider.pending(request_id) if request_id else None
         if pending is None:
             return self._expired(request)

@@ -39,6 +39,8 @@ from app.authserver.pages import Cookies, Pages
 from app.authserver.provider import Events, Lifetimes, Provider
 from app.authserver.revocations import Revocations
 from app.authserver.signing import SigningKeys
+from app.authserver.upstream import Sessions, Upstream
+from app.config import UpstreamProvider
 from app.store import oauth
 from app.store.database import Database
 
@@ -77,6 +79,7 @@ class AuthServer:
         throttle: Throttle,
         rate_limits: RateLimits,
         unused_client_days: int,
+        upstream: Sequence[UpstreamProvider] = (),
         key_reload_seconds: float = 60,
         extra_keys: Sequence[ECKey] = (),
     ) -> None:
@@ -115,20 +118,32 @@ class AuthServer:
             throttle=throttle,
             personal_tenants=personal_tenants,
         )
+        cookies = Cookies(secure=issuer.startswith("https://"))
         self.pages = Pages(
             self.provider,
             accounts,
             prefix=PAGES,
-            cookies=Cookies(secure=issuer.startswith("https://")),
+            cookies=cookies,
             local_accounts=local_accounts,
             auto_sign_in=auto_sign_in,
+            providers=[(p.name, p.label) for p in upstream],
         )
+        self.upstream = (
+            Upstream(upstream, self.provider, accounts, self.pages, self._events, issuer=issuer, prefix=PAGES)
+            if upstream
+            else None
+        )
+        self._sessions: list[Sessions] = []
+        self._cookies = cookies
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         await self.keys.load()
         await self.revocations.refresh()
-        self.pages.start(await self._db.secret("csrf"))
+        secret = await self._db.secret("csrf")
+        self.pages.start(secret)
+        for sessions in self._sessions:
+            sessions.start(secret)
         self._tasks = [asyncio.create_task(self.revocations.run()), asyncio.create_task(self._sweep())]
 
     async def stop(self) -> None:
@@ -221,6 +236,11 @@ class AuthServer:
             Route(f"{PAGES}/sign-in", _bounded(self.pages.sign_in), methods=["POST"]),
             Mount(f"{PAGES}/static", app=StaticFiles(directory=Path(__file__).parent / "static"), name="oauth-static"),
         ]
+        if self.upstream is not None:
+            for path, endpoint in (("", self.upstream.begin), ("/callback", self.upstream.callback)):
+                sessions = Sessions(request_response(endpoint), self._cookies)
+                self._sessions.append(sessions)
+                routes.append(Route(f"{PAGES}/upstream/{{name}}{path}", sessions, methods=["GET"]))
         if self._registration:
             options = ClientRegistrationOptions(enabled=True, valid_scopes=self._scopes, default_scopes=self._scopes)
             register = RegistrationHandler(self.provider, options).handle  # type: ignore[arg-type]

@@ -722,3 +722,48 @@ async def test_upstream_callback_without_state_is_refused(upstream):
         answer = await http.get(f"{server.base}/oauth/upstream/corp/callback?code=forged&state=forged")
     assert answer.status_code == 400
     assert not any("engram-session" in c for c in answer.headers.get_list("set-cookie"))
+
+
+async def test_every_step_is_recorded_and_counted(flow):
+    await flow.exchange(await flow.code())
+    events = engram(flow.server.env, "audit", "auth", "--limit", "200")
+    assert events.returncode == 0, events.stderr
+    mine = [line.split("\t") for line in events.stdout.splitlines() if flow.person.username in line]
+    assert {(e[1], e[2]) for e in mine} >= {("sign_in", "ok"), ("consent", "ok"), ("token", "ok")}
+    assert PASSWORD not in events.stdout
+    metrics = httpx2.get(f"http://127.0.0.1:{flow.server.env['ENGRAM_METRICS_PORT']}/metrics").text
+    assert 'engram_oauth_events_total{flow="token",outcome="ok"}' in metrics
+    assert 'engram_oauth_events_total{flow="sign_in",outcome="ok"}' in metrics
+
+
+@pytest.mark.parametrize(
+    ("username", "password"),
+    [("nul\x00name", PASSWORD), ("x" * 5000, PASSWORD), ("", ""), ("ada", "p" * 100_000), ("'; DROP TABLE x; --", "a")],
+)
+async def test_hostile_sign_in_forms_are_refused_cleanly(flow, username, password):
+    page = await flow.person.browser.get(flow.authorize_url(), follow_redirects=True)
+    answer = await flow.person.browser.post(
+        f"{flow.server.base}/oauth/sign-in",
+        data={**hidden_fields(page.text), "username": username, "password": password},
+    )
+    assert answer.status_code in (401, 413), answer.text
+    assert not any("engram-session" in c for c in answer.headers.get_list("set-cookie"))
+
+
+async def test_unused_registrations_expire(builtin, db_settings):
+    from datetime import timedelta
+
+    from app.store import oauth
+    from app.store.database import init_connection
+
+    unused = (await register(builtin)).json()["client_id"]
+    conn = await asyncpg.connect(db_settings.admin_dsn())
+    await init_connection(conn)
+    try:
+        await conn.execute(
+            "UPDATE engram.oauth_clients SET created_at = now() - interval '2 days' WHERE client_id = $1", unused
+        )
+        await oauth.sweep(conn, timedelta(days=1))
+        assert await oauth.client(conn, unused) is None
+    finally:
+        await conn.close()

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -162,7 +162,7 @@ class Pages:
             if refused.retry_after:
                 page.headers["Retry-After"] = str(refused.retry_after)
             return page
-        response = RedirectResponse(f"{self._prefix}/consent?request={request_id}", status_code=303)
+        response = RedirectResponse(f"{self._prefix}/consent?{urlencode({'request': request_id})}", status_code=303)
         self.cookies.set(response, self.cookies.session, await self._accounts.open_session(user), None)
         return security_headers(response)
 
@@ -246,7 +246,7 @@ class Pages:
             "username": username,
             "local_accounts": self._local_accounts,
             "providers": [
-                {"label": label, "url": f"{self._prefix}/upstream/{name}?request={request_id}"}
+                {"label": label, "url": f"{self._prefix}/upstream/{name}?{urlencode({'request': request_id})}"}
                 for name, label in self._providers
             ],
             "action": f"{self._prefix}/sign-in",

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 import asyncpg
 from joserfc import jwt
@@ -139,7 +140,7 @@ class Provider:
         await oauth.save_request(
             self._db.pool, id_hash, client.client_id, stored, timedelta(seconds=self.lifetimes.request)
         )
-        return f"{self._consent_url}?request={request_id}"
+        return f"{self._consent_url}?{urlencode({'request': request_id})}"
 
     async def pending(self, request_id: str) -> tuple[EngramClient, dict[str, Any]] | None:
         """An authorization request still waiting for the user, with its client."""

@@ -15,6 +15,7 @@ import logging
 import re
 import secrets
 from collections.abc import Sequence
+from urllib.parse import urlencode
 
 from authlib.integrations.base_client import OAuthError
 from authlib.integrations.starlette_client import OAuth
@@ -131,7 +132,7 @@ class Upstream:
             await self._events("sign_in", "disabled", user_id=user.id)
             return self._pages.message(request, "Sign-in refused", "This account is disabled.", 403)
         await self._events("sign_in", "ok", user_id=user.id, detail=name)
-        response = RedirectResponse(f"{self._prefix}/consent?request={request_id}", status_code=303)
+        response = RedirectResponse(f"{self._prefix}/consent?{urlencode({'request': request_id})}", status_code=303)
         self._pages.cookies.set(response, self._pages.cookies.session, await self._accounts.open_session(user), None)
         return security_headers(response)
 

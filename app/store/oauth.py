@@ -437,6 +437,6 @@ async def sweep(db: Executor, unused_client_age: timedelta) -> None:
                 s AS (DELETE FROM engram.web_sessions WHERE expires_at < now()),
                 w AS (DELETE FROM engram.rate_windows WHERE window_no < extract(epoch FROM now())::bigint - 86400)
            DELETE FROM engram.oauth_clients
-            WHERE kind = 'dynamic' AND last_used_at IS NULL AND created_at < now() - $1""",
+            WHERE kind = 'dynamic' AND last_used_at IS NULL AND created_at < now() - $1::interval""",
         unused_client_age,
     )

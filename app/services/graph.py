@@ -243,7 +243,7 @@ class Graph(Service):
         return models.HierarchyResult(
             areas=list(areas.values()),
             total=rows[0]["total"] if rows else 0,
-            truncated=bool(rows) and rows[0]["groups"] > len(rows),
+            truncated=_truncated("hierarchy", bool(rows) and rows[0]["groups"] > len(rows)),
         )
 
     async def stats(self, who: Principal) -> models.StatsResult:

@@ -68,12 +68,6 @@ async def seed(c: Any, names: list[str], **fields: Any) -> None:
 # --- HTTP ------------------------------------------------------------------------------------------
 
 
-def test_get_mcp_is_refused(server):
-    headers = {"Authorization": f"Bearer {server.token('anyone')}", "Accept": "text/event-stream"}
-    got = httpx2.get(server.url, headers=headers, timeout=5)
-    assert got.status_code == 405 and got.headers["allow"] == "POST"
-
-
 def test_oversized_headers_are_refused(server):
     got = httpx2.get(f"{server.base}/healthz", headers={"X-Padding": "x" * 20_000}, timeout=5)
     assert got.status_code == 431

@@ -49,7 +49,8 @@ class Service:
         """One transaction in the caller's tenant; everything a tool call does happens inside it.
 
         A write ends, in the same transaction, by bringing the search documents of the entities it
-        changed up to date and by the call's audit row. `texts` it is likely to index are embedded
+        changed up to date, by adding its growth to the tenant's usage totals (refused past a quota),
+        and by the call's audit row. `texts` it is likely to index are embedded
         before the transaction opens, so it stays short; the rest wait for the background filler.
         """
         tenant = await self.db.tenant(who.tenant)
@@ -60,8 +61,10 @@ class Service:
             yield tx
             if not readonly:
                 tx.pending = await index.sync(tx, tx.entities, vectors)
-            if policy is not None and tx.growth:
-                Fairness.check_quotas(policy, await tenant_limits.grow(tx, tx.growth), tx.growth)
+            if not readonly and tx.growth:  # the totals stay right even where quotas are not checked
+                totals = await tenant_limits.grow(tx, tx.growth)
+                if policy is not None:
+                    Fairness.check_quotas(policy, totals, tx.growth)
             call = CALL.get()
             if not readonly and call is not None and tx.affected:
                 await audit.write(

@@ -59,6 +59,9 @@ def cmd_serve(args: argparse.Namespace) -> None:
         log_config=None,  # our JSON logging, configured above
         access_log=False,  # engram.access writes the access log
         proxy_headers=False,
+        limit_concurrency=settings.http_max_concurrency,  # beyond it: 503 at once, before any work
+        timeout_keep_alive=settings.http_keepalive_seconds,
+        h11_max_incomplete_event_size=settings.http_max_header_bytes,  # the h11 parser's bound, if used
     )
 
 
@@ -130,11 +133,69 @@ def cmd_tenant(args: argparse.Namespace) -> None:
             print(f"{r['key']}\t{r['id']}\t{r['created_at']:%Y-%m-%d %H:%M}")
     elif args.action == "show":
         info = _admin(lambda c: tenants.show(c, args.tenant))
+        overrides, totals = info.pop("limits"), info.pop("usage_totals")
         for k, v in info.items():
             print(f"{k}: {v}")
+        for k, v in _default_limits(_settings()).items():
+            print(f"limit.{k}: {overrides[k]} (set for this tenant)" if k in overrides else f"limit.{k}: {v} (default)")
+        for k, v in totals.items():
+            print(f"usage.{k}: {v}")
+    elif args.action == "set-limits":
+        changes = {k: v for k in _LIMIT_FLAGS if (v := getattr(args, k)) is not _UNSET}
+        if not changes:
+            sys.exit("error: give at least one of " + ", ".join(f"--{k.replace('_', '-')}" for k in _LIMIT_FLAGS))
+        _admin(lambda c: tenants.set_limits(c, args.tenant, changes))
+        shown = ", ".join(f"{k}={'default' if v is None else v}" for k, v in changes.items())
+        print(f"tenant {args.tenant}: {shown} (servers apply it within ENGRAM_LIMITS_CACHE_SECONDS)")
     else:
         _admin(lambda c: tenants.delete(c, args.tenant))
         print(f"tenant {args.tenant} and all its data deleted")
+
+
+# `engram tenant set-limits` flags: each takes a number, or `default` to drop the tenant's own value.
+_LIMIT_FLAGS = {
+    "rate": float,
+    "burst": int,
+    "max_concurrent": int,
+    "max_entities": int,
+    "max_observations": int,
+    "max_text_bytes": int,
+}
+_UNSET = object()
+_LIMIT_HELP = {
+    "rate": "tool calls per second, refilling the burst (0: unlimited)",
+    "burst": "tool calls at once before the rate applies",
+    "max_concurrent": "tool calls running at once",
+    "max_entities": "live entities (0: unlimited)",
+    "max_observations": "observations of live entities (0: unlimited)",
+    "max_text_bytes": "UTF-8 bytes of those observations (0: unlimited)",
+}
+
+
+def _limit_value(kind: type) -> object:
+    def parse(text: str) -> float | int | None:
+        if text == "default":
+            return None
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"a number or `default`, not {text!r}") from None
+        if value < 0:
+            raise argparse.ArgumentTypeError("must not be negative")
+        return value
+
+    return parse
+
+
+def _default_limits(settings: Settings) -> dict[str, float | int]:
+    return {
+        "rate": settings.tenant_rate,
+        "burst": settings.tenant_burst,
+        "max_concurrent": settings.tenant_max_concurrent,
+        "max_entities": settings.quota_entities,
+        "max_observations": settings.quota_observations,
+        "max_text_bytes": settings.quota_text_bytes,
+    }
 
 
 def cmd_apikey(args: argparse.Namespace) -> None:
@@ -395,8 +456,16 @@ def main(argv: list[str] | None = None) -> None:
     token.add_argument("--ttl", type=int, help="lifetime in seconds (default ENGRAM_TOKEN_TTL_SECONDS)")
     token.set_defaults(func=cmd_token)
     tenant = sub.add_parser("tenant", help="create, list, show or delete tenants")
-    tenant.add_argument("action", choices=["create", "list", "show", "delete"])
+    tenant.add_argument("action", choices=["create", "list", "show", "delete", "set-limits"])
     tenant.add_argument("tenant", nargs="?", help="the tenant id (not for list)")
+    for flag, kind in _LIMIT_FLAGS.items():
+        tenant.add_argument(
+            f"--{flag.replace('_', '-')}",
+            dest=flag,
+            type=_limit_value(kind),  # type: ignore[arg-type]
+            default=_UNSET,
+            help=f"with set-limits: {_LIMIT_HELP[flag]} (`default`: the server's setting)",
+        )
     tenant.set_defaults(func=cmd_tenant)
     apikey = sub.add_parser("apikey", help="API keys for headless agents")
     apikey.add_argument("action", choices=["create", "list", "revoke"])

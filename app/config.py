@@ -72,6 +72,11 @@ class Settings(BaseSettings):
     allowed_origins: CommaList = Field(default_factory=list)
     max_request_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=64 * 1024 * 1024)
     shutdown_grace_seconds: int = Field(25, ge=0, le=600)
+    http_max_concurrency: int = Field(
+        200, ge=1, le=100_000, description="Connections and requests served at once; more get 503."
+    )
+    http_keepalive_seconds: int = Field(5, ge=1, le=600, description="Idle keep-alive connections close after this.")
+    http_max_header_bytes: int = Field(16 * 1024, ge=1024, le=1024 * 1024, description="Request headers, in total.")
     database_wait_seconds: int = Field(60, ge=0, le=3600, description="How long start-up waits for the database.")
 
     # auth
@@ -130,6 +135,29 @@ class Settings(BaseSettings):
     max_results: int = Field(200, ge=1, le=5000, description="Hard cap on any listing.")
     graph_page_size: int = Field(100, ge=1, le=5000, description="Entities per read_graph page.")
     observations_per_entity: int = Field(50, ge=1, le=1000, description="Observations listed per entity in slices.")
+    max_batch_texts: int = Field(1000, ge=1, le=100_000, description="Observations in one write call, all items.")
+    embed_sync_texts: int = Field(
+        128, ge=0, le=10_000, description="Texts a write embeds before it commits; the rest wait for the filler."
+    )
+    graph_page_relations: int = Field(1000, ge=1, le=50_000, description="Relations per read_graph page.")
+    walk_level_edges: int = Field(5000, ge=10, le=1_000_000, description="Edges a walk reads per level.")
+    walk_frontier: int = Field(1000, ge=1, le=100_000, description="Entities a walk expands per level.")
+    hierarchy_max_children: int = Field(
+        100, ge=1, le=10_000, description="Areas, topics per area, subtopics per topic."
+    )
+    hierarchy_max_nodes: int = Field(1000, ge=1, le=100_000, description="(area, topic, subtopic) rows in one tree.")
+
+    # fair sharing (docs/security.md); 0 switches a rate or a quota off
+    tenant_rate: float = Field(50, ge=0, le=1_000_000, description="Tool calls per second per tenant (refill).")
+    tenant_burst: int = Field(200, ge=1, le=1_000_000, description="Tool calls a tenant may make at once.")
+    tenant_max_concurrent: int = Field(4, ge=1, le=1000, description="Tool calls of one tenant running at once.")
+    tenant_queue_seconds: float = Field(10, ge=0, le=600, description="Wait for a free slot before refusing.")
+    token_rate: float = Field(50, ge=0, le=1_000_000, description="MCP requests per second per credential.")
+    token_burst: int = Field(200, ge=1, le=1_000_000)
+    quota_entities: int = Field(1_000_000, ge=0, description="Live entities per tenant.")
+    quota_observations: int = Field(10_000_000, ge=0, description="Observations of live entities per tenant.")
+    quota_text_bytes: int = Field(4 * 1024**3, ge=0, description="UTF-8 bytes of those observations per tenant.")
+    limits_cache_seconds: float = Field(30, ge=0, le=3600, description="How long a tenant's overrides are cached.")
 
     # embeddings and search (docs/search.md)
     embedding_provider: Literal["local", "openai", "none"] = Field(

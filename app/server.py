@@ -28,12 +28,14 @@ from app.authserver.accounts import Throttle
 from app.authserver.provider import Lifetimes
 from app.authserver.server import AuthServer, RateLimits
 from app.config import Settings
+from app.mcp.http_guard import HttpGuard
 from app.mcp.scope_guard import ScopeGuard
 from app.mcp.server import build_mcp
 from app.observability import metrics
 from app.observability.logging import RequestLog
 from app.observability.usage import Usage
 from app.services import Limits, Services
+from app.services.fairness import fairness_from_settings
 from app.services.indexing import Indexer
 from app.services.status import VERSION
 from app.store import audit, migrate
@@ -130,8 +132,15 @@ def create_app(settings: Settings) -> Starlette:
             max_results=settings.max_results,
             page_size=settings.graph_page_size,
             observations_per_entity=settings.observations_per_entity,
+            max_batch_texts=settings.max_batch_texts,
+            page_relations=settings.graph_page_relations,
+            walk_level_edges=settings.walk_level_edges,
+            walk_frontier=settings.walk_frontier,
+            hierarchy_max_children=settings.hierarchy_max_children,
+            hierarchy_max_nodes=settings.hierarchy_max_nodes,
         ),
         ef_search=settings.search_ef_search,
+        fairness=fairness_from_settings(db, settings),
     )
     # Only for the identity provider's metadata, keys and introspection; never forwards client tokens.
     http = httpx2.AsyncClient(timeout=httpx2.Timeout(5.0), follow_redirects=False)
@@ -240,7 +249,13 @@ def create_app(settings: Settings) -> Starlette:
         Route("/.well-known/oauth-protected-resource", metadata[0].endpoint, methods=["GET", "OPTIONS"]),  # ... root
         Mount("/", app=guarded),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(RequestLog)])
+    guard = Middleware(
+        HttpGuard,
+        token_rate=settings.token_rate,
+        token_burst=settings.token_burst,
+        max_header_bytes=settings.http_max_header_bytes,
+    )
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(RequestLog), guard])
     app.state.accepting = False
     metrics.set_build_info(VERSION)
     return app

@@ -29,6 +29,7 @@ class EmbeddingServer:
         self.down = False  # answer 503 to everything
         self.delay = 0.0  # seconds to stall before answering
         self.truncate: int | None = None  # answer with vectors cut to this size
+        self.max_chars: int | None = None  # refuse (400) a request holding a longer text, like a real model's limit
         app = Starlette(routes=[Route("/v1/embeddings", self._embeddings, methods=["POST"])])
         self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
         self._thread = threading.Thread(target=self._server.run, name="embedding-server", daemon=True)
@@ -52,7 +53,7 @@ class EmbeddingServer:
     def reset(self) -> None:
         self.requests.clear()
         self.failures.clear()
-        self.down, self.delay, self.truncate = False, 0.0, None
+        self.down, self.delay, self.truncate, self.max_chars = False, 0.0, None, None
 
     async def _embeddings(self, request: Request) -> JSONResponse:
         body = await request.json()
@@ -66,6 +67,8 @@ class EmbeddingServer:
             return JSONResponse({"error": {"message": "try later"}}, status_code=status, headers={"Retry-After": "0"})
         if body.get("model") != "all-MiniLM-L6-v2" or not isinstance(body.get("input"), list):
             return JSONResponse({"error": {"message": "unknown model or input"}}, status_code=400)
+        if self.max_chars is not None and any(len(t) > self.max_chars for t in body["input"]):
+            return JSONResponse({"error": {"message": "input is too long for this model"}}, status_code=400)
         vectors = await self.model.embed(body["input"])
         if self.truncate:
             vectors = [v[: self.truncate] for v in vectors]

@@ -10,7 +10,7 @@ import pytest
 from app.config import Settings
 from app.embeddings.embedder import Embedder, ProviderDown
 from app.embeddings.openai_compat import OpenAICompatible
-from app.embeddings.provider import EmbeddingError, create_provider
+from app.embeddings.provider import EmbeddingError, InputRejected, create_provider
 
 
 def cosine(a: list[float], b: list[float]) -> float:
@@ -100,10 +100,14 @@ async def test_openai_compatible_gives_up_clearly(embedding_server):
     provider = OpenAICompatible(openai_settings(embedding_server.url, embedding_max_retries=1))
     await provider.start()
     try:
-        embedding_server.failures.append(400)  # not retryable
-        with pytest.raises(EmbeddingError, match="refused the request: HTTP 400: try later"):
+        embedding_server.failures.append(400)  # the texts refused: not retryable, and not the provider's failure
+        with pytest.raises(InputRejected, match="refused the texts: HTTP 400: try later"):
             await provider.embed(["x"])
         assert len(embedding_server.requests) == 1
+        embedding_server.failures.append(401)  # the request refused (a bad key): a provider failure
+        with pytest.raises(EmbeddingError, match="refused the request: HTTP 401: try later") as refused:
+            await provider.embed(["x"])
+        assert not isinstance(refused.value, InputRejected) and len(embedding_server.requests) == 2
 
         embedding_server.down = True  # 503 on every try
         with pytest.raises(EmbeddingError, match=r"after 2 attempt\(s\): HTTP 503"):
@@ -155,3 +159,20 @@ def test_openai_provider_needs_model_and_dimensions():
     with pytest.raises(ValueError, match="needs ENGRAM_EMBEDDING_MODEL"):
         Settings(embedding_provider="openai", embedding_model="text-embedding-3-small")
     assert create_provider(Settings(embedding_provider="none")) is None
+
+
+async def test_refused_texts_do_not_open_the_breaker(embedding_server):
+    embedder = Embedder(OpenAICompatible(openai_settings(embedding_server.url, embedding_max_retries=0)), cache_size=0)
+    await embedder.provider.start()
+    try:
+        embedding_server.max_chars = 10
+        with pytest.raises(InputRejected):
+            await embedder.embed(["far longer than ten characters"], scope="hostile")
+        assert embedder.healthy and embedder.seconds_until_retry() == 0  # one caller's input, not an outage
+        assert len(await embedder.embed(["short"], scope="other")) == 1
+        embedding_server.down = True
+        with pytest.raises(EmbeddingError):
+            await embedder.embed(["short too"], scope="other")
+        assert not embedder.healthy  # a provider failure does open it
+    finally:
+        await embedder.provider.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import httpx2
 import pytest
 
 from tests.conftest import ok
@@ -37,3 +38,11 @@ async def test_schemas_are_bounded(client_for, tenant):
     assert entity["additionalProperties"] is False
     assert entity["properties"]["name"]["maxLength"] == 200
     assert tools["neighbors"].input_schema["properties"]["depth"]["maximum"] == 5
+
+
+def test_get_mcp_is_refused_and_clients_of_both_eras_do_without_it(server):
+    """GET /mcp would open an event stream that never ends; this server never pushes, so it answers
+    405 (the transport allows it). The test above shows both eras' clients work with that."""
+    headers = {"Authorization": f"Bearer {server.token('anyone')}", "Accept": "text/event-stream"}
+    got = httpx2.get(server.url, headers=headers, timeout=5)
+    assert got.status_code == 405 and got.headers["allow"] == "POST"

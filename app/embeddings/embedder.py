@@ -8,7 +8,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from app.embeddings.provider import EmbeddingError, Provider, Vector
+from app.embeddings.provider import EmbeddingError, InputRejected, Provider, Vector
 from app.observability import metrics
 
 logger = logging.getLogger(__name__)
@@ -75,6 +75,9 @@ class Embedder:
             started = time.perf_counter()
             try:
                 vectors = await self.provider.embed(list(todo.values()), attempts=attempts)
+            except InputRejected:
+                metrics.EMBED_CALLS.labels(kind, "rejected").inc()
+                raise  # one caller's texts: the provider is fine, other callers go on using it
             except Exception as exc:
                 metrics.EMBED_CALLS.labels(kind, "error").inc()
                 self._failed(exc)

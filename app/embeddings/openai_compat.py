@@ -13,9 +13,10 @@ from typing import Any
 import httpx2
 
 from app.config import Settings
-from app.embeddings.provider import EmbeddingError, Provider, Vector
+from app.embeddings.provider import EmbeddingError, InputRejected, Provider, Vector
 
 _RETRYABLE_STATUS = {408, 409, 429}
+_INPUT_STATUS = {400, 413, 422}  # the texts were refused (e.g. too long), not the request's credentials or URL
 _BACKOFF_BASE_SECONDS = 0.5
 _BACKOFF_CAP_SECONDS = 20.0
 
@@ -75,6 +76,8 @@ class OpenAICompatible(Provider):
             if response.status_code == 200:
                 return self._vectors(response, len(texts))
             problem = f"HTTP {response.status_code}{_error_message(response)}"
+            if response.status_code in _INPUT_STATUS:
+                raise InputRejected(f"embedding endpoint refused the texts: {problem}")
             if response.status_code not in _RETRYABLE_STATUS and response.status_code < 500:
                 raise EmbeddingError(f"embedding endpoint refused the request: {problem}")
             hint = _retry_after(response)

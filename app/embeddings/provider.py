@@ -18,6 +18,11 @@ class EmbeddingError(RuntimeError):
     """The provider gave no usable vectors. The message is safe to log (no keys, no texts)."""
 
 
+class InputRejected(EmbeddingError):
+    """The provider refused these texts (too long, too many, malformed): the input's fault, not the
+    provider's, so it does not count as a provider failure."""
+
+
 class Provider(ABC):
     """Turns texts into unit-length vectors of `dimensions` floats, in order.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import random
@@ -21,6 +22,7 @@ from app.auth.principal import Principal, principal_from_token
 from app.errors import EngramError
 from app.observability import metrics
 from app.observability.context import CALL, Call
+from app.services.fairness import Fairness
 from app.store.database import InvalidTenant
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
@@ -47,6 +49,7 @@ class ToolSet:
     tenant_claims: Sequence[str]
     prefix: str = ""
     scopes: dict[str, str] = field(default_factory=dict)  # tool name -> required scope
+    fairness: Fairness | None = None  # each call within its tenant's rate and concurrent calls
 
     def __call__(
         self, scope: str, annotations: ToolAnnotations, *, name: str | None = None, title: str | None = None
@@ -63,7 +66,8 @@ class ToolSet:
                     who = caller(self.tenant_claims, scope)
                     if call is not None:
                         call.subject, call.client_id, call.tenant = who.subject, who.client_id, who.tenant
-                    result = await _with_retries(fn, who, kwargs)
+                    async with self.fairness.admit(who) if self.fairness else contextlib.nullcontext():
+                        result = await _with_retries(fn, who, kwargs)
                 except EngramError as exc:
                     _ended(call, _OUTCOMES.get(exc.code, "tool_error"))
                     raise ToolError(str(exc)) from exc
@@ -103,7 +107,7 @@ def _aliases(signature: inspect.Signature) -> dict[str, str]:
     return out
 
 
-_OUTCOMES = {"invalid": "invalid", "limit": "invalid", "forbidden": "unauthorized"}
+_OUTCOMES = {"invalid": "invalid", "limit": "limited", "forbidden": "unauthorized"}
 _RETRYABLE = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)
 ATTEMPTS = 3
 

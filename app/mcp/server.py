@@ -69,13 +69,13 @@ def build_mcp(
         middleware=[Observe(scopes, usage, settings.metrics_tenants)],
     )
     claims = [settings.tenant_claim, *settings.tenant_fallback_claims]
-    tools = ToolSet(mcp, claims, scopes=scopes)
+    tools = ToolSet(mcp, claims, scopes=scopes, fairness=services.fairness)
     if "native" in settings.tool_sets:
         for module in (entities, relations, graph, search, admin):
             module.register(tools, services)
     if "memory" in settings.tool_sets:
         memory_dialect.register(tools, services)
     if "neo4j" in settings.tool_sets:
-        neo4j_dialect.register(ToolSet(mcp, claims, neo4j_prefix, tools.scopes), services)
+        neo4j_dialect.register(ToolSet(mcp, claims, neo4j_prefix, tools.scopes, services.fairness), services)
     resources.register(mcp, services, claims)
     return mcp, tools

@@ -102,6 +102,19 @@ EMBED_LATENCY = Histogram(
 )
 EMBED_PENDING = Gauge("engram_embeddings_pending", "Texts waiting for an embedding.", registry=REGISTRY)
 
+LIMIT_REFUSALS = Counter(
+    "engram_limit_refusals_total",
+    "Calls and requests refused by a fair-sharing limit or a bound, by reason (docs/security.md).",
+    ["reason"],
+    registry=REGISTRY,
+)
+TRUNCATED = Counter(
+    "engram_results_truncated_total",
+    "Answers cut to a server bound, by what was cut (walk, path, read_graph, hierarchy).",
+    ["what"],
+    registry=REGISTRY,
+)
+
 AUTH_FAILURES = Counter("engram_auth_failures_total", "Refused credentials by reason.", ["reason"], registry=REGISTRY)
 TENANTS = Gauge("engram_tenants", "Tenants in the database.", registry=REGISTRY)
 DB_UP = Gauge("engram_database_up", "1 when the last database check succeeded.", registry=REGISTRY)

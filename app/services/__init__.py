@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from app.services.base import Limits
 from app.services.cursors import Cursors
 from app.services.entities import Entities
+from app.services.fairness import Fairness
 from app.services.graph import Graph
 from app.services.indexing import Indexer
 from app.services.relations import Relations
@@ -25,11 +26,14 @@ class Services:
     indexer: Indexer
     limits: Limits
     cursors: Cursors
+    fairness: Fairness | None = None
 
     @classmethod
-    def create(cls, db: Database, indexer: Indexer, limits: Limits, *, ef_search: int = 100) -> Services:
+    def create(
+        cls, db: Database, indexer: Indexer, limits: Limits, *, ef_search: int = 100, fairness: Fairness | None = None
+    ) -> Services:
         cursors = Cursors()
-        shared = (db, indexer, cursors, limits)
+        shared = (db, indexer, cursors, limits, fairness)
         return cls(
             entities=Entities(*shared),
             relations=Relations(*shared),
@@ -39,4 +43,5 @@ class Services:
             indexer=indexer,
             limits=limits,
             cursors=cursors,
+            fairness=fairness,
         )

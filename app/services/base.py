@@ -10,12 +10,13 @@ from dataclasses import dataclass
 import asyncpg
 
 from app.auth.principal import Principal
-from app.errors import EngramError
 from app.observability.context import CALL, REQUEST_ID
 from app.services import models
 from app.services.cursors import Cursors
+from app.services.fairness import Fairness, refuse
 from app.services.indexing import Indexer
 from app.store import audit, index, relations
+from app.store import limits as tenant_limits
 from app.store.database import Database, Tx
 
 
@@ -25,30 +26,45 @@ class Limits:
     max_results: int = 200
     page_size: int = 100  # entities per read_graph page
     observations_per_entity: int = 50  # in listings that carry observations
+    max_batch_texts: int = 1000  # observations in one write call
+    page_relations: int = 1000  # relations per read_graph page
+    walk_level_edges: int = 5000  # edges a walk reads per level
+    walk_frontier: int = 1000  # entities a walk expands per level
+    hierarchy_max_children: int = 100
+    hierarchy_max_nodes: int = 1000
 
 
 class Service:
-    def __init__(self, db: Database, indexer: Indexer, cursors: Cursors, limits: Limits) -> None:
+    def __init__(
+        self, db: Database, indexer: Indexer, cursors: Cursors, limits: Limits, fairness: Fairness | None = None
+    ) -> None:
         self.db = db
         self.indexer = indexer
         self.cursors = cursors
         self.limits = limits
+        self.fairness = fairness  # quotas on writes; None: none
 
     @asynccontextmanager
     async def tx(self, who: Principal, *, readonly: bool = False, texts: Sequence[str] = ()) -> AsyncIterator[Tx]:
         """One transaction in the caller's tenant; everything a tool call does happens inside it.
 
         A write ends, in the same transaction, by bringing the search documents of the entities it
-        changed up to date and by the call's audit row. `texts` it is likely to index are embedded
+        changed up to date, by adding its growth to the tenant's usage totals (refused past a quota),
+        and by the call's audit row. `texts` it is likely to index are embedded
         before the transaction opens, so it stays short; the rest wait for the background filler.
         """
         tenant = await self.db.tenant(who.tenant)
         await self.cursors.load(lambda: self.db.secret("cursor"))
+        policy = await self.fairness.policy(tenant) if self.fairness and not readonly else None
         vectors = await self.indexer.vectors_for(tenant, texts) if texts else index.Vectors(self.indexer.model)
         async with self.db.transaction(tenant, readonly=readonly) as tx:
             yield tx
             if not readonly:
                 tx.pending = await index.sync(tx, tx.entities, vectors)
+            if not readonly and tx.growth:  # the totals stay right even where quotas are not checked
+                totals = await tenant_limits.grow(tx, tx.growth)
+                if policy is not None:
+                    Fairness.check_quotas(policy, totals, tx.growth)
             call = CALL.get()
             if not readonly and call is not None and tx.affected:
                 await audit.write(
@@ -62,9 +78,16 @@ class Service:
                 )
         self.indexer.written(tx.pending)
 
-    def check_batch(self, size: int) -> None:
+    def check_batch(self, size: int, texts: int = 0) -> None:
+        """Refuse a write call with more items, or observations over all its items, than allowed."""
         if size > self.limits.max_batch:
-            raise EngramError("limit", f"at most {self.limits.max_batch} items per call (got {size})")
+            raise refuse("batch_items", f"at most {self.limits.max_batch} items per call (got {size})")
+        if texts > self.limits.max_batch_texts:
+            raise refuse(
+                "batch_texts",
+                f"at most {self.limits.max_batch_texts} observations per call over all items (got {texts}); "
+                "split the call",
+            )
 
 
 def summary(row: asyncpg.Record) -> models.EntitySummary:

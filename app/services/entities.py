@@ -61,7 +61,7 @@ class Entities(Service):
     async def upsert(
         self, who: Principal, items: Sequence[models.EntityIn], on_existing: OnExisting
     ) -> models.UpsertResult:
-        self.check_batch(len(items))
+        self.check_batch(len(items), sum(len(i.observations) for i in items))
         folded = _fold(items)
         async with self.tx(who, texts=_texts(folded)) as tx:
             results = await self._upsert(tx, folded, on_existing, who.actor)
@@ -263,7 +263,7 @@ class Entities(Service):
 
     async def put(self, who: Principal, items: Sequence[tuple[str, str, Sequence[str]]]) -> None:
         """Create each (name, type, observations), or make an existing one exactly that (type and observations)."""
-        self.check_batch(len(items))
+        self.check_batch(len(items), sum(len(obs) for _, _, obs in items))
         folded = [_Merged(name, {"type": type_}, list(dict.fromkeys(obs))) for name, type_, obs in items]
         async with self.tx(who, texts=_texts(folded)) as tx:
             await self._upsert(tx, folded, "merge", who.actor)

@@ -13,6 +13,7 @@ import asyncpg
 from pydantic import BaseModel
 
 from app.auth.principal import Principal
+from app.observability import metrics
 from app.services import models
 from app.services.base import Service, relation, summary
 from app.store import entities, history, overview, relations, traversal
@@ -33,23 +34,52 @@ def _sides(direction: str) -> tuple[bool, bool]:
     return direction in ("out", "both"), direction in ("in", "both")
 
 
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """What one walk level may cost: edges read, and entities expanded."""
+
+    level_edges: int = 5000
+    frontier: int = 1000
+
+
+async def _level(
+    tx: Tx, frontier: list[str], out: bool, inc: bool, types: Sequence[str] | None, limit: int
+) -> tuple[list[Step], bool]:
+    """The edges of one level, at most `limit`; and whether there were more."""
+    steps = await traversal.expand(tx, frontier, outgoing=out, incoming=inc, types=types, limit=limit + 1)
+    return steps[:limit], len(steps) > limit
+
+
 async def walk(
-    tx: Tx, starts: Sequence[str], depth: int, direction: str, types: Sequence[str] | None, limit: int
-) -> list[Reached]:
-    """Breadth-first from several vertices: each other node once, at its shortest distance, ≤ `limit` nodes."""
+    tx: Tx,
+    starts: Sequence[str],
+    depth: int,
+    direction: str,
+    types: Sequence[str] | None,
+    limit: int,
+    bounds: Bounds,
+) -> tuple[list[Reached], bool]:
+    """Breadth-first from several vertices: each other node once, at its shortest distance, ≤ `limit`
+    nodes; and whether `bounds` cut the walk (a level had more edges, or more nodes to expand)."""
     outgoing, incoming = _sides(direction)
     seen = set(starts)
     frontier = list(starts)
     reached: list[Reached] = []
+    cut = False
     for level in range(1, depth + 1):
         if not frontier:
             break
+        if len(frontier) > bounds.frontier:
+            frontier, cut = frontier[: bounds.frontier], True
         # A level can hold far more edges than the walk still needs (a hub has thousands): read a
-        # few times what is missing, and the whole level only when that did not bring enough.
-        cap = 4 * (limit - len(reached)) + len(frontier)
-        steps = await traversal.expand(tx, frontier, outgoing=outgoing, incoming=incoming, types=types, limit=cap)
-        if len(steps) == cap and len({st.other for st in steps} - seen) < limit - len(reached):
-            steps = await traversal.expand(tx, frontier, outgoing=outgoing, incoming=incoming, types=types)
+        # few times what is missing, and more (up to the bound) only when that did not bring enough.
+        want = limit - len(reached)
+        cap = min(4 * want + len(frontier), bounds.level_edges)
+        steps, more = await _level(tx, frontier, outgoing, incoming, types, cap)
+        if more and cap < bounds.level_edges and len({st.other for st in steps} - seen) < want:
+            cap = bounds.level_edges
+            steps, more = await _level(tx, frontier, outgoing, incoming, types, cap)
+        cut = cut or (more and cap == bounds.level_edges)
         frontier = []
         for step in steps:
             if step.other in seen:
@@ -58,27 +88,30 @@ async def walk(
             frontier.append(step.other)
             reached.append(Reached(step.other, level, step))
             if len(reached) >= limit:
-                return reached
-    return reached
+                return reached, cut
+    return reached, cut
 
 
 async def shortest(
-    tx: Tx, start: str, end: str, max_depth: int, direction: str, types: Sequence[str] | None
-) -> list[Step] | None:
-    """The steps of a shortest path from `start` to `end`, by bidirectional breadth-first search."""
+    tx: Tx, start: str, end: str, max_depth: int, direction: str, types: Sequence[str] | None, bounds: Bounds
+) -> tuple[list[Step] | None, bool]:
+    """The steps of a shortest path from `start` to `end`, by bidirectional breadth-first search; and
+    whether `bounds` cut the search (then a path, or a shorter one, may exist beyond what was read)."""
     if start == end:
-        return []
+        return [], False
     forward, backward = _sides(direction)
     # node -> (depth, the step that reached it); the start and end have no step
     near: dict[str, tuple[int, Step | None]] = {start: (0, None)}
     far: dict[str, tuple[int, Step | None]] = {end: (0, None)}
     near_front, far_front = [start], [end]
     near_depth = far_depth = 0
+    cut = False
     while near_front and far_front and near_depth + far_depth < max_depth:
         from_start = len(near_front) <= len(far_front)
         front, mine, other = (near_front, near, far) if from_start else (far_front, far, near)
         out, inc = (forward, backward) if from_start else (backward, forward)
-        steps = await traversal.expand(tx, front, outgoing=out, incoming=inc, types=types)
+        steps, more = await _level(tx, front, out, inc, types, bounds.level_edges)
+        cut = cut or more
         level = (near_depth if from_start else far_depth) + 1
         next_front, meets = [], []
         for step in steps:
@@ -88,14 +121,16 @@ async def shortest(
             next_front.append(step.other)
             if step.other in other:
                 meets.append(step.other)
+        if len(next_front) > bounds.frontier:
+            next_front, cut = next_front[: bounds.frontier], True
         if from_start:
             near_front, near_depth = next_front, level
         else:
             far_front, far_depth = next_front, level
         if meets:
             meet = min(meets, key=lambda n: near[n][0] + far[n][0])
-            return _unwind(near, meet)[::-1] + _unwind(far, meet)
-    return None
+            return _unwind(near, meet)[::-1] + _unwind(far, meet), cut
+    return None, cut
 
 
 def _unwind(tree: dict[str, tuple[int, Step | None]], node: str) -> list[Step]:
@@ -121,15 +156,20 @@ class Slice(BaseModel):
     total_entities: int | None = None
     next_cursor: str | None = None
     truncated: bool = False
+    relations_more: bool = False  # a page's entities have more relations than it lists: next_cursor continues them
 
 
 class Graph(Service):
+    @property
+    def _bounds(self) -> Bounds:
+        return Bounds(self.limits.walk_level_edges, self.limits.walk_frontier)
+
     async def neighbors(
         self, who: Principal, ref: str, *, depth: int, direction: str, types: list[str] | None, limit: int
     ) -> models.NeighborsResult:
         async with self.tx(who, readonly=True) as tx:
             start = (await entities.resolve(tx, [ref]))[ref]
-            reached = await walk(tx, [start["gid"]], depth, direction, types, limit + 1)
+            reached, cut = await walk(tx, [start["gid"]], depth, direction, types, limit + 1, self._bounds)
             kept = reached[:limit]
             rows = await entities.by_gids(tx, [start["gid"], *(g for r in kept for g in (r.via.source, r.via.target))])
         return models.NeighborsResult(
@@ -137,7 +177,7 @@ class Graph(Service):
             neighbors=[
                 models.Neighbor(entity=summary(rows[r.gid]), depth=r.depth, via=_step(r.via, rows)) for r in kept
             ],
-            truncated=len(reached) > limit,
+            truncated=_truncated("walk", cut or len(reached) > limit),
         )
 
     async def path(
@@ -146,9 +186,9 @@ class Graph(Service):
         async with self.tx(who, readonly=True) as tx:
             ends = await entities.resolve(tx, list(dict.fromkeys([source, target])))
             a, b = ends[source], ends[target]
-            steps = await shortest(tx, a["gid"], b["gid"], max_depth, direction, types)
+            steps, cut = await shortest(tx, a["gid"], b["gid"], max_depth, direction, types, self._bounds)
             if steps is None:
-                return models.PathResult(found=False)
+                return models.PathResult(found=False, truncated=_truncated("path", cut))
             order = [a["gid"]]
             for s in steps:  # a step was taken from whichever of its ends was reached first
                 order.append(s.other if s.node == order[-1] else s.node)
@@ -158,6 +198,7 @@ class Graph(Service):
             length=len(steps),
             nodes=[summary(rows[g]) for g in order],
             relations=[_step(s, rows) for s in steps],
+            truncated=_truncated("path", cut),
         )
 
     async def chain(
@@ -173,7 +214,7 @@ class Graph(Service):
         async with self.tx(who, readonly=True) as tx:
             starts = await entities.resolve(tx, list(dict.fromkeys(refs)))
             gids = list(dict.fromkeys(r["gid"] for r in starts.values()))
-            reached = await walk(tx, gids, depth, "both", None, max(max_nodes - len(gids), 0) + 1)
+            reached, cut = await walk(tx, gids, depth, "both", None, max(max_nodes - len(gids), 0) + 1, self._bounds)
             room = max_nodes - len(gids)
             gids += [r.gid for r in reached[:room]]
             rels = await relations.among(tx, gids, either_end=False, limit=max_relations + 1)
@@ -181,20 +222,29 @@ class Graph(Service):
         return models.SubgraphResult(
             entities=[summary(rows[g]) for g in gids if g in rows],
             relations=[relation(r) for r in rels[:max_relations]],
-            truncated=len(reached) > room or len(rels) > max_relations,
+            truncated=_truncated("walk", cut or len(reached) > room or len(rels) > max_relations),
         )
 
     async def hierarchy(self, who: Principal) -> models.HierarchyResult:
         async with self.tx(who, readonly=True) as tx:
-            rows = await overview.categories(tx)
+            rows = await overview.categories(tx, self.limits.hierarchy_max_children, self.limits.hierarchy_max_nodes)
+        # Built with dicts, one pass: the rows are bounded, and so is the work done on the event loop.
         areas: dict[str | None, models.HierarchyNode] = {}
+        topics: dict[tuple[str | None, str | None], models.HierarchyNode] = {}
         for r in rows:
-            area = areas.setdefault(r["area"], models.HierarchyNode(name=r["area"], count=0))
-            area.count += r["n"]
-            topic = _child(area, r["topic"])
-            topic.count += r["n"]
-            _child(topic, r["subtopic"]).count += r["n"]
-        return models.HierarchyResult(areas=list(areas.values()), total=sum(r["n"] for r in rows))
+            area = areas.get(r["area"])
+            if area is None:
+                area = areas[r["area"]] = models.HierarchyNode(name=r["area"], count=r["area_n"])
+            topic = topics.get((r["area"], r["topic"]))
+            if topic is None:
+                topic = topics[(r["area"], r["topic"])] = models.HierarchyNode(name=r["topic"], count=r["topic_n"])
+                area.children.append(topic)
+            topic.children.append(models.HierarchyNode(name=r["subtopic"], count=r["n"]))
+        return models.HierarchyResult(
+            areas=list(areas.values()),
+            total=rows[0]["total"] if rows else 0,
+            truncated=_truncated("hierarchy", bool(rows) and rows[0]["groups"] > len(rows)),
+        )
 
     async def stats(self, who: Principal) -> models.StatsResult:
         async with self.tx(who, readonly=True) as tx:
@@ -216,17 +266,31 @@ class Graph(Service):
     # --- bounded slices, for the compatibility dialects and resources ----------------------
 
     async def page(self, who: Principal, cursor: str | None) -> Slice:
-        """A page of the whole graph: entities by name, each page owning its entities' outgoing relations."""
+        """A page of the whole graph: entities by name, each page owning its entities' outgoing relations.
+
+        A page lists at most `page_relations` relations; when its entities have more, the next
+        pages list the rest of them (and no entities) before the next entities come.
+        """
+        cap = self.limits.page_relations
         async with self.tx(who, readonly=True) as tx:
-            after = self.cursors.decode(cursor, tx.tenant.id, "graph") if cursor else None
-            rows = await entities.page_by_name(tx, self.limits.page_size + 1, after)
-            more = len(rows) > self.limits.page_size
-            rows = rows[: self.limits.page_size]
-            rels = await relations.from_sources(tx, [r["gid"] for r in rows])
+            pos = self.cursors.decode(cursor, tx.tenant.id, "graph") if cursor else None
+            if isinstance(pos, dict):  # the rest of the relations of the previous page's entities
+                rows, after, last, rel_after, more = [], pos["a"], pos["z"], tuple(pos["r"]), pos["m"]
+            else:
+                rows = await entities.page_by_name(tx, self.limits.page_size + 1, pos)
+                more = len(rows) > self.limits.page_size
+                rows = rows[: self.limits.page_size]
+                after, last, rel_after = pos, rows[-1]["name"] if rows else None, None
+            rels = await relations.from_source_names(tx, after, last, rel_after, cap + 1) if last is not None else []
             total = await entities.count_live(tx)
-            out = await self._slice(tx, rows, rels)
+            out = await self._slice(tx, rows, [r for r, _ in rels[:cap]])
             out.total_entities = total
-            out.next_cursor = self.cursors.encode(tx.tenant.id, "graph", rows[-1]["name"]) if more else None
+            if len(rels) > cap:
+                position = {"a": after, "z": last, "r": list(rels[cap - 1][1]), "m": more}
+                out.next_cursor = self.cursors.encode(tx.tenant.id, "graph", position)
+                out.relations_more = _truncated("read_graph", True)
+            elif more:
+                out.next_cursor = self.cursors.encode(tx.tenant.id, "graph", last)
         return out
 
     async def matching(self, who: Principal, text: str) -> Slice:
@@ -261,12 +325,10 @@ class Graph(Service):
         )
 
 
-def _child(node: models.HierarchyNode, name: str | None) -> models.HierarchyNode:
-    for child in node.children:
-        if child.name == name:
-            return child
-    node.children.append(models.HierarchyNode(name=name, count=0))
-    return node.children[-1]
+def _truncated(what: str, cut: bool) -> bool:
+    if cut:
+        metrics.TRUNCATED.labels(what).inc()
+    return cut
 
 
 def _step(step: Step, rows: dict[str, asyncpg.Record]) -> models.Relation:

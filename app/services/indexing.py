@@ -15,7 +15,7 @@ import asyncpg
 
 from app.config import Settings
 from app.embeddings.embedder import Embedder, ProviderDown
-from app.embeddings.provider import EmbeddingError, Vector, create_provider
+from app.embeddings.provider import EmbeddingError, InputRejected, Vector, create_provider
 from app.errors import EngramError
 from app.observability import metrics
 from app.store import index
@@ -39,10 +39,11 @@ class ReindexReport:
 
 
 class Indexer:
-    def __init__(self, db: Database, embedder: Embedder | None, *, batch_size: int) -> None:
+    def __init__(self, db: Database, embedder: Embedder | None, *, batch_size: int, sync_texts: int = 128) -> None:
         self._db = db
         self.embedder = embedder
         self._batch = batch_size
+        self._sync_texts = sync_texts  # texts a write embeds before its transaction; the filler does the rest
         self.model: index.Model | None = None
         self.current_model: str | None = None  # the model whose vectors are complete
         self._wake = asyncio.Event()
@@ -53,7 +54,7 @@ class Indexer:
     def from_settings(cls, db: Database, settings: Settings) -> Indexer:
         provider = create_provider(settings)
         embedder = Embedder(provider, settings.embedding_cache_size) if provider is not None else None
-        return cls(db, embedder, batch_size=settings.embedding_batch_size)
+        return cls(db, embedder, batch_size=settings.embedding_batch_size, sync_texts=settings.embed_sync_texts)
 
     # --- life cycle ---------------------------------------------------------------------------
 
@@ -119,11 +120,12 @@ class Indexer:
     # --- writes and queries ---------------------------------------------------------------------
 
     async def vectors_for(self, tenant: Tenant, texts: Sequence[str]) -> index.Vectors:
-        """Embed a write's texts before its transaction opens. Never fails: what cannot be embedded
-        now is left pending for the filler."""
-        if self.embedder is None or self.model is None or not texts:
+        """Embed a write's texts before its transaction opens, at most ENGRAM_EMBED_SYNC_TEXTS of them
+        (one caller's large write must not hold the provider for long). Never fails: what is not
+        embedded now is left pending for the filler."""
+        unique = list(dict.fromkeys(texts))[: self._sync_texts]
+        if self.embedder is None or self.model is None or not unique:
             return index.Vectors(self.model)
-        unique = list(dict.fromkeys(texts))
         try:
             vectors = await self.embedder.embed(unique, scope=tenant.id, attempts=1)
         except EmbeddingError:
@@ -174,11 +176,9 @@ class Indexer:
                 docs = await index.docs_to_embed(tx, model if replace else None, after, size)
             if not docs:
                 break
-            vectors = await self.embedder.embed([d["body"] for d in docs], scope=tenant.id)
+            embedded = await self._embed_docs(tenant, docs)
             async with self._db.transaction(tenant) as tx:
-                await index.store_vectors(
-                    tx, model, [(d["id"], d["body_hash"], v) for d, v in zip(docs, vectors, strict=True)]
-                )
+                await index.store_vectors(tx, model, [(d["id"], d["body_hash"], v) for d, v in embedded])
             after = docs[-1]["id"]
             done += len(docs)
             if progress is not None:
@@ -187,6 +187,23 @@ class Indexer:
             async with self._db.transaction(tenant) as tx:
                 await index.clear_pending(tx, generation)
         return done
+
+    async def _embed_docs(self, tenant: Tenant, docs: Sequence[asyncpg.Record]) -> list[tuple[asyncpg.Record, Vector]]:
+        """Vectors for a batch of documents. When the provider refuses the batch's texts, they are
+        tried one by one and those it refuses alone are skipped (they stay found by words), so one
+        bad text cannot stall the filler."""
+        assert self.embedder is not None
+        try:
+            vectors = await self.embedder.embed([d["body"] for d in docs], scope=tenant.id)
+            return list(zip(docs, vectors, strict=True))
+        except InputRejected:
+            if len(docs) == 1:
+                logger.warning("embedding provider refused a text of tenant %s; it stays unembedded", tenant.key)
+                return []
+        out = []
+        for doc in docs:
+            out += await self._embed_docs(tenant, [doc])
+        return out
 
     async def _fill_forever(self) -> None:
         """Fill pending texts when a write leaves some, every 30 s, and after the provider recovers."""

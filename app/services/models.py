@@ -225,7 +225,10 @@ class Neighbor(BaseModel):
 class NeighborsResult(BaseModel):
     start: EntitySummary
     neighbors: list[Neighbor]
-    truncated: bool = Field(description="True when `limit` cut the walk short.")
+    truncated: bool = Field(
+        description="True when `limit` cut the walk short, or a server bound on one level's size (a hub's "
+        "relations) did: narrow it with `relation_types` or `direction`."
+    )
 
 
 class PathResult(BaseModel):
@@ -233,6 +236,11 @@ class PathResult(BaseModel):
     length: int | None = Field(None, description="Relations on the path.")
     nodes: list[EntitySummary] = Field(default_factory=list, description="From start to end.")
     relations: list[Relation] = Field(default_factory=list, description="relations[i] joins nodes[i] and nodes[i+1].")
+    truncated: bool = Field(
+        False,
+        description="True when a server bound on one search level's size cut the search: a path (or a shorter "
+        "one) may exist beyond what was read; narrow it with `relation_types` or `direction`.",
+    )
 
 
 class SubgraphResult(BaseModel):
@@ -250,6 +258,11 @@ class HierarchyNode(BaseModel):
 class HierarchyResult(BaseModel):
     areas: list[HierarchyNode]
     total: int
+    truncated: bool = Field(
+        False,
+        description="True when the tree was cut to its bounds (children per node, nodes in all); counts stay "
+        "exact. List one area or topic with find_entities.",
+    )
 
 
 class Count(BaseModel):

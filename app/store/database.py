@@ -57,10 +57,22 @@ def timed(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
     return run
 
 
+@dataclass(slots=True)
+class Growth:
+    """What a transaction added to its tenant's usage (negative: freed), for the quotas."""
+
+    entities: int = 0
+    observations: int = 0
+    text_bytes: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.entities or self.observations or self.text_bytes)
+
+
 class Tx:
     """One transaction, pinned to one tenant. Query text may contain ``{s}`` for the schema."""
 
-    __slots__ = ("affected", "conn", "entities", "pending", "tenant")
+    __slots__ = ("affected", "conn", "entities", "growth", "pending", "tenant")
 
     def __init__(self, conn: asyncpg.Connection, tenant: Tenant) -> None:
         self.conn = conn
@@ -68,6 +80,7 @@ class Tx:
         self.affected: list[str] = []  # ids of what this transaction changed, for the audit row
         self.entities: list[str] = []  # entities whose texts it may have changed, for the search index
         self.pending = 0  # texts it left waiting for an embedding
+        self.growth = Growth()  # kept by the store functions that add or remove entities and observations
 
     def _sql(self, query: str) -> str:
         return query.replace("{s}", self.tenant.schema)

@@ -167,6 +167,7 @@ async def insert(tx: Tx, items: Sequence[NewEntity], actor: str) -> None:
         [i.properties for i in items],
         actor,
     )
+    tx.growth.entities += len(items)
 
 
 @timed
@@ -214,15 +215,23 @@ async def set_deleted(tx: Tx, ids: Sequence[str], deleted: bool, actor: str) -> 
     """Soft-delete or restore; returns the new versions of the entities whose state changed."""
     rows = await tx.fetch(
         """
-        UPDATE {s}.entities SET deleted_at = CASE WHEN $2 THEN now() END, version = version + 1,
-            updated_at = now(), updated_by = $3
-        WHERE id = ANY($1::uuid[]) AND (deleted_at IS NULL) = $2
-        RETURNING id::text, version
+        WITH changed AS (
+            UPDATE {s}.entities SET deleted_at = CASE WHEN $2 THEN now() END, version = version + 1,
+                updated_at = now(), updated_by = $3
+            WHERE id = ANY($1::uuid[]) AND (deleted_at IS NULL) = $2
+            RETURNING id, version
+        )
+        SELECT c.id::text, c.version, count(o.id) AS observations, coalesce(sum(octet_length(o.content)), 0) AS bytes
+        FROM changed c LEFT JOIN {s}.observations o ON o.entity_id = c.id GROUP BY c.id, c.version
         """,
         list(ids),
         deleted,
         actor,
     )
+    sign = -1 if deleted else 1  # quotas count live entities and their observations
+    tx.growth.entities += sign * len(rows)
+    tx.growth.observations += sign * sum(r["observations"] for r in rows)
+    tx.growth.text_bytes += sign * sum(r["bytes"] for r in rows)
     return {r[0]: r[1] for r in rows}
 
 
@@ -255,6 +264,7 @@ async def add_observations(tx: Tx, pairs: Sequence[tuple[str, str]], actor: str)
         [p[1] for p in pairs],
         actor,
     )
+    _count(tx, rows, 1)
     return _group(rows)
 
 
@@ -272,7 +282,14 @@ async def remove_observations(tx: Tx, pairs: Sequence[tuple[str, str]]) -> dict[
         [p[0] for p in pairs],
         [p[1] for p in pairs],
     )
+    _count(tx, rows, -1)
     return _group(rows)
+
+
+def _count(tx: Tx, rows: Sequence[asyncpg.Record], sign: int) -> None:
+    """Observations added (1) or removed (-1) count against the tenant's quotas."""
+    tx.growth.observations += sign * len(rows)
+    tx.growth.text_bytes += sign * sum(len(r[1].encode()) for r in rows)
 
 
 def _group(rows: Iterable[asyncpg.Record]) -> dict[str, list[str]]:

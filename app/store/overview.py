@@ -9,11 +9,36 @@ from app.store.relations import REL_TYPE
 
 
 @timed
-async def categories(tx: Tx) -> list[asyncpg.Record]:
-    """Live entity counts per (area, topic, subtopic); None where an entity has no such value."""
+async def categories(tx: Tx, max_children: int, max_rows: int) -> list[asyncpg.Record]:
+    """Live entity counts per (area, topic, subtopic), None where an entity has no such value; bounded.
+
+    At most `max_children` areas, topics per area and subtopics per topic (in name order), and
+    `max_rows` rows in all. Each row carries the true counts of its area and topic (`area_n`,
+    `topic_n`), the total, and `groups`, the rows there would be without the bounds.
+    """
     rows = await tx.fetch(
-        "SELECT area, topic, subtopic, count(*) AS n FROM {s}.entities WHERE deleted_at IS NULL"
-        " GROUP BY area, topic, subtopic ORDER BY area NULLS LAST, topic NULLS LAST, subtopic NULLS LAST"
+        """
+        WITH g AS (
+            SELECT area, topic, subtopic, count(*) AS n FROM {s}.entities WHERE deleted_at IS NULL
+            GROUP BY area, topic, subtopic
+        ), ranked AS (
+            SELECT g.*,
+                   sum(n) OVER (PARTITION BY area) AS area_n,
+                   sum(n) OVER (PARTITION BY area, topic) AS topic_n,
+                   dense_rank() OVER (ORDER BY area NULLS LAST) AS area_rank,
+                   dense_rank() OVER (PARTITION BY area ORDER BY topic NULLS LAST) AS topic_rank,
+                   row_number() OVER (PARTITION BY area, topic ORDER BY subtopic NULLS LAST) AS subtopic_rank
+            FROM g
+        )
+        SELECT area, topic, subtopic, n, area_n, topic_n,
+               (SELECT sum(n) FROM g) AS total, (SELECT count(*) FROM g) AS groups
+        FROM ranked
+        WHERE area_rank <= $1 AND topic_rank <= $1 AND subtopic_rank <= $1
+        ORDER BY area NULLS LAST, topic NULLS LAST, subtopic NULLS LAST
+        LIMIT $2
+        """,
+        max_children,
+        max_rows,
     )
     return list(rows)
 

@@ -176,9 +176,22 @@ async def among(tx: Tx, gids: Sequence[str], *, either_end: bool, limit: int) ->
 
 
 @timed
-async def from_sources(tx: Tx, gids: Sequence[str]) -> list[Relation]:
-    """Live relations whose source is among `gids` (a page of read_graph owns its entities' outgoing edges)."""
+async def from_source_names(
+    tx: Tx, after: str | None, last: str, after_key: tuple[str, str, str] | None, limit: int
+) -> list[tuple[Relation, tuple[str, str, str]]]:
+    """Live relations whose source's name is in (after, last] (a read_graph page owns its entities'
+    outgoing edges), by source name, target name and edge id; from just past `after_key`, at most
+    `limit`. Each comes with its key, to continue from."""
     rows = await tx.fetch(
-        _SELECT + " WHERE r.start_id = ANY($1::text[]::ag_catalog.graphid[]) ORDER BY se.name, te.name", list(gids)
+        _SELECT.replace("SELECT ", "SELECT r.id::text AS rid, ", 1)
+        + """
+        WHERE ($1::text IS NULL OR se.name > $1) AND se.name <= $2
+          AND ($3::text IS NULL OR (se.name, te.name, r.id) > ($3, $4, $5::text::ag_catalog.graphid))
+        ORDER BY se.name, te.name, r.id LIMIT $6
+        """,
+        after,
+        last,
+        *(after_key or (None, None, None)),
+        limit,
     )
-    return [_relation(r) for r in rows]
+    return [(_relation(r), (r["source"], r["target"], r["rid"])) for r in rows]

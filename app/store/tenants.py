@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 import asyncpg
 
 from app.errors import EngramError
+from app.store import limits
 from app.store.database import Tenant
 
 
@@ -32,7 +33,14 @@ async def show(conn: asyncpg.Connection, key: str) -> dict[str, object]:
                    (SELECT count(*) FROM engram.api_keys WHERE tenant_id = $1 AND revoked_at IS NULL) AS api_keys""",
         row["id"],
     )
-    return {**dict(row), "id": str(row["id"]), **dict(counts or {})}
+    overrides, totals = await limits.admin_view(conn, str(row["id"]), s)
+    return {**dict(row), "id": str(row["id"]), **dict(counts or {}), "limits": overrides, "usage_totals": totals}
+
+
+async def set_limits(conn: asyncpg.Connection, key: str, values: Mapping[str, float | int | None]) -> None:
+    """Set some of a tenant's own limits (None: back to the server's default)."""
+    row = await _get(conn, key)
+    await limits.set_overrides(conn, str(row["id"]), values)
 
 
 async def delete(conn: asyncpg.Connection, key: str) -> None:

@@ -28,7 +28,8 @@ def register(tool: ToolSet, s: Services) -> None:
 
         Each neighbour appears once, at its shortest distance, with the relation that first reached
         it (`via`, in its real direction). Filter by `direction` (out, in, both) and exact
-        `relation_types`. `truncated` is true when `limit` cut the walk short.
+        `relation_types`. `truncated` is true when `limit`, or a bound on one level's size (a hub
+        with thousands of relations), cut the walk short.
         """
         return await s.graph.neighbors(who, entity, depth=depth, direction=direction, types=relation_types, limit=limit)
 
@@ -45,7 +46,8 @@ def register(tool: ToolSet, s: Services) -> None:
 
         Returns the nodes from start to end and the relations between them (`relations[i]` joins
         `nodes[i]` and `nodes[i+1]`, each in its real direction). No path is a normal answer
-        (`found: false`), not an error.
+        (`found: false`), not an error. `truncated` says a bound on the search's size cut it (a hub
+        on the way): narrow it with `relation_types` or `direction`.
         """
         return await s.graph.path(who, from_, to, max_depth=max_depth, direction=direction, types=relation_types)
 
@@ -78,7 +80,9 @@ def register(tool: ToolSet, s: Services) -> None:
     @tool(READ, READ_ONLY)
     async def hierarchy(who: Principal) -> models.HierarchyResult:
         """The area → topic → subtopic tree of the memory with entity counts. Entities without an
-        area (or topic, subtopic) are grouped under `name: null` at that level.
+        area (or topic, subtopic) are grouped under `name: null` at that level. A large tree is cut
+        to its first children per node (`truncated: true`; counts stay exact): list one area or
+        topic with find_entities.
         """
         return await s.graph.hierarchy(who)
 

@@ -93,6 +93,7 @@ class KnowledgeGraph(BaseModel):
     # Engram's bounds: present only when a result was cut.
     nextCursor: str | None = Field(None, description="read_graph: pass back as `cursor` for the next page.")
     note: str | None = None
+    truncated: bool | None = Field(None, description="Present (true) when a bound cut this answer; `note` says how.")
 
 
 def _reply(model: BaseModel, shown: str | None = None) -> CallToolResult:
@@ -126,6 +127,7 @@ def _graph(graph: Slice, read_graph: str) -> KnowledgeGraph:
         relations=[_relation(r) for r in graph.relations],
         nextCursor=graph.next_cursor,
         note=slices.note(graph, read_graph),
+        truncated=slices.truncated(graph),
     )
 
 

@@ -92,6 +92,7 @@ class KnowledgeGraph(BaseModel):
     # Engram's bounds: present only when a result was cut.
     nextCursor: str | None = Field(None, description="read_graph: pass back as `cursor` for the next page.")
     note: str | None = None
+    truncated: bool | None = Field(None, description="Present (true) when a bound cut this answer; `note` says how.")
 
 
 class Result(BaseModel):
@@ -110,6 +111,7 @@ def _graph(graph: Slice, read_graph: str) -> CallToolResult:
         relations=[Relation(source=r.from_, target=r.to, relationType=r.type) for r in graph.relations],
         nextCursor=graph.next_cursor,
         note=slices.note(graph, read_graph),
+        truncated=slices.truncated(graph),
     )
     return CallToolResult(
         content=[TextContent(type="text", text=kg.model_dump_json(exclude_none=True))],

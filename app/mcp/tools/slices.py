@@ -12,7 +12,12 @@ from app.services.graph import Slice
 def note(graph: Slice, read_graph: str) -> str | None:
     """Why this answer is not everything, and how to get the rest; None when it is everything."""
     parts = []
-    if graph.next_cursor:
+    if graph.relations_more:
+        parts.append(
+            f"relations capped at {len(graph.relations)} per page; call {read_graph} with cursor=nextCursor for "
+            "the rest of these entities' relations (the entities that follow come after them)"
+        )
+    elif graph.next_cursor:
         parts.append(
             f"page of {len(graph.entities)} of {graph.total_entities} entities (each with its outgoing "
             f"relations); call {read_graph} with cursor=nextCursor for the rest"
@@ -25,3 +30,8 @@ def note(graph: Slice, read_graph: str) -> str | None:
         more = f" and {len(cut) - 5} more" if len(cut) > 5 else ""
         parts.append(f"only the first {len(cut[0].observations)} observations of an entity are listed: {listed}{more}")
     return "; ".join(parts) or None
+
+
+def truncated(graph: Slice) -> bool | None:
+    """True when a bound cut the answer (not merely paged); None keeps the field out of it."""
+    return True if graph.truncated or graph.relations_more else None

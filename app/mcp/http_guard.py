@@ -1,0 +1,65 @@
+"""Bounds on whole HTTP requests, before any of them reaches the MCP transport.
+
+- `GET /mcp` answers 405: it would open a server-to-client SSE stream that never ends, and this
+  server never pushes (stateless, one JSON body per POST). The transport allows a server to refuse it.
+- Request headers over ENGRAM_HTTP_MAX_HEADER_BYTES in total answer 431.
+- Each credential (the bearer token or API key presented, keyed by its hash) may send
+  ENGRAM_TOKEN_RATE MCP requests per second, bursts of ENGRAM_TOKEN_BURST; more answer 429 with
+  Retry-After. Counted per replica. Unauthenticated requests are left to the 401 of the SDK.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+import orjson
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.observability import metrics
+from app.services.fairness import Buckets
+
+
+class HttpGuard:
+    def __init__(self, app: ASGIApp, *, token_rate: float, token_burst: int, max_header_bytes: int) -> None:
+        self.app = app
+        self.token_rate = token_rate
+        self.token_burst = token_burst
+        self.max_header_bytes = max_header_bytes
+        self._buckets = Buckets()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if sum(len(k) + len(v) for k, v in scope["headers"]) > self.max_header_bytes:
+            metrics.LIMIT_REFUSALS.labels("header_size").inc()
+            await _answer(send, 431, {"error": "request headers too large"})
+            return
+        if scope["path"] == "/mcp":
+            if scope["method"] == "GET":
+                await _answer(send, 405, {"error": "this server sends no event stream; POST requests"}, allow="POST")
+                return
+            credential = next((v for k, v in scope["headers"] if k == b"authorization"), None)
+            if credential is not None:
+                key = hashlib.sha256(credential).hexdigest()[:32]
+                wait = self._buckets.take(key, self.token_rate, self.token_burst)
+                if wait:
+                    metrics.LIMIT_REFUSALS.labels("token_rate").inc()
+                    body = {"error": "rate_limited", "retry_after": round(wait, 3)}
+                    await _answer(send, 429, body, retry_after=str(max(1, math.ceil(wait))))
+                    return
+        await self.app(scope, receive, send)
+
+
+async def _answer(send: Send, status: int, body: dict[str, object], **headers: str) -> None:
+    data = orjson.dumps(body)
+    extra = [(k.replace("_", "-").encode(), v.encode()) for k, v in headers.items()]
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()), *extra],
+        }
+    )
+    await send({"type": "http.response.body", "body": data})

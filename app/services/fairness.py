@@ -1,0 +1,175 @@
+"""Fair sharing between tenants: call rates, concurrent calls, and quotas on what a tenant stores.
+
+Rates and concurrency are counted in this process: with N replicas behind a load balancer a
+tenant may reach up to N times its rate and N times its concurrent calls cluster-wide (each
+replica's database pool is what the concurrency cap protects). Quotas are exact: every write adds
+its growth to the tenant's totals in its own transaction and fails if that passes a quota.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+
+import asyncpg
+
+from app.auth.principal import Principal
+from app.config import Settings
+from app.errors import EngramError
+from app.observability import metrics
+from app.store import limits as store
+from app.store.database import Database, Growth, InvalidTenant, Tenant
+
+logger = logging.getLogger(__name__)
+
+_DB_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
+
+
+class Buckets:
+    """Token buckets by key, the least recently used dropped past `size` keys.
+
+    A bucket holds up to `burst` tokens and gains `rate` per second; each call takes one. ~1 µs.
+    """
+
+    def __init__(self, size: int = 100_000) -> None:
+        self._size = size
+        self._state: OrderedDict[str, tuple[float, float]] = OrderedDict()  # key -> (tokens, at)
+
+    def take(self, key: str, rate: float, burst: int) -> float:
+        """0 when a token was taken; otherwise the seconds until one will be there."""
+        if rate <= 0:
+            return 0.0
+        now = time.monotonic()
+        tokens, at = self._state.pop(key, (float(burst), now))
+        tokens = min(float(burst), tokens + (now - at) * rate)
+        wait = 0.0
+        if tokens >= 1:
+            tokens -= 1
+        else:
+            wait = (1 - tokens) / rate
+        self._state[key] = (tokens, now)
+        if len(self._state) > self._size:
+            self._state.popitem(last=False)
+        return wait
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """One tenant's limits: the server's defaults with its overrides. 0 switches a rate or quota off."""
+
+    rate: float
+    burst: int
+    max_concurrent: int
+    max_entities: int
+    max_observations: int
+    max_text_bytes: int
+
+
+def refuse(reason: str, message: str, retry_after: float | None = None, **details: object) -> EngramError:
+    """A `limit` error, counted by reason (a bounded label)."""
+    metrics.LIMIT_REFUSALS.labels(reason).inc()
+    if retry_after is not None:
+        details["retry_after"] = round(max(retry_after, 0.001), 3)
+    return EngramError("limit", message, reason=reason, **details)
+
+
+class Fairness:
+    def __init__(self, db: Database, defaults: Policy, *, cache_seconds: float, queue_seconds: float) -> None:
+        self.db = db
+        self.defaults = defaults
+        self._cache_seconds = cache_seconds
+        self._queue_seconds = queue_seconds
+        self._policies: dict[str, tuple[float, Policy]] = {}  # tenant id -> (expires, policy)
+        self._buckets = Buckets()
+        self._slots: dict[str, tuple[int, asyncio.Semaphore]] = {}  # tenant key -> (size, slots)
+
+    async def policy(self, tenant: Tenant) -> Policy:
+        """The tenant's limits, read again after ENGRAM_LIMITS_CACHE_SECONDS; the defaults while the
+        database does not answer (so server_status still can)."""
+        cached = self._policies.get(tenant.id)
+        now = time.monotonic()
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        try:
+            async with self.db.transaction(tenant, readonly=True) as tx:
+                row = await store.overrides(tx)
+        except _DB_ERRORS as exc:
+            logger.warning("tenant limits not readable (%s); using the defaults", type(exc).__name__)
+            return cached[1] if cached is not None else self.defaults
+        policy = self.defaults
+        if row is not None:
+            policy = replace(policy, **{k: v for k, v in dict(row).items() if v is not None})
+        self._policies[tenant.id] = (now + self._cache_seconds, policy)
+        return policy
+
+    @asynccontextmanager
+    async def admit(self, who: Principal) -> AsyncIterator[None]:
+        """Run a tool call within the tenant's rate and concurrent-call limit, or refuse it (`limit`)."""
+        try:
+            policy = await self.policy(await self.db.tenant(who.tenant))
+        except (InvalidTenant, *_DB_ERRORS):
+            policy = self.defaults  # the call itself reports what is wrong
+        wait = self._buckets.take(who.tenant, policy.rate, policy.burst)
+        if wait:
+            raise refuse(
+                "tenant_rate", f"this tenant is over its rate of {policy.rate:g} calls per second", retry_after=wait
+            )
+        slots = self._slots_of(who.tenant, policy.max_concurrent)
+        try:
+            if slots.locked():  # all taken: wait a little for one (waiting calls hold no connection)
+                async with asyncio.timeout(self._queue_seconds):
+                    await slots.acquire()
+            else:
+                await slots.acquire()
+        except TimeoutError:
+            raise refuse(
+                "tenant_concurrency",
+                f"this tenant already runs {policy.max_concurrent} calls at once; retry shortly",
+                retry_after=1.0,
+            ) from None
+        try:
+            yield
+        finally:
+            slots.release()
+
+    def _slots_of(self, key: str, size: int) -> asyncio.Semaphore:
+        current = self._slots.get(key)
+        if current is None or current[0] != size:  # a changed limit: calls holding the old slots finish there
+            current = self._slots[key] = (size, asyncio.Semaphore(size))
+        return current[1]
+
+    @staticmethod
+    def check_quotas(policy: Policy, totals: asyncpg.Record, growth: Growth) -> None:
+        """Refuse a write that grew the tenant past a quota (a write that frees space always passes)."""
+        for field, quota, reason in (
+            ("entities", policy.max_entities, "quota_entities"),
+            ("observations", policy.max_observations, "quota_observations"),
+            ("text_bytes", policy.max_text_bytes, "quota_text_bytes"),
+        ):
+            if quota and getattr(growth, field) > 0 and totals[field] > quota:
+                raise refuse(
+                    reason,
+                    f"this write would take the tenant to {totals[field]} {field.replace('_', ' ')}, over its quota "
+                    f"of {quota}; remove some first or ask an administrator for more",
+                    quota=quota,
+                    used=totals[field] - getattr(growth, field),
+                )
+
+
+def fairness_from_settings(db: Database, settings: Settings) -> Fairness:
+    defaults = Policy(
+        rate=settings.tenant_rate,
+        burst=settings.tenant_burst,
+        max_concurrent=settings.tenant_max_concurrent,
+        max_entities=settings.quota_entities,
+        max_observations=settings.quota_observations,
+        max_text_bytes=settings.quota_text_bytes,
+    )
+    return Fairness(
+        db, defaults, cache_seconds=settings.limits_cache_seconds, queue_seconds=settings.tenant_queue_seconds
+    )

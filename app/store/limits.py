@@ -1,0 +1,77 @@
+"""Per-tenant limit overrides (control plane) and the usage totals quotas are checked against."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import asyncpg
+
+from app.store.database import Growth, Tx, timed
+
+# The overridable limits, by column; the only identifiers set_overrides builds into its query.
+COLUMNS = ("rate", "burst", "max_concurrent", "max_entities", "max_observations", "max_text_bytes")
+
+
+@timed
+async def overrides(tx: Tx) -> asyncpg.Record | None:
+    """The tenant's overrides (NULL columns: the server's default), or None when it has none."""
+    return await tx.fetchrow(
+        f"SELECT {', '.join(COLUMNS)} FROM engram.tenant_limits WHERE tenant_id = $1", tx.tenant.id
+    )
+
+
+@timed
+async def grow(tx: Tx, growth: Growth) -> asyncpg.Record:
+    """Add a write's growth to the tenant's totals; returns the new totals.
+
+    The row stays locked until the transaction ends, so concurrent writers of one tenant check
+    their quotas one after the other: this runs last, just before commit, to keep that short.
+    """
+    row = await tx.fetchrow(
+        "UPDATE {s}.usage_totals SET entities = entities + $1, observations = observations + $2,"
+        " text_bytes = text_bytes + $3 RETURNING entities, observations, text_bytes",
+        growth.entities,
+        growth.observations,
+        growth.text_bytes,
+    )
+    assert row is not None
+    return row
+
+
+@timed
+async def observation_totals(tx: Tx, entity_ids: list[str]) -> tuple[int, int]:
+    """How many observations these entities have, and their UTF-8 bytes."""
+    row = await tx.fetchrow(
+        "SELECT count(*), coalesce(sum(octet_length(content)), 0) FROM {s}.observations"
+        " WHERE entity_id = ANY($1::uuid[])",
+        entity_ids,
+    )
+    assert row is not None
+    return row[0], row[1]
+
+
+# --- administration, on an owner connection (`engram tenant set-limits` / `show`) -------------------
+
+
+async def set_overrides(conn: asyncpg.Connection, tenant_id: str, values: Mapping[str, float | int | None]) -> None:
+    """Set some overrides of a tenant (None: back to the server's default); others stay."""
+    columns = [c for c in COLUMNS if c in values]
+    if not columns:
+        return
+    given = ", ".join(f"${n}" for n in range(2, len(columns) + 2))
+    update = ", ".join(f"{c} = excluded.{c}" for c in columns)
+    await conn.execute(
+        f"INSERT INTO engram.tenant_limits (tenant_id, {', '.join(columns)}) VALUES ($1::uuid, {given})"
+        f" ON CONFLICT (tenant_id) DO UPDATE SET {update}, updated_at = now()",
+        tenant_id,
+        *(values[c] for c in columns),
+    )
+
+
+async def admin_view(conn: asyncpg.Connection, tenant_id: str, schema: str) -> tuple[dict[str, object], dict[str, int]]:
+    """A tenant's overrides (column: value, NULL ones left out) and its usage totals."""
+    row = await conn.fetchrow(
+        f"SELECT {', '.join(COLUMNS)} FROM engram.tenant_limits WHERE tenant_id = $1::uuid", tenant_id
+    )
+    totals = await conn.fetchrow(f"SELECT entities, observations, text_bytes FROM {schema}.usage_totals")
+    return ({k: v for k, v in dict(row).items() if v is not None} if row else {}), dict(totals or {})

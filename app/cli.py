@@ -1,4 +1,4 @@
-"""engram serve | migrate | db up|down|status|url | token | reindex"""
+"""engram serve | migrate | db up|down|status|url | token | tenant | apikey | cursor-key | audit | usage | reindex"""
 
 from __future__ import annotations
 
@@ -165,6 +165,17 @@ def cmd_apikey(args: argparse.Namespace) -> None:
         print(f"key {args.key_id} revoked (servers stop accepting it within ENGRAM_API_KEY_CACHE_SECONDS)")
 
 
+def cmd_cursor_key(args: argparse.Namespace) -> None:
+    from app.services.cursors import KEY_REFRESH
+    from app.store import cursor_keys
+
+    retire_after = _settings().cursor_max_age_seconds + KEY_REFRESH
+    key_id, retired = _admin(lambda c: cursor_keys.rotate(c, retire_after))
+    print(f"added cursor key {key_id}; servers sign with it within {KEY_REFRESH:.0f} s and accept the older ones")
+    if retired:
+        print("removed keys whose cursors have all expired: " + ", ".join(retired))
+
+
 def cmd_audit(args: argparse.Namespace) -> None:
     from datetime import UTC, datetime, timedelta
 
@@ -272,6 +283,9 @@ def main(argv: list[str] | None = None) -> None:
     audit.add_argument("--limit", type=int, default=100)
     audit.add_argument("--days", type=int, help="only the last N days")
     audit.set_defaults(func=cmd_audit)
+    cursor_key = sub.add_parser("cursor-key", help="rotate the key that signs pagination cursors")
+    cursor_key.add_argument("action", choices=["rotate"])
+    cursor_key.set_defaults(func=cmd_cursor_key)
     usage = sub.add_parser("usage", help="tool calls per tenant, tool and day")
     usage.add_argument("--tenant")
     usage.add_argument("--days", type=int, default=7)

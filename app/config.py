@@ -84,6 +84,9 @@ class Settings(BaseSettings):
     max_results: int = Field(200, ge=1, le=5000, description="Hard cap on any listing.")
     graph_page_size: int = Field(100, ge=1, le=5000, description="Entities per read_graph page.")
     observations_per_entity: int = Field(50, ge=1, le=1000, description="Observations listed per entity in slices.")
+    cursor_max_age_seconds: int = Field(
+        86400, ge=1, le=30 * 86400, description="How long a pagination cursor stays valid after it was issued."
+    )
 
     # embeddings and search (docs/search.md)
     embedding_provider: Literal["local", "openai", "none"] = Field(

@@ -93,6 +93,7 @@ def create_app(settings: Settings) -> Starlette:
             observations_per_entity=settings.observations_per_entity,
         ),
         ef_search=settings.search_ef_search,
+        cursor_max_age=settings.cursor_max_age_seconds,
     )
     # Only for the identity provider's metadata, keys and introspection; never forwards client tokens.
     http = httpx2.AsyncClient(timeout=httpx2.Timeout(5.0), follow_redirects=False)

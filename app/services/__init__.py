@@ -27,8 +27,10 @@ class Services:
     cursors: Cursors
 
     @classmethod
-    def create(cls, db: Database, indexer: Indexer, limits: Limits, *, ef_search: int = 100) -> Services:
-        cursors = Cursors()
+    def create(
+        cls, db: Database, indexer: Indexer, limits: Limits, *, ef_search: int = 100, cursor_max_age: float = 86400
+    ) -> Services:
+        cursors = Cursors(cursor_max_age)
         shared = (db, indexer, cursors, limits)
         return cls(
             entities=Entities(*shared),

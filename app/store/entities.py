@@ -7,7 +7,7 @@ are inserted straight into AGE's label table: one set-based statement per batch.
 
 from __future__ import annotations
 
-import uuid
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,12 +31,12 @@ def name_key(name: str) -> str:
     return name.casefold()
 
 
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
 def is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(value)
-    except ValueError:
-        return False
-    return True
+    """Only the canonical spelling is an id (the one Engram returns); `{…}`, `urn:uuid:…`, capitals are names."""
+    return _UUID.fullmatch(value) is not None
 
 
 @dataclass(slots=True)

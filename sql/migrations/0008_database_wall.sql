@@ -2,7 +2,8 @@
 -- engram_app) must not be able to do even if it ran SQL of its own. PostgreSQL and AGE grant
 -- EXECUTE on functions to PUBLIC by default, and TEMP on the database; this takes back what the
 -- server never uses at run time. The owner (who runs migrations and owns the SECURITY DEFINER
--- functions that create and delete tenants) keeps what those need. docs/security.md.
+-- functions that create and delete tenants) keeps what those need. At the end: cursor signing keys
+-- that rotate. docs/security.md.
 
 -- AGE's graph DDL and bulk loaders. The loaders read files on the database server and write into
 -- any graph's label tables without privilege checks; the DDL functions create, alter and drop
@@ -81,3 +82,7 @@ BEGIN
     END IF;
 END
 $$;
+
+-- Cursor signing keys rotate (`engram cursor-key rotate`): each key records when it was added, so
+-- that servers sign with the newest one they all know and verify with every one still kept.
+ALTER TABLE engram.server_secrets ADD COLUMN created_at timestamptz NOT NULL DEFAULT now();

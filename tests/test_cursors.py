@@ -109,12 +109,12 @@ async def test_rotation_keeps_old_cursors_working_and_retires_keys_once_their_cu
 
 
 async def test_cursors_expire_on_the_server(db_settings):
-    with serve(db_settings, ENGRAM_CURSOR_MAX_AGE_SECONDS="1") as server:
+    with serve(db_settings, ENGRAM_CURSOR_MAX_AGE_SECONDS="4") as server:
         async with server.client("cursor-expiry") as c:
             ok(await c.call_tool("upsert_entities", {"entities": [{"name": f"E{i}", "type": "t"} for i in range(3)]}))
             cursor = ok(await c.call_tool("find_entities", {"limit": 1}))["next_cursor"]
             assert ok(await c.call_tool("find_entities", {"limit": 1, "cursor": cursor}))["entities"]
-            await asyncio.sleep(2.1)
+            await asyncio.sleep(5.1)  # issue times are whole seconds
             expired = await c.call_tool("find_entities", {"limit": 1, "cursor": cursor})
             assert error_code(expired) == "invalid" and "expired" in expired.content[0].text  # type: ignore[union-attr]
 

@@ -9,9 +9,10 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
+from app.store.entities import UUID_PATTERN
+
 MAX_JSON_DEPTH = 32
 _INT64 = (-(2**63), 2**63 - 1)
-UUID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 
 
 def clean_text(value: str) -> str:

@@ -31,7 +31,9 @@ def name_key(name: str) -> str:
     return name.casefold()
 
 
-_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+# The canonical spelling of an id, the only one Engram accepts (and the one it returns).
+UUID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+_UUID = re.compile(UUID_PATTERN)
 
 
 def is_uuid(value: str) -> bool:

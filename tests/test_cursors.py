@@ -75,7 +75,7 @@ def test_edited_foreign_or_malformed_cursors_are_invalid():
 
 
 async def test_rotation_keeps_old_cursors_working_and_retires_keys_once_their_cursors_expired(db_settings):
-    with serve(db_settings) as server:
+    with serve(db_settings, ENGRAM_EMBEDDING_PROVIDER="none") as server:
         async with server.client("cursor-rotation") as c:
             ok(await c.call_tool("upsert_entities", {"entities": [{"name": f"E{i}", "type": "t"} for i in range(3)]}))
             before = ok(await c.call_tool("find_entities", {"limit": 1}))["next_cursor"]
@@ -90,7 +90,7 @@ async def test_rotation_keeps_old_cursors_working_and_retires_keys_once_their_cu
             assert "added cursor key cursor-" in rotated.stdout
             # The running server accepts its earlier cursor, and so does a server started after the rotation.
             assert ok(await c.call_tool("find_entities", {"limit": 1, "cursor": before}))["entities"]
-    with serve(db_settings) as later:
+    with serve(db_settings, ENGRAM_EMBEDDING_PROVIDER="none") as later:
         async with later.client("cursor-rotation") as c:
             page = ok(await c.call_tool("find_entities", {"limit": 1, "cursor": before}))
             assert page["entities"] and page["next_cursor"]
@@ -109,7 +109,7 @@ async def test_rotation_keeps_old_cursors_working_and_retires_keys_once_their_cu
 
 
 async def test_cursors_expire_on_the_server(db_settings):
-    with serve(db_settings, ENGRAM_CURSOR_MAX_AGE_SECONDS="4") as server:
+    with serve(db_settings, ENGRAM_CURSOR_MAX_AGE_SECONDS="4", ENGRAM_EMBEDDING_PROVIDER="none") as server:
         async with server.client("cursor-expiry") as c:
             ok(await c.call_tool("upsert_entities", {"entities": [{"name": f"E{i}", "type": "t"} for i in range(3)]}))
             cursor = ok(await c.call_tool("find_entities", {"limit": 1}))["next_cursor"]

@@ -1,4 +1,4 @@
-"""engram serve | migrate | db | token | tenant | apikey | user | member | keys | client | audit | usage | reindex"""
+"""The `engram` command: serve, migrate, the local database, and the administration of tenants, keys and users."""
 
 from __future__ import annotations
 
@@ -356,6 +356,17 @@ def cmd_client(args: argparse.Namespace) -> None:
             print(f"{client.client_id}\t{client.kind}\t{name}\tcreated {created:%Y-%m-%d}\tused {used or 'never'}")
 
 
+def cmd_cursor_key(args: argparse.Namespace) -> None:
+    from app.services.cursors import KEY_REFRESH
+    from app.store import cursor_keys
+
+    retire_after = _settings().cursor_max_age_seconds + KEY_REFRESH
+    key_id, retired = _admin(lambda c: cursor_keys.rotate(c, retire_after))
+    print(f"added cursor key {key_id}; servers sign with it within {KEY_REFRESH:.0f} s and accept the older ones")
+    if retired:
+        print("removed keys whose cursors have all expired: " + ", ".join(retired))
+
+
 def cmd_audit(args: argparse.Namespace) -> None:
     from datetime import UTC, datetime, timedelta
 
@@ -504,6 +515,9 @@ def main(argv: list[str] | None = None) -> None:
     client.add_argument("--redirect-uri", action="append", help="with add: repeat for several")
     client.add_argument("--confidential", action="store_true", help="with add: issue a client secret")
     client.set_defaults(func=cmd_client)
+    cursor_key = sub.add_parser("cursor-key", help="rotate the key that signs pagination cursors")
+    cursor_key.add_argument("action", choices=["rotate"])
+    cursor_key.set_defaults(func=cmd_cursor_key)
     usage = sub.add_parser("usage", help="tool calls per tenant, tool and day")
     usage.add_argument("--tenant")
     usage.add_argument("--days", type=int, default=7)

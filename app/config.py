@@ -158,6 +158,9 @@ class Settings(BaseSettings):
     quota_observations: int = Field(10_000_000, ge=0, description="Observations of live entities per tenant.")
     quota_text_bytes: int = Field(4 * 1024**3, ge=0, description="UTF-8 bytes of those observations per tenant.")
     limits_cache_seconds: float = Field(30, ge=0, le=3600, description="How long a tenant's overrides are cached.")
+    cursor_max_age_seconds: int = Field(
+        86400, ge=1, le=30 * 86400, description="How long a pagination cursor stays valid after it was issued."
+    )
 
     # embeddings and search (docs/search.md)
     embedding_provider: Literal["local", "openai", "none"] = Field(

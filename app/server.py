@@ -141,6 +141,7 @@ def create_app(settings: Settings) -> Starlette:
         ),
         ef_search=settings.search_ef_search,
         fairness=fairness_from_settings(db, settings),
+        cursor_max_age=settings.cursor_max_age_seconds,
     )
     # Only for the identity provider's metadata, keys and introspection; never forwards client tokens.
     http = httpx2.AsyncClient(timeout=httpx2.Timeout(5.0), follow_redirects=False)

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from mcp.server.auth.provider import AccessToken
 
+from app.errors import EngramError
+
 # Engram's own scope names; an identity provider's may differ (ENGRAM_SCOPE_*), the verifier maps them.
 READ, WRITE, ADMIN = "memory:read", "memory:write", "memory:admin"
+# A tenant id, as the tenants table's CHECK has it (whole string: no trailing newline slips through).
+TENANT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@|-]{0,199}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,11 +38,16 @@ def personal_tenant(issuer: str, subject: str) -> str:
 
 
 def principal_from_token(token: AccessToken, tenant_claims: Sequence[str]) -> Principal:
-    """The first of `tenant_claims` the token carries names the tenant; else the user's personal one."""
+    """The first of `tenant_claims` the token carries names the tenant; else the user's personal one.
+
+    A claimed tenant id that is not 1-200 letters, digits and . _ : @ | - is `forbidden`.
+    """
     claims: dict[str, Any] = token.claims or {}
     issuer = str(claims.get("iss", ""))
     subject = token.subject or token.client_id
     tenant = next((v for c in tenant_claims if isinstance(v := claims.get(c), str) and v), None)
+    if tenant is not None and not TENANT_ID.fullmatch(tenant):
+        raise EngramError("forbidden", "the token's tenant id is not 1-200 letters, digits and . _ : @ | -")
     return Principal(
         subject=subject,
         client_id=token.client_id,

@@ -7,15 +7,18 @@ import contextlib
 import functools
 import inspect
 import random
+import types
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Union, get_args, get_origin
 
 import asyncpg
 from mcp.server.auth.middleware.auth_context import get_access_token
-from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from mcp.types import ToolAnnotations
+from pydantic import ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 from pydantic.fields import FieldInfo
 
 from app.auth.principal import Principal, principal_from_token
@@ -23,7 +26,6 @@ from app.errors import EngramError
 from app.observability import metrics
 from app.observability.context import CALL, Call
 from app.services.fairness import Fairness
-from app.store.database import InvalidTenant
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 ADDITIVE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
@@ -43,12 +45,15 @@ def caller(tenant_claims: Sequence[str], scope: str) -> Principal:
 
 @dataclass
 class ToolSet:
-    """Registers tools whose first parameter is the calling Principal (hidden from the schema)."""
+    """Collects tools whose first parameter is the calling Principal (hidden from the schema).
 
-    mcp: MCPServer
+    The server is built from `tools` once every set has registered (MCPServer(tools=...)).
+    """
+
     tenant_claims: Sequence[str]
     prefix: str = ""
     scopes: dict[str, str] = field(default_factory=dict)  # tool name -> required scope
+    tools: list[Tool] = field(default_factory=list)
     fairness: Fairness | None = None  # each call within its tenant's rate and concurrent calls
 
     def __call__(
@@ -68,22 +73,20 @@ class ToolSet:
                         call.subject, call.client_id, call.tenant = who.subject, who.client_id, who.tenant
                     async with self.fairness.admit(who) if self.fairness else contextlib.nullcontext():
                         result = await _with_retries(fn, who, kwargs)
-                except EngramError as exc:
+                except EngramError as exc:  # domain errors, and tenants the store refuses (`forbidden`)
                     _ended(call, _OUTCOMES.get(exc.code, "tool_error"))
                     raise ToolError(str(exc)) from exc
-                except InvalidTenant as exc:
-                    _ended(call, "unauthorized")
-                    raise ToolError(str(EngramError("forbidden", str(exc)))) from exc
                 except Exception:
                     _ended(call, "internal")
                     raise
                 _ended(call, "ok")
                 return result
 
-            run.__signature__ = signature.replace(parameters=list(signature.parameters.values())[1:])  # type: ignore[attr-defined]
+            published = [p.replace(annotation=_as_text(p.annotation)) for p in list(signature.parameters.values())[1:]]
+            run.__signature__ = signature.replace(parameters=published)  # type: ignore[attr-defined]
             del run.__wrapped__  # the SDK must read the signature above, not fn's
             tool_name = self.prefix + (name or fn.__name__)
-            self.mcp.add_tool(
+            tool = Tool.from_function(
                 run,
                 name=tool_name,
                 description=inspect.getdoc(fn),
@@ -91,10 +94,62 @@ class ToolSet:
                 annotations=annotations,
                 meta={"engram/requiredScope": scope},  # tools/list shows every tool, marked with its scope
             )
+            tool.fn_metadata = _Arguments(**{f: getattr(tool.fn_metadata, f) for f in FuncMetadata.model_fields})
+            self.tools.append(tool)
             self.scopes[tool_name] = scope
             return fn
 
         return register
+
+
+class InvalidArguments(ValidationError):
+    """Arguments the input schema refused, worded like every other Engram error: `invalid: field: rule`."""
+
+    problems: list[str]
+
+    def __str__(self) -> str:
+        first, *more = self.problems
+        return str(EngramError("invalid", first, problems=more) if more else EngramError("invalid", first))
+
+
+class _Arguments(FuncMetadata):
+    """The SDK's argument validation, with its refusals reported as `invalid` (field and rule, never the input)."""
+
+    def validate_arguments(self, arguments_to_validate: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return super().validate_arguments(arguments_to_validate)
+        except ValidationError as exc:
+            refused = InvalidArguments.from_exception_data(exc.title, [])
+            refused.problems = [
+                f"{'.'.join(str(part) for part in e['loc']) or 'arguments'}: {e['msg']}"
+                for e in exc.errors(include_url=False, include_input=False)
+            ] or ["the arguments do not match the input schema"]
+            raise refused from None
+
+
+def _keep_none(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    return None if value is None else handler(value)
+
+
+def _as_text(annotation: Any) -> Any:
+    """`str | None` published as `str` that may be null, with the same schema.
+
+    The SDK JSON-decodes a string argument unless its annotation is exactly `str`, so a name like
+    "null" or "[1]" would arrive as None or a list. Other annotations are returned unchanged.
+    """
+    outer: list[Any] = []
+    union = annotation
+    if get_origin(union) is Annotated:
+        union, *outer = get_args(union)
+    if get_origin(union) not in (Union, types.UnionType) or type(None) not in get_args(union):
+        return annotation
+    inner = [a for a in get_args(union) if a is not type(None)]
+    if len(inner) != 1:
+        return annotation
+    base, *constraints = get_args(inner[0]) if get_origin(inner[0]) is Annotated else (inner[0],)
+    if base is not str:
+        return annotation
+    return Annotated[str, *constraints, *outer, WrapValidator(_keep_none, json_schema_input_type=union)]
 
 
 def _aliases(signature: inspect.Signature) -> dict[str, str]:

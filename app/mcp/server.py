@@ -51,8 +51,16 @@ def instructions(tool_sets: list[str], neo4j_prefix: str) -> str:
 def build_mcp(
     settings: Settings, services: Services, verifier: TokenVerifier, usage: Usage
 ) -> tuple[MCPServer, ToolSet]:
-    scopes: dict[str, str] = {}  # filled as tools register
     neo4j_prefix = neo4j_dialect.tool_prefix(settings.neo4j_namespace)
+    claims = [settings.tenant_claim, *settings.tenant_fallback_claims]
+    tools = ToolSet(claims, fairness=services.fairness)
+    if "native" in settings.tool_sets:
+        for module in (entities, relations, graph, search, admin):
+            module.register(tools, services)
+    if "memory" in settings.tool_sets:
+        memory_dialect.register(tools, services)
+    if "neo4j" in settings.tool_sets:
+        neo4j_dialect.register(ToolSet(claims, neo4j_prefix, tools.scopes, tools.tools, services.fairness), services)
     mcp = MCPServer(
         name="engram",
         title="Engram memory",
@@ -66,16 +74,8 @@ def build_mcp(
             # The verifier checks `aud` against the resource URL itself.
             validate_token_resource=False,
         ),
-        middleware=[Observe(scopes, usage, settings.metrics_tenants)],
+        tools=tools.tools,
+        middleware=[Observe(tools.scopes, usage, settings.metrics_tenants)],
     )
-    claims = [settings.tenant_claim, *settings.tenant_fallback_claims]
-    tools = ToolSet(mcp, claims, scopes=scopes, fairness=services.fairness)
-    if "native" in settings.tool_sets:
-        for module in (entities, relations, graph, search, admin):
-            module.register(tools, services)
-    if "memory" in settings.tool_sets:
-        memory_dialect.register(tools, services)
-    if "neo4j" in settings.tool_sets:
-        neo4j_dialect.register(ToolSet(mcp, claims, neo4j_prefix, tools.scopes, services.fairness), services)
     resources.register(mcp, services, claims)
     return mcp, tools

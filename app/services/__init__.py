@@ -30,9 +30,16 @@ class Services:
 
     @classmethod
     def create(
-        cls, db: Database, indexer: Indexer, limits: Limits, *, ef_search: int = 100, fairness: Fairness | None = None
+        cls,
+        db: Database,
+        indexer: Indexer,
+        limits: Limits,
+        *,
+        ef_search: int = 100,
+        cursor_max_age: float = 86400,
+        fairness: Fairness | None = None,
     ) -> Services:
-        cursors = Cursors()
+        cursors = Cursors(cursor_max_age)
         shared = (db, indexer, cursors, limits, fairness)
         return cls(
             entities=Entities(*shared),

@@ -54,7 +54,7 @@ class Service:
         before the transaction opens, so it stays short; the rest wait for the background filler.
         """
         tenant = await self.db.tenant(who.tenant)
-        await self.cursors.load(lambda: self.db.secret("cursor"))
+        await self.cursors.load(self.db.cursor_keys)
         policy = await self.fairness.policy(tenant) if self.fairness and not readonly else None
         vectors = await self.indexer.vectors_for(tenant, texts) if texts else index.Vectors(self.indexer.model)
         async with self.db.transaction(tenant, readonly=readonly) as tx:

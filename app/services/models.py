@@ -2,31 +2,81 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
-TypeName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100)]
-Ref = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
-Label = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100)]
-Observation = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=4000)]
-Description = Annotated[str, StringConstraints(max_length=4000)]
-Notes = Annotated[str, StringConstraints(max_length=2000)]
+from app.store.entities import UUID_PATTERN
+
+MAX_JSON_DEPTH = 32
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def clean_text(value: str) -> str:
+    """Refuse what PostgreSQL cannot store in `text` or `jsonb`: NUL characters and lone surrogates."""
+    if "\x00" in value:
+        raise ValueError("must not contain NUL (\\u0000) characters")
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode (no lone surrogates)") from None
+    return value
+
+
+Clean = AfterValidator(clean_text)
+Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200), Clean]
+TypeName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100), Clean]
+Ref = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200), Clean]
+Label = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100), Clean]
+Observation = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=4000), Clean]
+Description = Annotated[str, StringConstraints(max_length=4000), Clean]
+Notes = Annotated[str, StringConstraints(max_length=2000), Clean]
+Text = Annotated[str, StringConstraints(min_length=1, max_length=200), Clean]  # a search or filter string
+LongText = Annotated[str, StringConstraints(max_length=1000), Clean]  # a search query
+# Ids are the canonical form Engram returns (lowercase 8-4-4-4-12); other spellings are refused.
+Id = Annotated[str, StringConstraints(pattern=UUID_PATTERN)]
+# A cursor is base64url text, a dot, and its signature: nothing else can be one.
+Cursor = Annotated[str, StringConstraints(min_length=1, max_length=1000, pattern=r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$")]
 Certainty = Annotated[int, Field(ge=0, le=100)]
-Cursor = Annotated[str, StringConstraints(min_length=1, max_length=1000)]
 Direction = Literal["out", "in", "both"]
 ClearableField = Literal["description", "area", "topic", "subtopic", "certainty"]
 
 
+def _check_json(value: Any, depth: int = 1) -> None:
+    """Values every store keeps exactly: text without NUL, 64-bit integers, finite doubles below 2^63."""
+    if isinstance(value, dict | list) and depth > MAX_JSON_DEPTH:
+        raise ValueError(f"properties may nest at most {MAX_JSON_DEPTH} levels deep")
+    if isinstance(value, str):
+        clean_text(value)
+    elif isinstance(value, bool) or value is None:
+        pass
+    elif isinstance(value, int):
+        if not _INT64[0] <= value <= _INT64[1]:
+            raise ValueError("integers in properties must fit in 64 bits")
+    elif isinstance(value, float):
+        if not math.isfinite(value) or abs(value) >= 2.0**63:
+            raise ValueError("numbers in properties must be finite and below 2^63 in magnitude")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            clean_text(key)
+            _check_json(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _check_json(item, depth + 1)
+    else:
+        raise ValueError(f"properties hold JSON values only, not {type(value).__name__}")
+
+
 def bounded_properties(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Free-form JSON, but small: at most 50 keys and 8 KiB once encoded."""
+    """Free-form JSON, but small and storable: at most 50 keys, 32 levels and 8 KiB once encoded."""
     if value is None:
         return None
     if len(value) > 50:
         raise ValueError("at most 50 properties")
+    _check_json(value)
     if len(orjson.dumps(value)) > 8192:
         raise ValueError("properties must encode to at most 8 KiB of JSON")
     return value
@@ -59,7 +109,7 @@ class RelationIn(Strict):
     from_: Ref = Field(alias="from", description="Source entity: id or name.")
     to: Ref = Field(description="Target entity: id or name.")
     type: TypeName = Field(description="Active-voice relation, e.g. 'works at', 'depends on'.")
-    strength: float | None = Field(None, ge=0, le=1)
+    strength: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
     notes: Notes | None = None
     properties: dict[str, Any] | None = None
 
@@ -88,7 +138,9 @@ class EntityPatch(Strict):
     subtopic: Label | None = None
     certainty: Certainty | None = None
     properties: dict[str, Any] | None = Field(None, description="Merged key by key into the stored properties.")
-    unset_properties: Annotated[list[Annotated[str, StringConstraints(max_length=200)]], Field(max_length=50)] = []
+    unset_properties: Annotated[
+        list[Annotated[str, StringConstraints(max_length=200), Clean]], Field(max_length=50)
+    ] = []
     clear: Annotated[list[ClearableField], Field(max_length=5)] = Field(
         default_factory=list, description="Fields to empty."
     )

@@ -17,11 +17,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import orjson
+from cachetools import TTLCache
 
 from app.auth.principal import Principal
 from app.errors import EngramError
@@ -39,6 +39,7 @@ NAME_QUERY_MAX_WORDS = 3  # longer queries are questions, not names
 # planner's statistics, read again every few minutes) are not used to find texts, only to rank them.
 COMMON_WORD = 1000
 COMMON_WORDS_TTL = 600.0
+COMMON_WORDS_TENANTS = 1000  # tenants whose common words are kept at once
 CANDIDATES = 1000  # most matching texts the words ranking looks at
 _WEB_SYNTAX = re.compile(r'"|(^|\s)-\S|\s(or)\s', re.IGNORECASE)
 
@@ -81,15 +82,15 @@ class Search:
         self._cursors = cursors
         self.max_results = max_results
         self._ef_search = ef_search
-        self._common: dict[str, tuple[float, list[str]]] = {}  # per tenant: (when read, words)
+        # Per tenant id, bounded: the words, read again after COMMON_WORDS_TTL; a deleted tenant ages out.
+        self._common: TTLCache[str, list[str]] = TTLCache(maxsize=COMMON_WORDS_TENANTS, ttl=COMMON_WORDS_TTL)
 
     async def search(self, who: Principal, q: Query) -> SearchResult:
         tenant = await self._db.tenant(who.tenant)
-        await self._cursors.load(lambda: self._db.secret("cursor"))
+        await self._cursors.load(self._db.cursor_keys)
         offset = self._offset(q, tenant.id)
         depth = offset + q.limit  # entities each ranking must reach
         notices: list[str] = []
-        tenant = await self._db.tenant(who.tenant)
         strict = bool(_WEB_SYNTAX.search(q.text))
         texts = min(3 * depth + 20, 600)  # an entity may hold several of the nearest texts
         # The query is embedded (on the model's thread) while the word and name rankings run.
@@ -136,11 +137,10 @@ class Search:
         return SearchResult(mode=mode, hits=hits, next_cursor=next_cursor, notices=notices)
 
     async def _common_words(self, tx: Tx) -> list[str]:
-        cached = self._common.get(tx.tenant.id)
-        if cached is None or time.monotonic() - cached[0] > COMMON_WORDS_TTL:
-            cached = (time.monotonic(), await index.common_words(tx, COMMON_WORD))
-            self._common[tx.tenant.id] = cached
-        return cached[1]
+        words = self._common.get(tx.tenant.id)
+        if words is None:
+            words = self._common[tx.tenant.id] = await index.common_words(tx, COMMON_WORD)
+        return words
 
     def _offset(self, q: Query, tenant_id: str) -> int:
         """Where a page starts: a signed cursor bound to the tenant and to the same query."""

@@ -12,8 +12,10 @@ from typing import Any, ParamSpec, TypeVar
 
 import asyncpg
 import orjson
+from cachetools import TTLCache
 
 from app.config import Settings
+from app.errors import EngramError
 from app.observability import metrics
 
 P = ParamSpec("P")
@@ -22,11 +24,22 @@ R = TypeVar("R")
 # AGE's operators (@> for {k: v} patterns, =) resolve through the search path.
 _SEARCH_PATH = "ag_catalog, public"
 _SCHEMA = re.compile(r"^t_[0-9a-f]{32}$")
+# The cursor signing keys among the server secrets: the first, and those `engram cursor-key rotate` adds.
+CURSOR_KEY = "^cursor(-[0-9a-f]{8})?$"
 _TENANT_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@|-]{0,199}$")
 
 
-class InvalidTenant(ValueError):
-    """A tenant key that the server refuses: malformed, or unknown while tenants are managed."""
+# Tenants resolved to their schema, per server: bounded, and read again after an hour, so a tenant
+# deleted and made again under the same id is found within that time (at once when the role is gone).
+TENANT_CACHE_SIZE = 10_000
+TENANT_CACHE_SECONDS = 3600.0
+
+
+class InvalidTenant(EngramError):
+    """A tenant key that the server refuses (`forbidden`): malformed, unknown while tenants are managed, or deleted."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("forbidden", message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +51,7 @@ class Tenant:
     schema: str
 
     def __post_init__(self) -> None:
-        if not _SCHEMA.match(self.schema):  # the only identifier ever built into query text
+        if not _SCHEMA.fullmatch(self.schema):  # the only identifier ever built into query text
             raise InvalidTenant(f"refusing schema name {self.schema!r}")
 
 
@@ -116,7 +129,7 @@ class Database:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._pool: asyncpg.Pool | None = None
-        self._tenants: dict[str, Tenant] = {}
+        self._tenants: TTLCache[str, Tenant] = TTLCache(maxsize=TENANT_CACHE_SIZE, ttl=TENANT_CACHE_SECONDS)
         self._create_tenants = settings.tenant_policy == "auto"
         self.waiting = 0  # callers waiting for a pooled connection
 
@@ -153,7 +166,7 @@ class Database:
         """The tenant for `key`; under the `auto` policy it is created with its graph on first use."""
         if (cached := self._tenants.get(key)) is not None:
             return cached
-        if not _TENANT_KEY.match(key):
+        if not _TENANT_KEY.fullmatch(key):  # not match(): "$" would let a final newline through
             raise InvalidTenant("a tenant id is 1-200 letters, digits and . _ : @ | - (starting alphanumeric)")
         async with self.pool.acquire() as conn:
             row = await conn.fetchrow(
@@ -165,12 +178,13 @@ class Database:
         self._tenants[key] = tenant
         return tenant
 
-    async def secret(self, name: str) -> bytes:
-        """A server-wide secret kept in the database, so every replica shares it."""
-        value = await self.pool.fetchval("SELECT value FROM engram.server_secrets WHERE name = $1", name)
-        if value is None:
-            raise RuntimeError(f"server secret {name!r} is missing: run `engram migrate`")
-        return value
+    async def cursor_keys(self) -> list[tuple[str, bytes, float]]:
+        """The cursor signing keys, oldest first: (id, key, seconds since it was added). Shared by every replica."""
+        rows = await self.pool.fetch(
+            "SELECT name, value, extract(epoch FROM now() - created_at)::float8 FROM engram.server_secrets"
+            f" WHERE name ~ '{CURSOR_KEY}' ORDER BY created_at, name"
+        )
+        return [(r[0], r[1], r[2]) for r in rows]
 
     @asynccontextmanager
     async def transaction(self, tenant: Tenant, *, readonly: bool = False) -> AsyncIterator[Tx]:
@@ -186,11 +200,15 @@ class Database:
             self.waiting -= 1
         try:
             async with conn.transaction(readonly=readonly):
-                await conn.execute(
-                    "SELECT set_config('engram.tenant_id', $1, true), set_config('role', $2, true)",
-                    tenant.id,
-                    tenant.schema,
-                )
+                try:
+                    await conn.execute(
+                        "SELECT set_config('engram.tenant_id', $1, true), set_config('role', $2, true)",
+                        tenant.id,
+                        tenant.schema,
+                    )
+                except asyncpg.InvalidParameterValueError:  # role "t_…" does not exist: deleted meanwhile
+                    self._tenants.pop(tenant.key, None)
+                    raise InvalidTenant(f"tenant {tenant.key!r} was deleted; call again to start anew") from None
                 yield Tx(conn, tenant)
         finally:
             await self.pool.release(conn)

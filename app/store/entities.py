@@ -7,7 +7,7 @@ are inserted straight into AGE's label table: one set-based statement per batch.
 
 from __future__ import annotations
 
-import uuid
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,12 +31,14 @@ def name_key(name: str) -> str:
     return name.casefold()
 
 
+# The canonical spelling of an id, the only one Engram accepts (and the one it returns).
+UUID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+_UUID = re.compile(UUID_PATTERN)
+
+
 def is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(value)
-    except ValueError:
-        return False
-    return True
+    """Only the canonical spelling is an id (the one Engram returns); `{…}`, `urn:uuid:…`, capitals are names."""
+    return _UUID.fullmatch(value) is not None
 
 
 @dataclass(slots=True)

@@ -14,7 +14,7 @@ def register(tool: ToolSet, s: Services) -> None:
     @tool(ADMIN, READ_ONLY)
     async def audit_log(
         who: Principal,
-        tool_name: Annotated[str | None, Field(max_length=100, description="Only calls of this tool.")] = None,
+        tool_name: Annotated[models.TypeName | None, Field(description="Only calls of this tool.")] = None,
         limit: Annotated[int, Field(ge=1, le=s.limits.max_results)] = 50,
         cursor: models.Cursor | None = None,
     ) -> models.AuditPage:

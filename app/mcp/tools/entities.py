@@ -12,7 +12,8 @@ from app.mcp.context import ADDITIVE, DESTRUCTIVE, READ_ONLY, ToolSet
 from app.services import Services, models
 from app.store.entities import Filters
 
-IdOrName = Annotated[str | None, Field(max_length=200)]
+EntityId = Annotated[models.Id | None, Field(description="The entity's id.")]
+EntityName = Annotated[models.Ref | None, Field(description="The entity's name.")]
 
 
 def one_ref(id: str | None, name: str | None) -> str:
@@ -45,8 +46,8 @@ def register(tool: ToolSet, s: Services) -> None:
     @tool(READ, READ_ONLY)
     async def get_entity(
         who: Principal,
-        id: IdOrName = None,
-        name: IdOrName = None,
+        id: EntityId = None,
+        name: EntityName = None,
         include_relations: bool = True,
         include_history: bool = False,
         max_observations: Annotated[int, Field(ge=0, le=1000)] = 100,
@@ -70,9 +71,9 @@ def register(tool: ToolSet, s: Services) -> None:
     async def update_entity(
         who: Principal,
         changes: models.EntityPatch,
-        id: IdOrName = None,
-        name: IdOrName = None,
-        expected_version: Annotated[int | None, Field(ge=1)] = None,
+        id: EntityId = None,
+        name: EntityName = None,
+        expected_version: Annotated[int | None, Field(ge=1, le=2**31 - 1)] = None,
     ) -> models.ChangeResult:
         """Change some fields of one entity (id or name): rename it, retype it, edit its description,
         category, certainty or properties.
@@ -99,7 +100,7 @@ def register(tool: ToolSet, s: Services) -> None:
     @tool(WRITE, ADDITIVE)
     async def restore_entities(
         who: Principal,
-        ids: Annotated[list[Annotated[str, Field(max_length=64)]], Field(min_length=1, max_length=batch)],
+        ids: Annotated[list[models.Id], Field(min_length=1, max_length=batch)],
     ) -> models.ChangeResult:
         """Undo remove_entities: bring deleted entities (by id) back with their observations and relations.
 
@@ -130,8 +131,8 @@ def register(tool: ToolSet, s: Services) -> None:
     @tool(READ, READ_ONLY)
     async def entity_history(
         who: Principal,
-        id: IdOrName = None,
-        name: IdOrName = None,
+        id: EntityId = None,
+        name: EntityName = None,
         limit: Annotated[int, Field(ge=1, le=cap)] = 20,
         cursor: models.Cursor | None = None,
     ) -> models.HistoryPage:
@@ -145,8 +146,8 @@ def register(tool: ToolSet, s: Services) -> None:
     @tool(READ, READ_ONLY)
     async def find_entities(
         who: Principal,
-        name_contains: Annotated[str | None, Field(min_length=1, max_length=200)] = None,
-        text_contains: Annotated[str | None, Field(min_length=1, max_length=200)] = None,
+        name_contains: models.Text | None = None,
+        text_contains: models.Text | None = None,
         types: Annotated[list[models.TypeName] | None, Field(max_length=20)] = None,
         area: models.Label | None = None,
         topic: models.Label | None = None,

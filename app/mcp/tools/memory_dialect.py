@@ -10,7 +10,7 @@ from typing import Annotated
 
 import orjson
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.auth.principal import READ, WRITE, Principal
 from app.mcp.context import ToolSet
@@ -230,8 +230,7 @@ def register(tool: ToolSet, s: Services) -> None:
     async def search_nodes(
         who: Principal,
         query: Annotated[
-            str,
-            StringConstraints(max_length=1000),
+            models.LongText,
             Field(description="The search query to match against entity names, types, and observation content"),
         ],
     ) -> KnowledgeGraph:

@@ -249,8 +249,8 @@ def register(tool: ToolSet, s: Services) -> None:
     async def search_memories(
         who: Principal,
         query: Annotated[
-            str,
-            StringConstraints(min_length=1, max_length=1000),
+            models.LongText,
+            StringConstraints(min_length=1),
             Field(description="Text to find in entity names, types or observations (case-insensitive)"),
         ],
     ) -> KnowledgeGraph:

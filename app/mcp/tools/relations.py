@@ -30,7 +30,7 @@ def register(tool: ToolSet, s: Services) -> None:
     async def disconnect_entities(
         who: Principal,
         relations: Annotated[list[models.RelationKey], Field(max_length=batch)] = [],  # noqa: B006
-        ids: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=batch)] = [],  # noqa: B006
+        ids: Annotated[list[models.Id], Field(max_length=batch)] = [],  # noqa: B006
     ) -> models.DisconnectResult:
         """Delete relations, given as (from, to, type) or by relation id. Ones that do not exist are counted
         in `not_found`, not treated as errors. The change is recorded in both entities' history.

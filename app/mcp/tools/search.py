@@ -10,12 +10,12 @@ from app.auth.principal import READ, Principal
 from app.errors import EngramError
 from app.mcp.context import READ_ONLY, ToolSet
 from app.services import Services
-from app.services.models import Certainty, Label, TypeName
+from app.services.models import Certainty, Cursor, Label, LongText, TypeName
 from app.services.search import Query
 from app.services.search_models import Mode, SearchResult
 from app.store.index import Filters
 
-QueryText = Annotated[str, Field(min_length=1, max_length=1000, description="What to look for, in any words.")]
+QueryText = Annotated[LongText, Field(min_length=1, description="What to look for, in any words.")]
 
 
 def register(tool: ToolSet, s: Services) -> None:
@@ -30,10 +30,11 @@ def register(tool: ToolSet, s: Services) -> None:
         min_certainty: Certainty | None = None,
         max_certainty: Certainty | None = None,
         min_score: Annotated[
-            float | None, Field(ge=0, le=1, description="Drop hits whose best score is below this.")
+            float | None,
+            Field(ge=0, le=1, allow_inf_nan=False, description="Drop hits whose best score is below this."),
         ] = None,
         limit: Annotated[int, Field(ge=1, le=50)] = 10,
-        cursor: Annotated[str | None, Field(max_length=200, description="`next_cursor` of the previous page.")] = None,
+        cursor: Annotated[Cursor | None, Field(description="`next_cursor` of the previous page.")] = None,
     ) -> SearchResult:
         """Find entities by what they mean and by the words they contain: "what do I know about X?".
 

@@ -1,0 +1,184 @@
+"""The database wall: what a tenant transaction cannot do even with SQL of its own.
+
+Asked of PostgreSQL itself (privilege functions), then tried as the run-time role inside a real
+tenant transaction, where every attempt must fail with `permission denied` and change nothing.
+"""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+
+from tests.conftest import ok
+
+# AGE's graph DDL and bulk loaders, and the large-object and WAL-message functions (docs/security.md).
+AGE_DDL = (
+    "create_graph",
+    "drop_graph",
+    "alter_graph",
+    "create_vlabel",
+    "create_elabel",
+    "drop_label",
+    "load_labels_from_file",
+    "load_edges_from_file",
+    "create_complete_graph",
+    "age_create_barbell_graph",
+)
+LARGE_OBJECTS = ("lo_create", "lo_creat", "lo_from_bytea", "lo_put", "lo_open", "lo_get", "lo_unlink")
+SERVER_FILES = ("pg_read_file", "pg_read_binary_file", "pg_ls_dir", "pg_stat_file", "lo_import", "lo_export")
+
+
+async def _tenants(db_settings, client_for, *keys: str) -> list[tuple[str, str]]:
+    """Tenants made the normal way (a tool call each); their (id, schema)."""
+    for key in keys:
+        async with client_for(key) as c:
+            ok(await c.call_tool("upsert_entities", {"entities": [{"name": f"{key} secret", "type": "t"}]}))
+    admin = await asyncpg.connect(db_settings.admin_dsn())
+    try:
+        rows = {
+            r["key"]: (str(r["id"]), r["schema_name"])
+            for r in await admin.fetch("SELECT id, key, schema_name FROM engram.tenants WHERE key = ANY($1)", keys)
+        }
+    finally:
+        await admin.close()
+    return [rows[k] for k in keys]
+
+
+async def _enter(conn: asyncpg.Connection, tenant_id: str, role: str) -> None:
+    """The server's tenant context (store.database.Database.transaction), opened by hand."""
+    await conn.execute("SELECT set_config('engram.tenant_id', $1, true), set_config('role', $2, true)", tenant_id, role)
+
+
+async def test_postgres_says_tenant_roles_hold_none_of_it(db_settings, client_for, tenant):
+    [(_, schema)] = await _tenants(db_settings, client_for, tenant)
+    conn = await asyncpg.connect(db_settings.runtime_dsn())
+    try:
+        roles = ["engram_app", "engram_tenant", schema]
+        executable = await conn.fetch(
+            """
+            SELECT r AS role, p.oid::regprocedure::text AS fn
+            FROM pg_proc p, unnest($1::text[]) AS r
+            WHERE (p.pronamespace = 'ag_catalog'::regnamespace AND p.proname = ANY($2))
+               OR (p.pronamespace = 'pg_catalog'::regnamespace AND p.proname = ANY($3))
+               OR p.pronamespace = 'engram'::regnamespace AND p.proname LIKE 'tenant_step_%'
+            GROUP BY r, p.oid HAVING bool_or(has_function_privilege(r, p.oid, 'EXECUTE'))
+            """,
+            roles,
+            list(AGE_DDL),
+            [*LARGE_OBJECTS, *SERVER_FILES, "pg_logical_emit_message"],
+        )
+        assert [tuple(r) for r in executable] == []
+        # Every overload was looked at: AGE 1.5 has one of each DDL function.
+        found = await conn.fetchval(
+            "SELECT count(DISTINCT proname) FROM pg_proc WHERE pronamespace = 'ag_catalog'::regnamespace"
+            " AND proname = ANY($1)",
+            list(AGE_DDL),
+        )
+        assert found == len(AGE_DDL)
+        for role in roles:
+            for privilege in ("TEMPORARY", "CREATE"):
+                assert not await conn.fetchval(
+                    "SELECT has_database_privilege($1, current_database(), $2)", role, privilege
+                ), (role, privilege)
+            assert not await conn.fetchval("SELECT has_schema_privilege($1, 'ag_catalog', 'CREATE')", role)
+            assert not await conn.fetchval("SELECT has_schema_privilege($1, 'public', 'CREATE')", role)
+        # What a tenant transaction still needs: Cypher and AGE's types.
+        assert await conn.fetchval(
+            "SELECT has_function_privilege($1, 'ag_catalog.cypher(name, cstring, ag_catalog.agtype)', 'EXECUTE')",
+            schema,
+        )
+    finally:
+        await conn.close()
+
+
+async def test_a_tenant_transaction_is_refused_everything_outside_its_graph(db_settings, client_for, tenant):
+    (a_id, a_schema), (_, b_schema) = await _tenants(db_settings, client_for, tenant, tenant + "-b")
+    attempts = [
+        "SELECT ag_catalog.create_graph('t_00000000000000000000000000000000')",
+        f"SELECT ag_catalog.drop_graph('{b_schema}', true)",
+        f"SELECT ag_catalog.drop_graph('{a_schema}', true)",
+        f"SELECT ag_catalog.create_vlabel('{b_schema}', 'Planted')",
+        f"SELECT ag_catalog.create_elabel('{b_schema}', 'PLANTED')",
+        f"SELECT ag_catalog.drop_label('{b_schema}', 'Entity', true)",
+        f"SELECT ag_catalog.alter_graph('{b_schema}', 'RENAME', 't_ffffffffffffffffffffffffffffffff')",
+        # Arguments that could not hurt even if the call ran: a missing file.
+        f"SELECT ag_catalog.load_labels_from_file('{b_schema}', 'Entity', '/nonexistent/engram.csv', true)",
+        f"SELECT ag_catalog.load_edges_from_file('{b_schema}', 'REL', '/nonexistent/engram.csv')",
+        "SELECT ag_catalog.create_complete_graph('t_eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee', 3, 'E', 'V')",
+        "SELECT lo_create(0)",
+        "SELECT lo_from_bytea(0, 'x'::bytea)",
+        "SELECT pg_logical_emit_message(false, 'engram', 'x')",
+        "SELECT pg_read_file('/etc/hostname')",
+        "SELECT lo_import('/etc/hostname')",
+        "COPY (SELECT 1) TO '/tmp/engram-wall-test'",
+        "CREATE TEMP TABLE planted (x int)",
+        "CREATE TABLE public.planted (x int)",
+        f"CREATE TABLE {a_schema}.planted (x int)",
+        "CREATE SCHEMA planted",
+        "CREATE EXTENSION dblink",
+        "CREATE EXTENSION file_fdw",
+        f"SELECT engram.tenant_step_0002('{b_schema}')",
+        "SELECT * FROM ag_catalog.ag_graph",
+        "SELECT name FROM engram.server_secrets",
+    ]
+    conn = await asyncpg.connect(db_settings.runtime_dsn())
+    try:
+        for sql in attempts:
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                async with conn.transaction():
+                    await _enter(conn, a_id, a_schema)
+                    await conn.execute(sql)
+            assert await conn.fetchval("SELECT current_user") == "engram_app", sql
+        # Nothing moved: both graphs and their labels are as the server made them.
+        admin = await asyncpg.connect(db_settings.admin_dsn())
+        try:
+            labels = await admin.fetch(
+                "SELECT g.name::text AS graph, l.name::text AS label FROM ag_catalog.ag_label l"
+                " JOIN ag_catalog.ag_graph g ON g.graphid = l.graph WHERE g.name = ANY($1) ORDER BY 1, 2",
+                [a_schema, b_schema],
+            )
+            assert [tuple(r) for r in labels] == sorted(
+                (g, lbl)
+                for g in (a_schema, b_schema)
+                for lbl in ("Entity", "REL", "_ag_label_edge", "_ag_label_vertex")
+            )
+            assert await admin.fetchval("SELECT count(*) FROM pg_largeobject_metadata") == 0
+        finally:
+            await admin.close()
+    finally:
+        await conn.close()
+
+
+async def test_tools_still_work_behind_the_wall(client_for, tenant):
+    async with client_for(tenant) as c:
+        ok(
+            await c.call_tool(
+                "upsert_entities", {"entities": [{"name": "Ada", "type": "person"}, {"name": "Acme", "type": "org"}]}
+            )
+        )
+        ok(await c.call_tool("connect_entities", {"relations": [{"from": "Ada", "to": "Acme", "type": "works at"}]}))
+        got = ok(await c.call_tool("neighbors", {"entity": "Ada"}))
+        assert [n["entity"]["name"] for n in got["neighbors"]] == ["Acme"]
+        assert ok(await c.call_tool("search", {"query": "Ada", "mode": "keyword"}))["hits"]
+
+
+async def test_residual_a_tenant_transaction_can_switch_to_any_tenant_role(db_settings, client_for, tenant):
+    """What the database does NOT stop (docs/auth.md): engram_app holds SET on every tenant role,
+    and PostgreSQL checks SET ROLE against the session user, so SQL running in tenant A's
+    transaction could become tenant B. Only the server's fixed, parameterised statements run there.
+    If this test fails, the gap was closed: update docs/auth.md and docs/security.md."""
+    (a_id, a_schema), (_, b_schema) = await _tenants(db_settings, client_for, tenant, tenant + "-b")
+    conn = await asyncpg.connect(db_settings.runtime_dsn())
+    try:
+        async with conn.transaction():
+            await _enter(conn, a_id, a_schema)
+            await conn.execute(f"SET LOCAL ROLE {b_schema}")
+            assert await conn.fetchval("SELECT current_user") == b_schema
+        reachable = await conn.fetchval(
+            "SELECT count(*) FROM pg_roles r WHERE r.rolname ~ '^t_[0-9a-f]{32}$'"
+            " AND pg_has_role('engram_app', r.oid, 'SET')"
+        )
+        tenants_total = await conn.fetchval("SELECT engram.tenant_count()")
+        assert reachable >= tenants_total >= 2
+    finally:
+        await conn.close()

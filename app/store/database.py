@@ -178,6 +178,13 @@ class Database:
         self._tenants[key] = tenant
         return tenant
 
+    async def secret(self, name: str) -> bytes:
+        """A server-wide secret kept in the database, so every replica shares it."""
+        value = await self.pool.fetchval("SELECT value FROM engram.server_secrets WHERE name = $1", name)
+        if value is None:
+            raise RuntimeError(f"server secret {name!r} is missing: run `engram migrate`")
+        return value
+
     async def cursor_keys(self) -> list[tuple[str, bytes, float]]:
         """The cursor signing keys, oldest first: (id, key, seconds since it was added). Shared by every replica."""
         rows = await self.pool.fetch(

@@ -68,6 +68,7 @@ def builtin(db_settings: Settings) -> Iterator[Server]:
     with serve(
         db_settings,
         ENGRAM_AUTH_MODE="builtin",
+        ENGRAM_EMBEDDING_PROVIDER="none",
         ENGRAM_SIGN_IN_MAX_FAILURES="3",
         ENGRAM_REGISTER_PER_MINUTE="1000",
         ENGRAM_TOKEN_PER_MINUTE="1000",
@@ -420,7 +421,9 @@ async def test_rate_limits_answer_429(db_settings):
         await conn.execute("DELETE FROM engram.rate_windows WHERE bucket LIKE 'register:%'")
     finally:
         await conn.close()
-    with serve(db_settings, ENGRAM_AUTH_MODE="builtin", ENGRAM_REGISTER_PER_MINUTE="2") as server:
+    with serve(
+        db_settings, ENGRAM_AUTH_MODE="builtin", ENGRAM_EMBEDDING_PROVIDER="none", ENGRAM_REGISTER_PER_MINUTE="2"
+    ) as server:
         statuses = [(await register(server)).status_code for _ in range(3)]
     assert statuses == [201, 201, 429]
 
@@ -429,7 +432,9 @@ async def test_a_second_process_accepts_tokens_and_rotation_keeps_them_valid(bui
     old = (await flow.exchange(await flow.code())).json()
     old_kid = _part(old["access_token"], 0)["kid"]
     # A second process on the same database, serving the same public URL (replicas behind one ingress).
-    with serve(db_settings, ENGRAM_AUTH_MODE="builtin", ENGRAM_PUBLIC_URL=builtin.base) as second:
+    with serve(
+        db_settings, ENGRAM_AUTH_MODE="builtin", ENGRAM_EMBEDDING_PROVIDER="none", ENGRAM_PUBLIC_URL=builtin.base
+    ) as second:
         assert await mcp_status(second, old["access_token"]) == 200
         rotated = engram(builtin.env, "keys", "rotate", "--activate-in", "0")
         assert rotated.returncode == 0, rotated.stderr
@@ -520,6 +525,7 @@ def cimd(db_settings: Settings, documents: DocumentServer) -> Iterator[Server]:
     with serve(
         db_settings,
         ENGRAM_AUTH_MODE="builtin",
+        ENGRAM_EMBEDDING_PROVIDER="none",
         ENGRAM_CLIENT_METADATA_ALLOW_HTTP_LOOPBACK="true",
         ENGRAM_REGISTER_PER_MINUTE="1000",
         ENGRAM_AUTHORIZE_PER_MINUTE="1000",
@@ -681,6 +687,7 @@ def upstream(db_settings: Settings) -> Iterator[tuple[Server, StandInIssuer]]:
         with serve(
             db_settings,
             ENGRAM_AUTH_MODE="builtin",
+            ENGRAM_EMBEDDING_PROVIDER="none",
             ENGRAM_LOCAL_ACCOUNTS="false",
             ENGRAM_UPSTREAM_PROVIDERS=orjson.dumps([provider]).decode(),
         ) as server:

@@ -46,6 +46,7 @@ SECRET_KEYS = {
     "ENGRAM_ADMIN_DATABASE_URL",
     "ENGRAM_EMBEDDING_API_KEY",
     "ENGRAM_OIDC_CLIENT_SECRET",
+    "ENGRAM_UPSTREAM_PROVIDERS",
 }
 # Settings the chart writes that app/config.py may not read yet (identity provider, metrics port,
 # embeddings); any other ENGRAM_* name the chart writes must be a field of Settings.
@@ -54,6 +55,7 @@ AHEAD_OF_SERVER = {
 }
 
 ISSUER = "https://idp.example.com/realms/engram"
+_PROVIDER = {"name": "idp", "label": "IdP", "issuer": ISSUER, "clientId": "engram", "clientSecret": "s"}
 EXTERNAL_DB = {
     "url": "postgresql://engram_app:app-Secret-1@db.example.com:5432/engram",
     "adminUrl": "postgresql://owner:owner-Secret-2@db.example.com:5432/engram",
@@ -141,6 +143,44 @@ VALUE_SETS |= {
             "serviceAccount": {"create": False},
             "migrations": {"enabled": False},
         },
+    ),
+    # The built-in authorization server: local accounts and an upstream provider, tuned limits ...
+    "builtin": _merge(
+        VALUE_SETS["ingress-nobundled-nomonitoring-nohpa"],
+        {
+            "auth": {
+                "mode": "builtin",
+                "scopeClaims": ["scope", "permissions"],
+                "builtin": {
+                    "localAccounts": True,
+                    "upstreamProviders": [
+                        {
+                            "name": "google",
+                            "label": "Google",
+                            "issuer": "https://accounts.google.com/",
+                            "clientId": "engram.apps.googleusercontent.com",
+                            "clientSecret": "upstream-Secret-6",
+                            "scopes": "openid email",
+                        },
+                        {
+                            "name": "corp-sso",
+                            "label": "Corp <SSO> & co",
+                            "issuer": ISSUER,
+                            "clientId": "engram",
+                            "clientSecret": 'upstream-"Secret"-7',
+                        },
+                    ],
+                    "accessTokenTtlSeconds": 300,
+                    "refreshTokenTtlSeconds": 7776000,
+                    "clientRegistration": False,
+                    "rateLimits": {"signInPerMinute": 10, "signInFailureWindowSeconds": 3600},
+                },
+            },
+        },
+    ),
+    # ... and its defaults, with the trial database.
+    "builtin-defaults": _merge(
+        {"auth": {"mode": "builtin"}}, AXES["ingress"][True], AXES["bundled"][True], AXES["monitoring"][False]
     ),
 }
 
@@ -348,7 +388,7 @@ def test_server_deployment(name: str) -> None:
     config = r.one("ConfigMap", "engram")["data"]
     assert config["ENGRAM_PORT"] == "8000" and config["ENGRAM_HOST"] == "0.0.0.0"  # noqa: S104 (in a pod)
     assert ports.get("metrics", 0) == int(config["ENGRAM_METRICS_PORT"])
-    assert config["ENGRAM_AUTH_MODE"] == "oidc"
+    assert config["ENGRAM_AUTH_MODE"] == VALUE_SETS[name].get("auth", {}).get("mode", "oidc")
     # Settings come from the release's ConfigMap and a Secret, whichever provides it.
     sources = {next(iter(ref)): next(iter(ref.values()))["name"] for ref in server["envFrom"]}
     assert sources["configMapRef"] == "engram"
@@ -376,7 +416,9 @@ def test_secrets_stay_out_of_configmaps(name: str) -> None:
     for configmap in r.of_kind("ConfigMap"):
         keys = set(configmap.get("data") or {})
         assert not keys & SECRET_KEYS, configmap["metadata"]["name"]
-        assert not [k for k in keys if re.search("PASSWORD|SECRET|TOKEN|API_KEY", k)], configmap["metadata"]["name"]
+        # Names that sound secret, except numbers about tokens (lifetimes, rates).
+        secretive = [k for k in keys if re.search("PASSWORD|SECRET|TOKEN|API_KEY", k)]
+        assert not [k for k in secretive if not re.search("_(SECONDS|PER_MINUTE)$", k)], configmap["metadata"]["name"]
     secrets = [value for s in r.of_kind("Secret") for value in secret_data(s).values()]
     exposed = [o for o in r.objects if o["kind"] != "Secret" for v in secrets if v and v in json.dumps(o)]
     assert not exposed, [f"{o['kind']}/{o['metadata']['name']}" for o in exposed]
@@ -545,21 +587,179 @@ def test_identity_provider_settings() -> None:
     assert "ENGRAM_TENANT_FALLBACK_CLAIMS" not in rendered("defaults").one("ConfigMap", "engram")["data"]
 
 
+# The built-in authorization server's values and the settings they become, with their bounds.
+BUILTIN_SETTINGS = {
+    "localAccounts": "local_accounts",
+    "clientRegistration": "client_registration",
+    "clientMetadataDocuments": "client_metadata_documents",
+    "accessTokenTtlSeconds": "access_token_ttl_seconds",
+    "refreshTokenTtlSeconds": "refresh_token_ttl_seconds",
+    "signingKeyReloadSeconds": "signing_key_reload_seconds",
+    "unusedClientDays": "unused_client_days",
+    "rateLimits.signInPerMinute": "sign_in_per_minute",
+    "rateLimits.tokenPerMinute": "token_per_minute",
+    "rateLimits.registerPerMinute": "register_per_minute",
+    "rateLimits.authorizePerMinute": "authorize_per_minute",
+    "rateLimits.signInMaxFailures": "sign_in_max_failures",
+    "rateLimits.signInFailureWindowSeconds": "sign_in_failure_window_seconds",
+}
+
+
+def _at(tree: dict[str, Any], dotted: str) -> Any:
+    for key in dotted.split("."):
+        tree = tree[key]
+    return tree
+
+
+def test_builtin_authorization_server_settings() -> None:
+    r = rendered("builtin")
+    config = r.one("ConfigMap", "engram")["data"]
+    assert config["ENGRAM_AUTH_MODE"] == "builtin"
+    assert config["ENGRAM_PUBLIC_URL"] == "https://memory.example.com"
+    assert config["ENGRAM_LOCAL_ACCOUNTS"] == "true"
+    assert config["ENGRAM_CLIENT_REGISTRATION"] == "false"
+    assert config["ENGRAM_CLIENT_METADATA_DOCUMENTS"] == "true"
+    assert config["ENGRAM_ACCESS_TOKEN_TTL_SECONDS"] == "300"
+    assert config["ENGRAM_REFRESH_TOKEN_TTL_SECONDS"] == "7776000"  # a large number, not 7.776e+06
+    assert config["ENGRAM_SIGN_IN_PER_MINUTE"] == "10"
+    assert config["ENGRAM_SIGN_IN_FAILURE_WINDOW_SECONDS"] == "3600"
+    assert config["ENGRAM_TOKEN_PER_MINUTE"] == "60"
+    assert config["ENGRAM_SCOPE_CLAIMS"] == "scope,permissions"
+    # The identity provider's settings belong to mode oidc: here they would change the audience.
+    assert not [k for k in config if k.startswith("ENGRAM_OIDC_")]
+    # The providers' client secrets are in the Secret only, as the JSON list the server reads.
+    assert "ENGRAM_UPSTREAM_PROVIDERS" not in config
+    secret = secret_data(r.one("Secret", "engram"))
+    assert "ENGRAM_OIDC_CLIENT_SECRET" not in secret
+    providers = json.loads(secret["ENGRAM_UPSTREAM_PROVIDERS"])
+    assert providers == [
+        {
+            "name": "google",
+            "label": "Google",
+            "issuer": "https://accounts.google.com/",
+            "client_id": "engram.apps.googleusercontent.com",
+            "client_secret": "upstream-Secret-6",
+            "scopes": "openid email",
+        },
+        {
+            "name": "corp-sso",
+            "label": "Corp <SSO> & co",
+            "issuer": ISSUER,
+            "client_id": "engram",
+            "client_secret": 'upstream-"Secret"-7',
+        },
+    ]
+    for text in ("upstream-Secret-6", 'upstream-\\"Secret\\"-7'):  # as json.dumps writes it
+        assert not [o for o in r.objects if o["kind"] != "Secret" and text in json.dumps(o)]
+        assert text not in r.notes
+    # How to add the first user, in the release's namespace and Deployment.
+    assert f"kubectl -n {NAMESPACE} exec -it deploy/engram -- engram user add" in r.notes
+    assert "engram member add alice --tenant acme --role admin" in r.notes
+    assert "auth.oidc.issuer is not set" not in r.notes and "nobody can sign in" not in r.notes
+
+
+def test_builtin_defaults() -> None:
+    """Local accounts are off unless the operator turns them on; the notes say nobody can sign in."""
+    r = rendered("builtin-defaults")
+    config = r.one("ConfigMap", "engram")["data"]
+    assert config["ENGRAM_AUTH_MODE"] == "builtin"
+    assert config["ENGRAM_LOCAL_ACCOUNTS"] == "false"
+    assert "ENGRAM_SCOPE_CLAIMS" not in config  # unset: the server's default
+    assert "ENGRAM_UPSTREAM_PROVIDERS" not in secret_data(r.one("Secret", "engram"))
+    assert "nobody can sign in" in r.notes
+    assert "engram user add" not in r.notes
+    # In mode oidc none of the built-in server's settings are written.
+    oidc = rendered("ingress-nobundled-nomonitoring-nohpa")
+    written = set(oidc.one("ConfigMap", "engram")["data"]) | set(secret_data(oidc.one("Secret", "engram")))
+    builtin_only = {f"ENGRAM_{field.upper()}" for field in BUILTIN_SETTINGS.values()} | {"ENGRAM_UPSTREAM_PROVIDERS"}
+    assert not written & builtin_only
+
+
+def test_builtin_values_match_the_server() -> None:
+    """Defaults are the server's (but local accounts, which the chart leaves off), bounds its Field bounds."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["auth"]["builtin"]
+    schema = json.loads((CHART / "values.schema.json").read_text())["properties"]["auth"]["properties"]["builtin"]
+    for key, field_name in BUILTIN_SETTINGS.items():
+        field = Settings.model_fields[field_name]
+        expected = False if key == "localAccounts" else field.default
+        assert _at(values, key) == expected, key
+        node = _at(schema["properties"], key.replace(".", ".properties."))
+        assert node["description"].startswith(f"`ENGRAM_{field_name.upper()}`"), key
+        bounds = {k: getattr(m, k) for m in field.metadata for k in ("ge", "le") if hasattr(m, k)}
+        if node["type"] == "integer":
+            assert (node["minimum"], node["maximum"]) == (bounds["ge"], bounds["le"]), key
+        else:
+            assert node["type"] == "boolean" and not bounds, key
+    assert values["upstreamProviders"] == []
+    provider = schema["properties"]["upstreamProviders"]["items"]["properties"]
+    model = Settings.model_fields["upstream_providers"].annotation.__args__[0]  # type: ignore[union-attr]
+    snake = {re.sub("([A-Z])", lambda m: "_" + m.group(1).lower(), key) for key in provider}
+    assert snake == set(model.model_fields)
+    assert provider["name"]["pattern"] == model.model_fields["name"].metadata[0].pattern
+    assert "CLIENT_METADATA_ALLOW_HTTP_LOOPBACK" not in (CHART / "values.yaml").read_text().upper()
+
+
+@pytest.mark.parametrize(
+    ("values", "complaint"),
+    [
+        ({}, 'the public URL "http://engram.memory.svc" is the token issuer and must be https'),
+        ({"ingress": {"enabled": True, "tls": {"enabled": False}}}, '"http://memory.example.com"'),
+        ({"config": {"publicUrl": "http://memory.example.com"}}, "must be https"),
+        ({"config": {"publicUrl": "http://127.example.com"}}, "must be https"),
+        (
+            {
+                "config": {"publicUrl": "https://memory.example.com"},
+                "auth": {"builtin": {"upstreamProviders": [_PROVIDER, _PROVIDER]}},
+            },
+            'the name "idp" is used twice',
+        ),
+        (
+            {
+                "config": {"publicUrl": "https://memory.example.com"},
+                "existingSecret": "engram-database",
+                "auth": {"builtin": {"upstreamProviders": [_PROVIDER]}},
+            },
+            "under ENGRAM_UPSTREAM_PROVIDERS in that Secret",
+        ),
+    ],
+)
+def test_builtin_refuses_to_render(values: dict[str, Any], complaint: str) -> None:
+    """The issuer is the public URL, which clients compare byte for byte: https, or nothing."""
+    with pytest.raises(helm.HelmError) as caught:
+        render(_merge({"auth": {"mode": "builtin"}, "database": EXTERNAL_DB}, values))
+    assert complaint in str(caught.value)
+
+
+@pytest.mark.parametrize("public_url", ["http://127.0.0.1:8000", "http://localhost:8000", "http://[::1]:8000"])
+def test_builtin_allows_a_loopback_public_url(public_url: str) -> None:
+    """A port-forward trial: http on a loopback address is an issuer clients accept."""
+    r = render({"auth": {"mode": "builtin"}, "database": EXTERNAL_DB, "config": {"publicUrl": public_url}})
+    assert r.one("ConfigMap", "engram")["data"]["ENGRAM_PUBLIC_URL"] == public_url
+
+
 def server_environment(name: str) -> dict[str, str]:
     """What the server's container gets: the ConfigMap and the chart's Secret."""
     r = rendered(name)
     return r.one("ConfigMap", "engram")["data"] | secret_data(r.one("Secret", "engram"))
 
 
-CHART_MANAGED = ["ingress-bundled-monitoring-hpa", "noingress-nobundled-nomonitoring-nohpa", "embedding-server-egress"]
+CHART_MANAGED = [
+    "ingress-bundled-monitoring-hpa",
+    "noingress-nobundled-nomonitoring-nohpa",
+    "embedding-server-egress",
+    "builtin",
+    "builtin-defaults",
+]
 
 
 @pytest.mark.parametrize("name", CHART_MANAGED)
 def test_chart_writes_only_settings_the_server_knows(name: str) -> None:
     known = {f"ENGRAM_{field.upper()}" for field in Settings.model_fields}
     extras = {*VALUE_SETS[name].get("extraSecretEnv", {}), *VALUE_SETS[name].get("config", {}).get("extraEnv", {})}
-    unknown = set(server_environment(name)) - known - AHEAD_OF_SERVER - extras
+    environment = server_environment(name)
+    unknown = set(environment) - known - AHEAD_OF_SERVER - extras
     assert not unknown, f"the chart sets settings the server does not have: {sorted(unknown)}"
+    assert "ENGRAM_CLIENT_METADATA_ALLOW_HTTP_LOOPBACK" not in environment  # for tests only
 
 
 @pytest.mark.parametrize("name", CHART_MANAGED)
@@ -577,9 +777,26 @@ def test_server_accepts_the_chart_settings(name: str, monkeypatch: pytest.Monkey
         settings = Settings()
     except ValidationError as exc:
         pytest.fail(f"the server refuses the chart's settings: {exc}")
-    assert settings.auth_mode == "oidc" and settings.issuer == ISSUER
+    mode = VALUE_SETS[name].get("auth", {}).get("mode", "oidc")
+    assert settings.auth_mode == mode
     assert settings.resource_url == environment["ENGRAM_PUBLIC_URL"] + "/mcp"
     assert settings.database_url is not None
+    if mode == "oidc":
+        assert settings.issuer == ISSUER
+        return
+    # The built-in server is the issuer: its own public URL, https.
+    assert settings.issuer == environment["ENGRAM_PUBLIC_URL"] == "https://memory.example.com"
+    assert settings.audiences == [settings.resource_url]
+    builtin = VALUE_SETS[name]["auth"].get("builtin", {})
+    assert settings.local_accounts is builtin.get("localAccounts", False)
+    assert settings.client_metadata_allow_http_loopback is False
+    providers = builtin.get("upstreamProviders", [])
+    assert len(settings.upstream_providers) == len(providers)
+    for parsed, given in zip(settings.upstream_providers, providers, strict=True):
+        assert (parsed.name, parsed.label, parsed.client_id) == (given["name"], given["label"], given["clientId"])
+        assert parsed.issuer == given["issuer"].rstrip("/")
+        assert parsed.client_secret.get_secret_value() == given["clientSecret"]
+        assert parsed.scopes == given.get("scopes", "openid email profile")
 
 
 def test_embedding_server_wiring() -> None:
@@ -610,6 +827,25 @@ def test_defaults_render_with_warnings_in_notes() -> None:
         ({"image": {"tag": "latest"}}, "image/tag"),
         ({"imageTag": "1.0"}, "imageTag"),
         ({"auth": {"mode": "dev"}}, "auth/mode"),
+        ({"auth": {"builtin": {"signUp": True}}}, "signUp"),
+        ({"auth": {"builtin": {"rateLimits": {"loginPerMinute": 5}}}}, "loginPerMinute"),
+        ({"auth": {"builtin": {"localAccounts": "yes"}}}, "builtin/localAccounts"),
+        ({"auth": {"builtin": {"accessTokenTtlSeconds": 59}}}, "accessTokenTtlSeconds"),
+        ({"auth": {"builtin": {"refreshTokenTtlSeconds": 365 * 86400 + 1}}}, "refreshTokenTtlSeconds"),
+        ({"auth": {"builtin": {"rateLimits": {"tokenPerMinute": 0}}}}, "tokenPerMinute"),
+        ({"auth": {"builtin": {"clientMetadataAllowHttpLoopback": True}}}, "clientMetadataAllowHttpLoopback"),
+        ({"auth": {"builtin": {"upstreamProviders": [_PROVIDER | {"client_id": "x"}]}}}, "client_id"),
+        ({"auth": {"builtin": {"upstreamProviders": [_PROVIDER | {"name": "Corp SSO"}]}}}, "upstreamProviders/0/name"),
+        ({"auth": {"builtin": {"upstreamProviders": [{"name": "idp"}]}}}, "upstreamProviders/0"),
+        ({"auth": {"scopeClaims": ["scope,scp"]}}, "scopeClaims"),
+        (
+            {"config": {"extraEnv": {"ENGRAM_CLIENT_METADATA_ALLOW_HTTP_LOOPBACK": "true"}}},
+            "invalid propertyName 'ENGRAM_CLIENT_METADATA_ALLOW_HTTP_LOOPBACK'",
+        ),
+        (
+            {"extraSecretEnv": {"ENGRAM_CLIENT_METADATA_ALLOW_HTTP_LOOPBACK": "true"}},
+            "invalid propertyName 'ENGRAM_CLIENT_METADATA_ALLOW_HTTP_LOOPBACK'",
+        ),
         ({"auth": {"tenantPolicy": "open"}}, "tenantPolicy"),
         ({"config": {"logLevel": "TRACE"}}, "logLevel"),
         ({"config": {"shutdownGraceSeconds": 601}}, "shutdownGraceSeconds"),

@@ -123,3 +123,47 @@ the cluster serves monitoring.coreos.com/v1 for that kind.
 {{- define "engram.metricsPortName" -}}
 {{- if gt (int .Values.metrics.port) 0 }}metrics{{ else }}http{{ end }}
 {{- end }}
+
+{{/*
+Whether the public URL may be the built-in authorization server's issuer ("true" or empty): https,
+or http on a loopback address (a port-forward trial). Clients compare the issuer byte for byte
+and refuse plain http elsewhere.
+*/}}
+{{- define "engram.publicUrlIsSecure" -}}
+{{- $url := urlParse (include "engram.publicUrl" .) }}
+{{- if or (eq $url.scheme "https") (and (eq $url.scheme "http") (or (eq $url.hostname "localhost") (eq $url.hostname "::1") (regexMatch "^127(\\.[0-9]{1,3}){3}$" $url.hostname))) }}true{{ end }}
+{{- end }}
+
+{{/* Settings the chart refuses to render, rather than hand a server that cannot work. */}}
+{{- define "engram.checkAuth" -}}
+{{- if eq .Values.auth.mode "builtin" }}
+{{- if not (include "engram.publicUrlIsSecure" .) }}
+{{- fail (printf "auth.mode=builtin: the public URL %q is the token issuer and must be https (set config.publicUrl=https://..., or ingress.enabled=true with ingress.tls.enabled=true); http only on a loopback address" (include "engram.publicUrl" .)) }}
+{{- end }}
+{{- $names := list }}
+{{- range .Values.auth.builtin.upstreamProviders }}
+{{- if has .name $names }}
+{{- fail (printf "auth.builtin.upstreamProviders: the name %q is used twice" .name) }}
+{{- end }}
+{{- $names = append $names .name }}
+{{- end }}
+{{- if and .Values.existingSecret .Values.auth.builtin.upstreamProviders }}
+{{- fail "auth.builtin.upstreamProviders carry client secrets and go into the chart's Secret, which existingSecret replaces: put their JSON list under ENGRAM_UPSTREAM_PROVIDERS in that Secret instead" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+ENGRAM_UPSTREAM_PROVIDERS: the providers as the server reads them (snake_case keys), as JSON.
+*/}}
+{{- define "engram.upstreamProvidersJson" -}}
+{{- $providers := list }}
+{{- range .Values.auth.builtin.upstreamProviders }}
+{{- $provider := dict "name" .name "label" .label "issuer" .issuer "client_id" .clientId "client_secret" .clientSecret }}
+{{- with .scopes }}
+{{- $_ := set $provider "scopes" . }}
+{{- end }}
+{{- $providers = append $providers $provider }}
+{{- end }}
+{{- toJson $providers }}
+{{- end }}

@@ -302,6 +302,26 @@ def cmd_member(args: argparse.Namespace) -> None:
     print(f"{name} {'is ' + args.role + ' of' if args.action == 'add' else 'removed from'} {args.tenant}")
 
 
+def cmd_revoke(args: argparse.Namespace) -> None:
+    """Everything a user, a client, or a user through one client holds: grants (with their refresh
+    and access tokens) and remembered consents."""
+    from app.errors import EngramError
+    from app.store import accounts, oauth
+
+    async def revoke(conn):  # type: ignore[no-untyped-def]
+        user_id = None
+        if args.user:
+            user = await accounts.by_username(conn, args.user.lower())
+            if user is None:
+                raise EngramError("not_found", f"no user {args.user!r}")
+            user_id = user.id
+        await oauth.forget_consents(conn, user_id=user_id, client_id=args.client)
+        return await oauth.revoke_families(conn, user_id=user_id, client_id=args.client)
+
+    count = _admin(revoke)
+    print(f"{count} grant(s) revoked; their tokens stop working within seconds")
+
+
 def cmd_keys(args: argparse.Namespace) -> None:
     """Signing keys of the built-in authorization server."""
     from datetime import timedelta
@@ -504,6 +524,10 @@ def main(argv: list[str] | None = None) -> None:
     member.add_argument("--tenant", help="the tenant id (required for add and remove)")
     member.add_argument("--role", choices=["reader", "writer", "admin"], default="writer")
     member.set_defaults(func=cmd_member)
+    revoke = sub.add_parser("revoke", help="revoke the grants and consents of a user, a client, or both")
+    revoke.add_argument("--user", help="a username")
+    revoke.add_argument("--client", help="a client id")
+    revoke.set_defaults(func=cmd_revoke)
     keys = sub.add_parser("keys", help="token-signing keys of the built-in authorization server")
     keys.add_argument("action", choices=["rotate", "list"])
     keys.add_argument("--activate-in", type=int, default=300, help="seconds until the new key signs (default 300)")
@@ -533,6 +557,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("apikey create: --tenant is required")
     if args.command == "user" and args.action != "list" and not args.username:
         parser.error("user: give the username")
+    if args.command == "revoke" and not (args.user or args.client):
+        parser.error("revoke: give --user, --client or both")
     if args.command == "client" and args.action != "list" and not args.client_id:
         parser.error("client: give the client id")
     if args.command == "client" and args.action == "add" and not args.redirect_uri:

@@ -774,3 +774,23 @@ async def test_unused_registrations_expire(builtin, db_settings):
         assert await oauth.client(conn, unused) is None
     finally:
         await conn.close()
+
+
+async def test_configured_clients_password_changes_and_revocation_by_command(builtin, tenant):
+    added = engram(builtin.env, "client", "add", "notes-app", "--name", "Notes App", "--redirect-uri", REDIRECT)
+    assert added.returncode == 0, added.stderr
+    assert "notes-app\tstatic\tNotes App" in engram(builtin.env, "client", "list").stdout
+    person = add_user(builtin, tenant)
+    flow = Flow(builtin, person, "notes-app", tenant)
+    issued = (await flow.exchange(await flow.code())).json()
+    assert "Notes App" in person.pages[-1] and await mcp_status(builtin, issued["access_token"]) == 200
+
+    changed = engram(builtin.env, "user", "passwd", person.username, "--password-stdin", stdin="a brand new passphrase")
+    assert changed.returncode == 0, changed.stderr
+    assert engram(builtin.env, "user", "passwd", person.username, "--password-stdin", stdin="short").returncode != 0
+
+    revoked = engram(builtin.env, "revoke", "--user", person.username, "--client", "notes-app")
+    assert revoked.returncode == 0 and revoked.stdout.startswith("1 grant")
+    assert await until_refused(builtin, issued["access_token"])
+    assert engram(builtin.env, "client", "remove", "notes-app").returncode == 0
+    assert "notes-app" not in engram(builtin.env, "client", "list").stdout

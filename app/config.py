@@ -154,6 +154,13 @@ class Settings(BaseSettings):
     tenant_queue_seconds: float = Field(10, ge=0, le=600, description="Wait for a free slot before refusing.")
     token_rate: float = Field(50, ge=0, le=1_000_000, description="MCP requests per second per credential.")
     token_burst: int = Field(200, ge=1, le=1_000_000)
+    auth_failure_rate: float = Field(
+        1.0, ge=0, le=1_000_000, description="Refused credentials per second per client address, after the burst."
+    )
+    auth_failure_burst: int = Field(30, ge=1, le=1_000_000, description="Refused credentials an address may send.")
+    verified_token_cache_seconds: int = Field(
+        120, ge=0, le=3600, description="How long a verified token is trusted without checking it again."
+    )
     quota_entities: int = Field(1_000_000, ge=0, description="Live entities per tenant.")
     quota_observations: int = Field(10_000_000, ge=0, description="Observations of live entities per tenant.")
     quota_text_bytes: int = Field(4 * 1024**3, ge=0, description="UTF-8 bytes of those observations per tenant.")

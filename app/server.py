@@ -102,6 +102,7 @@ def _verifier(settings: Settings, db: Database, http: httpx2.AsyncClient, auth: 
         "scope_names": settings.scope_names,
         "api_keys": api_keys,
         "scope_claims": settings.scope_claims,
+        "cache_seconds": settings.verified_token_cache_seconds,
     }
     if auth is not None:
         return TokenVerifier(auth.keys, issuer=settings.issuer, revoked=auth.revocations, **common)  # type: ignore[arg-type]
@@ -255,6 +256,8 @@ def create_app(settings: Settings) -> Starlette:
         token_rate=settings.token_rate,
         token_burst=settings.token_burst,
         max_header_bytes=settings.http_max_header_bytes,
+        failure_rate=settings.auth_failure_rate,
+        failure_burst=settings.auth_failure_burst,
     )
     app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(RequestLog), guard])
     app.state.accepting = False

@@ -115,6 +115,8 @@ def server_env(settings: Settings, port: int, **extra: str) -> dict[str, str]:
         "ENGRAM_METRICS_PORT": str(free_port()),
         "ENGRAM_DEV_KEY_FILE": str(settings.dev_key_file),
         "ENGRAM_LOG_LEVEL": "WARNING",
+        # Many tests send refused credentials on purpose from one address; one test checks the throttle.
+        "ENGRAM_AUTH_FAILURE_BURST": "100000",
         **extra,
     }
 

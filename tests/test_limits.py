@@ -326,3 +326,31 @@ async def test_hostile_input_does_not_open_the_embedding_breaker(db_settings, sc
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+async def test_an_address_sending_refused_credentials_is_throttled(db_settings):
+    """Guessing tokens or API keys costs the guesser: past a burst of refusals, 429 before any lookup."""
+    with serve(
+        db_settings, ENGRAM_AUTH_FAILURE_BURST="5", ENGRAM_AUTH_FAILURE_RATE="0.1", ENGRAM_EMBEDDING_PROVIDER="none"
+    ) as s:
+        statuses = []
+        async with httpx2.AsyncClient() as http:
+            for i in range(7):
+                answer = await http.post(
+                    s.url,
+                    headers={"Authorization": f"Bearer egk_{i:012d}_{'x' * 43}", "Content-Type": "application/json"},
+                    content=b"{}",
+                )
+                statuses.append(answer.status_code)
+            assert answer.headers.get("retry-after")
+            good = await http.post(
+                s.url,
+                headers={
+                    "Authorization": f"Bearer {s.token('throttled-tenant')}",
+                    "Content-Type": "application/json",
+                    "Accept": "application/json, text/event-stream",
+                },
+                content=b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}',
+            )
+    assert statuses[:5] == [401] * 5 and statuses[5:] == [429, 429]
+    assert good.status_code == 429  # the address, not the credential, is throttled

@@ -196,9 +196,11 @@ def test_opaque_tokens_through_introspection(oidc, tenant):
     }
     oidc.issuer.opaque["opaque-other-aud"] = {**oidc.issuer.opaque["opaque-good"], "aud": "http://other/mcp"}
     oidc.issuer.opaque["opaque-inactive"] = {"active": False}
+    oidc.issuer.opaque["opaque-no-aud"] = {k: v for k, v in oidc.issuer.opaque["opaque-good"].items() if k != "aud"}
     assert oidc.post("Bearer opaque-good").status_code == 200
     assert oidc.post("Bearer opaque-other-aud").status_code == 401
     assert oidc.post("Bearer opaque-inactive").status_code == 401
+    assert oidc.post("Bearer opaque-no-aud").status_code == 401  # an active token for no one in particular
 
 
 @pytest.mark.parametrize(
@@ -212,6 +214,13 @@ def test_opaque_tokens_through_introspection(oidc, tenant):
 async def test_scopes_from_other_claims(oidc, tenant, scopes):
     async with connect(oidc.url, oidc.token(tenant, scope="", **scopes)) as c:
         ok(await c.call_tool("upsert_entities", {"entities": [{"name": "Scoped", "type": "t"}]}))
+
+
+@pytest.mark.parametrize("typ", ["dpop+jwt", "id_token+jwt", "logout+jwt"])
+def test_tokens_of_other_types_are_refused(oidc, tenant, typ):
+    """RFC 9068: an access token is `at+jwt` (or plain `JWT`); an ID token or DPoP proof is not one."""
+    token = oidc.issuer.sign(oidc.issuer.claims_for(oidc.url, tenant), header={"typ": typ})
+    assert oidc.post(f"Bearer {token}").status_code == 401
 
 
 async def test_sdk_oauth_client_discovers_and_signs_in(oidc):

@@ -5,6 +5,7 @@ The secret has 256 bits of entropy, so a plain hash is as strong as a slow one w
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import re
@@ -14,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from cachetools import TTLCache
 from mcp.server.auth.provider import AccessToken
 
 PREFIX = "egk_"
@@ -38,32 +40,40 @@ def hash_secret(secret: str) -> bytes:
 
 
 class ApiKeys:
-    """Verifies API keys against the database, caching each answer briefly."""
+    """Verifies API keys against the database, caching each answer briefly.
 
-    def __init__(self, lookup: Lookup, tenant_claim: str, cache_seconds: float = 30) -> None:
+    Anyone can send a bearer shaped like a key, so the cost of a made-up one is bounded: answers
+    are cached by the key's digest (a revocation bites within `cache_seconds`), unknown key ids
+    are remembered by id, and at most `max_lookups` run at once, so a flood of guesses cannot
+    take the database pool from tool calls.
+    """
+
+    def __init__(self, lookup: Lookup, tenant_claim: str, cache_seconds: float = 30, max_lookups: int = 4) -> None:
         self._lookup = lookup
         self._tenant_claim = tenant_claim
-        self._cache_seconds = cache_seconds  # how long a revocation may take to bite
-        self._cache: dict[str, tuple[float, AccessToken | None]] = {}
+        ttl = max(cache_seconds, 0.001)
+        self._answers: TTLCache[bytes, AccessToken | None] = TTLCache(maxsize=10_000, ttl=ttl)
+        self._unknown_ids: TTLCache[str, bool] = TTLCache(maxsize=100_000, ttl=max(ttl, 60))
+        self._lookups = asyncio.Semaphore(max_lookups)
 
     async def verify(self, token: str) -> AccessToken | None:
         match = _FORMAT.match(token)
-        if match is None:
+        if match is None or match[1] in self._unknown_ids:
             return None
         now = time.time()
-        cached = self._cache.get(token)
-        if cached is not None and cached[0] > now:
-            found = cached[1]
+        digest = hashlib.sha256(token.encode()).digest()
+        if digest in self._answers:
+            found = self._answers[digest]
             return found if found is None or (found.expires_at or now + 1) > now else None
-        found = await self._check(match[1], match[2], now)
-        if len(self._cache) > 10_000:
-            self._cache.clear()
-        self._cache[token] = (now + self._cache_seconds, found)
+        async with self._lookups:
+            found = await self._check(match[1], match[2], now)
+        self._answers[digest] = found
         return found
 
     async def _check(self, key_id: str, secret: str, now: float) -> AccessToken | None:
         row = await self._lookup(key_id)
         if row is None or row["tenant_key"] is None:
+            self._unknown_ids[key_id] = True
             return None
         if not hmac.compare_digest(bytes(row["secret_hash"]), hash_secret(secret)):
             return None

@@ -11,9 +11,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Container, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 import httpx2
+from cachetools import TTLCache
 from joserfc import jws, jwt
 from joserfc.errors import JoseError
 from mcp.server.auth.provider import AccessToken
@@ -29,6 +31,9 @@ ALGORITHMS = ("ES256", "ES384", "ES512", "RS256", "RS384", "RS512", "PS256", "PS
 LEEWAY_SECONDS = 30
 INTROSPECTION_CACHE_SECONDS = 60
 CACHE_SIZE = 10_000
+# One request verifies its token once: the scope check before the transport and the SDK's bearer
+# middleware inside it share the answer (a context variable lives exactly as long as the request).
+_VERIFIED: ContextVar[tuple[str, AccessToken | None] | None] = ContextVar("engram_verified", default=None)
 
 
 class Introspection:
@@ -66,6 +71,7 @@ class TokenVerifier:
         introspection: Introspection | None = None,
         scope_claims: Sequence[str] = ("scope", "scp"),
         revoked: Container[str] = (),
+        cache_seconds: float = 120,
     ) -> None:
         self._keys = keys
         self._issuer = issuer
@@ -82,7 +88,8 @@ class TokenVerifier:
             exp={"essential": True},
             sub={"essential": True},
         )
-        self._cache: dict[str, AccessToken] = {}
+        # A verified token is trusted this long at most, so a revocation at the issuer bites then.
+        self._cache: TTLCache[str, AccessToken] = TTLCache(maxsize=CACHE_SIZE, ttl=max(cache_seconds, 0.001))
 
     async def verify_token(self, token: str) -> AccessToken | None:
         if token.startswith(PREFIX):
@@ -90,15 +97,20 @@ class TokenVerifier:
             if found is None:
                 metrics.AUTH_FAILURES.labels("api_key").inc()
             return found
+        memo = _VERIFIED.get()
+        if memo is not None and memo[0] == token:  # the same request asked already (scope check, then SDK)
+            return memo[1]
         hit = self._cache.get(token)
         if hit is not None and (hit.expires_at or 0) > time.time():
-            return None if self._is_revoked(hit) else hit
+            found: AccessToken | None = None if self._is_revoked(hit) else hit
+            _VERIFIED.set((token, found))
+            return found
         found = await self._verify_jwt(token) if token.count(".") == 2 else await self._introspect(token)
         if found is not None:  # refusals are not cached: a key rotation may make the token good
-            if len(self._cache) >= CACHE_SIZE:
-                self._cache.clear()
             self._cache[token] = found
-        return None if found is not None and self._is_revoked(found) else found
+            found = None if self._is_revoked(found) else found
+        _VERIFIED.set((token, found))
+        return found
 
     def _is_revoked(self, token: AccessToken) -> bool:
         sid = (token.claims or {}).get("sid")
@@ -134,8 +146,9 @@ class TokenVerifier:
             return None
         if data.get("iss") not in (None, self._issuer):
             return None
-        aud = data.get("aud")
-        if aud is not None and not set([aud] if isinstance(aud, str) else aud) & set(self._audiences):
+        aud = data.get("aud")  # required: a token for another service must not be accepted here
+        if not isinstance(aud, str | list) or not set([aud] if isinstance(aud, str) else aud) & set(self._audiences):
+            metrics.AUTH_FAILURES.labels("claims").inc()
             return None
         exp = data.get("exp")
         now = int(time.time())

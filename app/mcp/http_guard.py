@@ -6,6 +6,9 @@
 - Each credential (the bearer token or API key presented, keyed by its hash) may send
   ENGRAM_TOKEN_RATE MCP requests per second, bursts of ENGRAM_TOKEN_BURST; more answer 429 with
   Retry-After. Counted per replica. Unauthenticated requests are left to the 401 of the SDK.
+- Each client address may fail authentication ENGRAM_AUTH_FAILURE_BURST times, then once per
+  1/ENGRAM_AUTH_FAILURE_RATE seconds; past that its MCP requests answer 429 before any credential
+  is looked up, so guessing tokens or API keys costs the guesser, not the database.
 """
 
 from __future__ import annotations
@@ -14,19 +17,31 @@ import hashlib
 import math
 
 import orjson
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.observability import metrics
 from app.services.fairness import Buckets
 
 
 class HttpGuard:
-    def __init__(self, app: ASGIApp, *, token_rate: float, token_burst: int, max_header_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        token_rate: float,
+        token_burst: int,
+        max_header_bytes: int,
+        failure_rate: float = 1.0,
+        failure_burst: int = 30,
+    ) -> None:
         self.app = app
         self.token_rate = token_rate
         self.token_burst = token_burst
         self.max_header_bytes = max_header_bytes
+        self.failure_rate = failure_rate
+        self.failure_burst = failure_burst
         self._buckets = Buckets()
+        self._failures = Buckets()  # by client address: refused credentials
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -40,6 +55,13 @@ class HttpGuard:
             if scope["method"] == "GET":
                 await _answer(send, 405, {"error": "this server sends no event stream; POST requests"}, allow="POST")
                 return
+            address = scope["client"][0] if scope.get("client") else "-"
+            if wait := self._failures.waiting(address, self.failure_rate, self.failure_burst):
+                metrics.LIMIT_REFUSALS.labels("auth_failures").inc()
+                body = {"error": "too many refused credentials", "retry_after": round(wait, 3)}
+                await _answer(send, 429, body, retry_after=str(max(1, math.ceil(wait))))
+                return
+            send = self._counting_refusals(send, address)
             credential = next((v for k, v in scope["headers"] if k == b"authorization"), None)
             if credential is not None:
                 key = hashlib.sha256(credential).hexdigest()[:32]
@@ -50,6 +72,14 @@ class HttpGuard:
                     await _answer(send, 429, body, retry_after=str(max(1, math.ceil(wait))))
                     return
         await self.app(scope, receive, send)
+
+    def _counting_refusals(self, send: Send, address: str) -> Send:
+        async def counting(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] == 401:
+                self._failures.take(address, self.failure_rate, self.failure_burst)
+            await send(message)
+
+        return counting
 
 
 async def _answer(send: Send, status: int, body: dict[str, object], **headers: str) -> None:

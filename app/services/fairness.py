@@ -57,6 +57,14 @@ class Buckets:
             self._state.popitem(last=False)
         return wait
 
+    def waiting(self, key: str, rate: float, burst: int) -> float:
+        """The seconds until `key` has a token again (0 if it has one now), taking none."""
+        state = self._state.get(key)
+        if rate <= 0 or state is None:
+            return 0.0
+        tokens = min(float(burst), state[0] + (time.monotonic() - state[1]) * rate)
+        return 0.0 if tokens >= 1 else (1 - tokens) / rate
+
 
 @dataclass(frozen=True, slots=True)
 class Policy:

@@ -8,9 +8,10 @@ import sys
 
 from pydantic import ValidationError
 
+from app import provision
 from app.auth.principal import ADMIN, READ, WRITE
 from app.config import Settings
-from app.store import migrate, provision
+from app.store import migrate
 
 
 def _settings() -> Settings:

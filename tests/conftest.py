@@ -25,10 +25,11 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 from pydantic import SecretStr
 
+from app import provision
 from app.auth.devkeys import mint_token
 from app.auth.principal import READ, WRITE
 from app.config import Settings
-from app.store import migrate, provision
+from app.store import migrate
 
 ROOT = Path(__file__).resolve().parent.parent
 

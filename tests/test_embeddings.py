@@ -9,8 +9,9 @@ import pytest
 
 from app.config import Settings
 from app.embeddings.embedder import Embedder, ProviderDown
+from app.embeddings.factory import create_provider
 from app.embeddings.openai_compat import OpenAICompatible
-from app.embeddings.provider import EmbeddingError, InputRejected, create_provider
+from app.embeddings.provider import EmbeddingError, InputRejected
 
 
 def cosine(a: list[float], b: list[float]) -> float:

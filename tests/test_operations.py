@@ -15,7 +15,8 @@ import asyncpg
 import httpx2
 import pytest
 
-from app.store import migrate, provision
+from app import provision
+from app.store import migrate
 from tests.conftest import ROOT, free_port, server_env, start_server
 
 

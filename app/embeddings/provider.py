@@ -1,12 +1,10 @@
-"""The interface every embedding provider implements, and the choice of one from settings."""
+"""The interface every embedding provider implements (the choice of one from settings: factory.py)."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import ClassVar
-
-from app.config import Settings
 
 Vector = list[float]
 
@@ -44,16 +42,3 @@ class Provider(ABC):
 
     async def close(self) -> None:  # noqa: B027 (optional hook)
         """Release what `start` took."""
-
-
-def create_provider(settings: Settings) -> Provider | None:
-    """The configured provider (not started yet), or None when embeddings are switched off."""
-    if settings.embedding_provider == "none":
-        return None
-    if settings.embedding_provider == "openai":
-        from app.embeddings.openai_compat import OpenAICompatible
-
-        return OpenAICompatible(settings)
-    from app.embeddings.local import LocalModel
-
-    return LocalModel(settings)

@@ -14,6 +14,10 @@ from app.services.relations import Relations
 from app.services.search import Search
 from app.services.status import Status
 from app.store.database import Database
+from app.store.errors import DATABASE_ERRORS, RETRYABLE
+
+# For the transport, which names no store module: database failures, and the races worth a retry.
+__all__ = ["DATABASE_ERRORS", "RETRYABLE", "Limits", "Services"]
 
 
 @dataclass(frozen=True)

@@ -12,15 +12,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import asyncpg
 import orjson
 
 from app.auth.principal import Principal
 from app.errors import EngramError
 from app.services import models
-from app.services.base import Service, relation, summary
+from app.services.base import Service, relation
+from app.services.filters import EntityFilters
+from app.services.refs import resolve
+from app.services.shapes import audit_entry, entity, history_entry, summary
 from app.store import audit, entities, history, index, relations
 from app.store.database import Tx
+from app.store.entities import EntityRow
 from app.store.history import Event
 
 OnExisting = Literal["merge", "skip", "error"]
@@ -48,13 +51,18 @@ def _fold(items: Sequence[models.EntityIn]) -> list[_Merged]:
     return list(merged.values())
 
 
-def _apply(row: asyncpg.Record, fields: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+def _apply(row: EntityRow, fields: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
     """The entity's fields after `fields` are set (properties merge), and the changes as {field: [old, new]}."""
-    new = {f: row[f] for f in entities.FIELDS}
+    new = {f: getattr(row, f) for f in entities.FIELDS}
     for f, value in fields.items():
-        new[f] = {**row["properties"], **value} if f == "properties" else value
-    changes = {f: [row[f], new[f]] for f in entities.FIELDS if new[f] != row[f]}
-    return new, changes
+        new[f] = {**row.properties, **value} if f == "properties" else value
+    return new, _changes(row, new)
+
+
+def _changes(row: EntityRow, values: dict[str, Any]) -> dict[str, list[Any]]:
+    """{field: [old, new]} for the writable fields whose value differs from the row's."""
+    old = {f: getattr(row, f) for f in entities.FIELDS}
+    return {f: [old[f], values[f]] for f in entities.FIELDS if values[f] != old[f]}
 
 
 class Entities(Service):
@@ -82,7 +90,7 @@ class Entities(Service):
         if new:
             await entities.insert(tx, new, actor)
         events += [Event(e.id, "created", {"name": e.name, "type": e.type}) for e in new]
-        ids = {e.name: e.id for e in new} | {name: r["id"] for name, r in existing.items()}
+        ids = {e.name: e.id for e in new} | {name: r.id for name, r in existing.items()}
 
         updates, changed = [], set()
         if on_existing == "merge":
@@ -90,7 +98,7 @@ class Entities(Service):
                 if m.name in existing:
                     values, changes = _apply(existing[m.name], m.fields)
                     if changes:
-                        updates.append({"id": ids[m.name], **values})
+                        updates.append(entities.NewEntity(id=ids[m.name], **values))
                         changed.add(ids[m.name])
                         events.append(Event(ids[m.name], "updated", changes))
         await entities.write_fields(tx, updates)
@@ -107,10 +115,10 @@ class Entities(Service):
             if m.name not in existing:
                 status, version = "created", 1
             elif on_existing == "skip":
-                status, version = "skipped", existing[m.name]["version"]
+                status, version = "skipped", existing[m.name].version
             else:
                 status = "updated" if eid in versions else "unchanged"
-                version = versions.get(eid, existing[m.name]["version"])
+                version = versions.get(eid, existing[m.name].version)
             n_added = len(added.get(eid, ()))
             out.append(
                 models.UpsertItem(name=m.name, id=eid, status=status, version=version, observations_added=n_added)
@@ -127,26 +135,20 @@ class Entities(Service):
         max_observations: int = 100,
     ) -> models.Entity:
         async with self.tx(who, readonly=True) as tx:
-            row = (await entities.resolve(tx, [ref]))[ref]
-            obs = (await entities.observations(tx, [row["id"]], max_observations))[row["id"]]
+            row = (await resolve(tx, [ref]))[ref]
+            obs = (await entities.observations(tx, [row.id], max_observations))[row.id]
             rels = truncated = None
             if include_relations:
-                found = await relations.touching(tx, row["id"], self.limits.max_results + 1)
+                found = await relations.touching(tx, row.id, self.limits.max_results + 1)
                 truncated = len(found) > self.limits.max_results
                 rels = [relation(r) for r in found[: self.limits.max_results]]
             entries = None
             if include_history:
-                entries = [_history(h) for h in await history.of_entity(tx, row["id"], 20, None)]
-        return models.Entity(
-            **summary(row).model_dump(),
-            properties=row["properties"],
+                entries = [history_entry(h) for h in await history.of_entity(tx, row.id, 20, None)]
+        return entity(
+            row,
             observations=obs.texts,
             observations_total=obs.total,
-            version=row["version"],
-            created_at=row["created_at"],
-            updated_at=row["updated_at"],
-            created_by=row["created_by"],
-            updated_by=row["updated_by"],
             relations=rels,
             relations_truncated=bool(truncated),
             history=entries,
@@ -156,54 +158,50 @@ class Entities(Service):
         self, who: Principal, ref: str, patch: models.EntityPatch, expected_version: int | None
     ) -> models.ChangeResult:
         async with self.tx(who) as tx:
-            row = (await entities.resolve(tx, [ref], lock=True))[ref]
-            if expected_version is not None and row["version"] != expected_version:
+            row = (await resolve(tx, [ref], lock=True))[ref]
+            if expected_version is not None and row.version != expected_version:
                 raise EngramError(
                     "conflict",
-                    f"{row['name']!r} is at version {row['version']}, not {expected_version}; read it again",
-                    current_version=row["version"],
+                    f"{row.name!r} is at version {row.version}, not {expected_version}; read it again",
+                    current_version=row.version,
                 )
             fields = patch.model_dump(exclude={"unset_properties", "clear"}, exclude_none=True)
             fields |= {f: "" if f == "description" else None for f in patch.clear}
             values, _ = _apply(row, fields)
             values["properties"] = {k: v for k, v in values["properties"].items() if k not in patch.unset_properties}
-            changes = {f: [row[f], values[f]] for f in entities.FIELDS if values[f] != row[f]}
+            changes = _changes(row, values)
             if not changes:
                 return models.ChangeResult(changed=[], unchanged=[ref])
             if "name" in changes:
                 await entities.lock_names(tx, [values["name"]])
                 if await entities.live_names_taken(tx, [values["name"]]):
                     raise EngramError("conflict", f"another entity is already named {values['name']!r}")
-            await entities.write_fields(tx, [{"id": row["id"], **values}])
-            version = (await entities.touch(tx, [row["id"]], who.actor))[row["id"]]
-            await history.record(tx, [Event(row["id"], "updated", changes)], who.actor)
-        return models.ChangeResult(changed=[models.Changed(id=row["id"], name=values["name"], version=version)])
+            await entities.write_fields(tx, [entities.NewEntity(id=row.id, **values)])
+            version = (await entities.touch(tx, [row.id], who.actor))[row.id]
+            await history.record(tx, [Event(row.id, "updated", changes)], who.actor)
+        return models.ChangeResult(changed=[models.Changed(id=row.id, name=values["name"], version=version)])
 
     async def set_deleted(self, who: Principal, refs: Sequence[str], deleted: bool) -> models.ChangeResult:
         """Soft delete (hides the entity and its relations from every read) or restore."""
         self.check_batch(len(refs))
         async with self.tx(who) as tx:
             if deleted:
-                rows = list((await entities.resolve(tx, list(dict.fromkeys(refs)), lock=True)).values())
+                rows = list((await resolve(tx, list(dict.fromkeys(refs)), lock=True)).values())
             else:
                 rows = await self._deleted(tx, refs)
-                taken = await entities.live_names_taken(tx, [r["name"] for r in rows])
+                taken = await entities.live_names_taken(tx, [r.name for r in rows])
                 if taken:
                     raise EngramError("conflict", "live entities now hold these names; rename them first", names=taken)
-            versions = await entities.set_deleted(tx, [r["id"] for r in rows], deleted, who.actor)
+            versions = await entities.set_deleted(tx, [r.id for r in rows], deleted, who.actor)
             action = "deleted" if deleted else "restored"
             await history.record(tx, [Event(eid, action) for eid in versions], who.actor)
         return models.ChangeResult(
-            changed=[
-                models.Changed(id=r["id"], name=r["name"], version=versions[r["id"]])
-                for r in rows
-                if r["id"] in versions
-            ],
-            unchanged=[r["id"] for r in rows if r["id"] not in versions],
+            changed=[models.Changed(id=r.id, name=r.name, version=versions[r.id]) for r in rows if r.id in versions],
+            unchanged=[r.id for r in rows if r.id not in versions],
         )
 
     @staticmethod
-    async def _deleted(tx: Tx, ids: Sequence[str]) -> list[asyncpg.Record]:
+    async def _deleted(tx: Tx, ids: Sequence[str]) -> list[EntityRow]:
         bad = [i for i in ids if not entities.is_uuid(i)]
         if bad:
             raise EngramError("invalid", "restore takes entity ids", ids=bad)
@@ -218,19 +216,19 @@ class Entities(Service):
     ) -> models.ObservationsResult:
         self.check_batch(sum(len(i.observations) for i in items))
         async with self.tx(who) as tx:
-            found = await entities.resolve(tx, list(dict.fromkeys(i.entity for i in items)), lock=True)
-            pairs = [(found[i.entity]["id"], o) for i in items for o in i.observations]
+            found = await resolve(tx, list(dict.fromkeys(i.entity for i in items)), lock=True)
+            pairs = [(found[i.entity].id, o) for i in items for o in i.observations]
             done, versions = await self._observations(tx, pairs, add, who.actor)
-        rows = {r["id"]: r for r in found.values()}
+        rows = {r.id: r for r in found.values()}
         return models.ObservationsResult(
             results=[
                 models.ObservationsChange(
                     entity_id=eid,
-                    name=rows[eid]["name"],
+                    name=rows[eid].name,
                     observations=done.get(eid, []),
-                    version=versions.get(eid, rows[eid]["version"]),
+                    version=versions.get(eid, rows[eid].version),
                 )
-                for eid in dict.fromkeys(found[i.entity]["id"] for i in items)
+                for eid in dict.fromkeys(found[i.entity].id for i in items)
             ]
         )
 
@@ -247,7 +245,7 @@ class Entities(Service):
             missing = [name for name, _ in items if name not in found]
             if missing and not missing_ok:
                 raise EngramError("not_found", f"Entity with name {missing[0]} not found", names=missing)
-            pairs = [(found[name]["id"], t) for name, texts in items if name in found for t in texts]
+            pairs = [(found[name].id, t) for name, texts in items if name in found for t in texts]
             done, _ = await self._observations(tx, pairs, add, who.actor)
         out: list[list[str] | None] = []
         claimed: set[tuple[str, str]] = set()
@@ -255,7 +253,7 @@ class Entities(Service):
             if name not in found:
                 out.append(None)
                 continue
-            eid = found[name]["id"]
+            eid = found[name].id
             mine = [t for t in dict.fromkeys(texts) if t in done.get(eid, ()) and (eid, t) not in claimed]
             claimed.update((eid, t) for t in mine)
             out.append(mine)
@@ -268,11 +266,11 @@ class Entities(Service):
         async with self.tx(who, texts=_texts(folded)) as tx:
             await self._upsert(tx, folded, "merge", who.actor)
             found = await entities.live_by_names(tx, [m.name for m in folded])
-            stored = await entities.observations(tx, [r["id"] for r in found.values()], 100_000)
+            stored = await entities.observations(tx, [r.id for r in found.values()], 100_000)
             stale = [
-                (found[m.name]["id"], text)
+                (found[m.name].id, text)
                 for m in folded
-                for text in stored[found[m.name]["id"]].texts
+                for text in stored[found[m.name].id].texts
                 if text not in m.observations
             ]
             if stale:
@@ -295,35 +293,41 @@ class Entities(Service):
         self.check_batch(len(names))
         async with self.tx(who) as tx:
             found = await entities.live_by_names(tx, sorted(set(names)), lock=True)
-            versions = await entities.set_deleted(tx, [r["id"] for r in found.values()], True, who.actor)
+            versions = await entities.set_deleted(tx, [r.id for r in found.values()], True, who.actor)
             await history.record(tx, [Event(eid, "deleted") for eid in versions], who.actor)
 
     async def history(self, who: Principal, ref: str, limit: int, cursor: str | None) -> models.HistoryPage:
         async with self.tx(who, readonly=True) as tx:
             # A deleted entity's history stays readable by its id.
             by_id = await entities.by_ids(tx, [ref]) if entities.is_uuid(ref) else {}
-            row = by_id.get(ref) or (await entities.resolve(tx, [ref]))[ref]
-            before = self.cursors.decode(cursor, tx.tenant.id, f"history:{row['id']}") if cursor else None
-            rows = await history.of_entity(tx, row["id"], limit + 1, before)
+            row = by_id.get(ref) or (await resolve(tx, [ref]))[ref]
+            before = self.cursors.decode(cursor, tx.tenant.id, f"history:{row.id}") if cursor else None
+            rows = await history.of_entity(tx, row.id, limit + 1, before)
             more = len(rows) > limit
-            next_cursor = (
-                self.cursors.encode(tx.tenant.id, f"history:{row['id']}", rows[limit - 1]["id"]) if more else None
-            )
+            next_cursor = self.cursors.encode(tx.tenant.id, f"history:{row.id}", rows[limit - 1].id) if more else None
         return models.HistoryPage(
-            entity=summary(row), entries=[_history(h) for h in rows[:limit]], next_cursor=next_cursor
+            entity=summary(row), entries=[history_entry(h) for h in rows[:limit]], next_cursor=next_cursor
         )
 
     async def find(
-        self, who: Principal, filters: entities.Filters, sort: str, limit: int, cursor: str | None
+        self, who: Principal, filters: EntityFilters, sort: str, limit: int, cursor: str | None
     ) -> models.EntityPage:
         async with self.tx(who, readonly=True) as tx:
             listing = f"find:{sort}:{hash_filters(filters)}"
             after = tuple(self.cursors.decode(cursor, tx.tenant.id, listing)) if cursor else None
-            rows, total = await entities.find(tx, filters, sort, limit + 1, after)  # type: ignore[arg-type]
+            rows, total = await entities.find(
+                tx,
+                sort=sort,
+                limit=limit + 1,
+                after=after,  # type: ignore[arg-type]
+                **filters.store_args(),
+            )
             more = len(rows) > limit
-            last = rows[limit - 1] if more else None
-            next_cursor = self.cursors.encode(tx.tenant.id, listing, [last["sort_key"], last["id"]]) if last else None
-        return models.EntityPage(entities=[summary(r) for r in rows[:limit]], total=total, next_cursor=next_cursor)
+            next_cursor = None
+            if more:
+                last, key = rows[limit - 1]
+                next_cursor = self.cursors.encode(tx.tenant.id, listing, [key, last.id])
+        return models.EntityPage(entities=[summary(r) for r, _ in rows[:limit]], total=total, next_cursor=next_cursor)
 
     async def audit(self, who: Principal, tool: str | None, limit: int, cursor: str | None) -> models.AuditPage:
         async with self.tx(who, readonly=True) as tx:
@@ -331,8 +335,8 @@ class Entities(Service):
             before = self.cursors.decode(cursor, tx.tenant.id, listing) if cursor else None
             rows = await audit.page(tx, limit + 1, before, tool)
             more = len(rows) > limit
-            next_cursor = self.cursors.encode(tx.tenant.id, listing, rows[limit - 1]["id"]) if more else None
-        return models.AuditPage(entries=[models.AuditEntry(**dict(r)) for r in rows[:limit]], next_cursor=next_cursor)
+            next_cursor = self.cursors.encode(tx.tenant.id, listing, rows[limit - 1].id) if more else None
+        return models.AuditPage(entries=[audit_entry(r) for r in rows[:limit]], next_cursor=next_cursor)
 
 
 def _texts(folded: Sequence[_Merged]) -> list[str]:
@@ -344,10 +348,6 @@ def _texts(folded: Sequence[_Merged]) -> list[str]:
     ]
 
 
-def hash_filters(filters: entities.Filters) -> str:
+def hash_filters(filters: EntityFilters) -> str:
     """A short fingerprint of a listing's filters, so a cursor only continues the listing it came from."""
     return hashlib.sha256(orjson.dumps(filters, default=str)).hexdigest()[:16]
-
-
-def _history(row: asyncpg.Record) -> models.HistoryEntry:
-    return models.HistoryEntry(**dict(row))

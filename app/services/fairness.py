@@ -16,18 +16,18 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 
-import asyncpg
-
 from app.auth.principal import Principal
 from app.config import Settings
 from app.errors import EngramError
 from app.observability import metrics
 from app.store import limits as store
 from app.store.database import Database, Growth, InvalidTenant, Tenant
+from app.store.errors import DATABASE_ERRORS
+from app.store.limits import UsageTotals
 
 logger = logging.getLogger(__name__)
 
-_DB_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
+_DB_ERRORS = (TimeoutError, *DATABASE_ERRORS)
 
 
 class Buckets:
@@ -111,7 +111,7 @@ class Fairness:
             return cached[1] if cached is not None else self.defaults
         policy = self.defaults
         if row is not None:
-            policy = replace(policy, **{k: v for k, v in dict(row).items() if v is not None})
+            policy = replace(policy, **{k: v for k in store.COLUMNS if (v := getattr(row, k)) is not None})
         self._policies[tenant.id] = (now + self._cache_seconds, policy)
         return policy
 
@@ -152,20 +152,21 @@ class Fairness:
         return current[1]
 
     @staticmethod
-    def check_quotas(policy: Policy, totals: asyncpg.Record, growth: Growth) -> None:
+    def check_quotas(policy: Policy, totals: UsageTotals, growth: Growth) -> None:
         """Refuse a write that grew the tenant past a quota (a write that frees space always passes)."""
         for field, quota, reason in (
             ("entities", policy.max_entities, "quota_entities"),
             ("observations", policy.max_observations, "quota_observations"),
             ("text_bytes", policy.max_text_bytes, "quota_text_bytes"),
         ):
-            if quota and getattr(growth, field) > 0 and totals[field] > quota:
+            total = getattr(totals, field)
+            if quota and getattr(growth, field) > 0 and total > quota:
                 raise refuse(
                     reason,
-                    f"this write would take the tenant to {totals[field]} {field.replace('_', ' ')}, over its quota "
+                    f"this write would take the tenant to {total} {field.replace('_', ' ')}, over its quota "
                     f"of {quota}; remove some first or ask an administrator for more",
                     quota=quota,
-                    used=totals[field] - getattr(growth, field),
+                    used=total - getattr(growth, field),
                 )
 
 

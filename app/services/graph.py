@@ -9,15 +9,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import asyncpg
 from pydantic import BaseModel
 
 from app.auth.principal import Principal
 from app.observability import metrics
 from app.services import models
-from app.services.base import Service, relation, summary
+from app.services.base import Service, relation
+from app.services.refs import resolve
+from app.services.shapes import summary
 from app.store import entities, history, overview, relations, traversal
 from app.store.database import Tx
+from app.store.entities import EntityRow
 from app.store.traversal import Step
 
 UNCATEGORISED = None
@@ -168,10 +170,10 @@ class Graph(Service):
         self, who: Principal, ref: str, *, depth: int, direction: str, types: list[str] | None, limit: int
     ) -> models.NeighborsResult:
         async with self.tx(who, readonly=True) as tx:
-            start = (await entities.resolve(tx, [ref]))[ref]
-            reached, cut = await walk(tx, [start["gid"]], depth, direction, types, limit + 1, self._bounds)
+            start = (await resolve(tx, [ref]))[ref]
+            reached, cut = await walk(tx, [start.gid], depth, direction, types, limit + 1, self._bounds)
             kept = reached[:limit]
-            rows = await entities.by_gids(tx, [start["gid"], *(g for r in kept for g in (r.via.source, r.via.target))])
+            rows = await entities.by_gids(tx, [start.gid, *(g for r in kept for g in (r.via.source, r.via.target))])
         return models.NeighborsResult(
             start=summary(start),
             neighbors=[
@@ -184,12 +186,12 @@ class Graph(Service):
         self, who: Principal, source: str, target: str, *, max_depth: int, direction: str, types: list[str] | None
     ) -> models.PathResult:
         async with self.tx(who, readonly=True) as tx:
-            ends = await entities.resolve(tx, list(dict.fromkeys([source, target])))
+            ends = await resolve(tx, list(dict.fromkeys([source, target])))
             a, b = ends[source], ends[target]
-            steps, cut = await shortest(tx, a["gid"], b["gid"], max_depth, direction, types, self._bounds)
+            steps, cut = await shortest(tx, a.gid, b.gid, max_depth, direction, types, self._bounds)
             if steps is None:
                 return models.PathResult(found=False, truncated=_truncated("path", cut))
-            order = [a["gid"]]
+            order = [a.gid]
             for s in steps:  # a step was taken from whichever of its ends was reached first
                 order.append(s.other if s.node == order[-1] else s.node)
             rows = await entities.by_gids(tx, order)
@@ -212,8 +214,8 @@ class Graph(Service):
         self, who: Principal, refs: Sequence[str], *, depth: int, max_nodes: int, max_relations: int
     ) -> models.SubgraphResult:
         async with self.tx(who, readonly=True) as tx:
-            starts = await entities.resolve(tx, list(dict.fromkeys(refs)))
-            gids = list(dict.fromkeys(r["gid"] for r in starts.values()))
+            starts = await resolve(tx, list(dict.fromkeys(refs)))
+            gids = list(dict.fromkeys(r.gid for r in starts.values()))
             reached, cut = await walk(tx, gids, depth, "both", None, max(max_nodes - len(gids), 0) + 1, self._bounds)
             room = max_nodes - len(gids)
             gids += [r.gid for r in reached[:room]]
@@ -232,18 +234,18 @@ class Graph(Service):
         areas: dict[str | None, models.HierarchyNode] = {}
         topics: dict[tuple[str | None, str | None], models.HierarchyNode] = {}
         for r in rows:
-            area = areas.get(r["area"])
+            area = areas.get(r.area)
             if area is None:
-                area = areas[r["area"]] = models.HierarchyNode(name=r["area"], count=r["area_n"])
-            topic = topics.get((r["area"], r["topic"]))
+                area = areas[r.area] = models.HierarchyNode(name=r.area, count=r.area_n)
+            topic = topics.get((r.area, r.topic))
             if topic is None:
-                topic = topics[(r["area"], r["topic"])] = models.HierarchyNode(name=r["topic"], count=r["topic_n"])
+                topic = topics[(r.area, r.topic)] = models.HierarchyNode(name=r.topic, count=r.topic_n)
                 area.children.append(topic)
-            topic.children.append(models.HierarchyNode(name=r["subtopic"], count=r["n"]))
+            topic.children.append(models.HierarchyNode(name=r.subtopic, count=r.n))
         return models.HierarchyResult(
             areas=list(areas.values()),
-            total=rows[0]["total"] if rows else 0,
-            truncated=_truncated("hierarchy", bool(rows) and rows[0]["groups"] > len(rows)),
+            total=rows[0].total if rows else 0,
+            truncated=_truncated("hierarchy", bool(rows) and rows[0].groups > len(rows)),
         )
 
     async def stats(self, who: Principal) -> models.StatsResult:
@@ -254,13 +256,14 @@ class Graph(Service):
             connected = await overview.most_connected(tx, 10)
             recent = await history.recent(tx, 10)
         return models.StatsResult(
-            **dict(totals),
-            entity_types=[models.Count(name=r["type"], count=r["n"]) for r in types],
-            relation_types=[models.Count(name=r["type"], count=r["n"]) for r in rel_types],
-            most_connected=[models.Connected(**dict(r)) for r in connected],
-            recent_activity=[
-                models.Activity(**{k: r[k] for k in ("at", "actor", "action", "entity_id")}) for r in recent
-            ],
+            entities=totals.entities,
+            deleted_entities=totals.deleted_entities,
+            relations=totals.relations,
+            observations=totals.observations,
+            entity_types=[models.Count(name=r.type, count=r.n) for r in types],
+            relation_types=[models.Count(name=r.type, count=r.n) for r in rel_types],
+            most_connected=[models.Connected.model_validate(r, from_attributes=True) for r in connected],
+            recent_activity=[models.Activity.model_validate(r, from_attributes=True) for r in recent],
         )
 
     # --- bounded slices, for the compatibility dialects and resources ----------------------
@@ -280,7 +283,7 @@ class Graph(Service):
                 rows = await entities.page_by_name(tx, self.limits.page_size + 1, pos)
                 more = len(rows) > self.limits.page_size
                 rows = rows[: self.limits.page_size]
-                after, last, rel_after = pos, rows[-1]["name"] if rows else None, None
+                after, last, rel_after = pos, rows[-1].name if rows else None, None
             rels = await relations.from_source_names(tx, after, last, rel_after, cap + 1) if last is not None else []
             total = await entities.count_live(tx)
             out = await self._slice(tx, rows, [r for r, _ in rels[:cap]])
@@ -305,19 +308,19 @@ class Graph(Service):
             found = await entities.live_by_names(tx, names)
             return await self._bounded(tx, list(found.values()))
 
-    async def _bounded(self, tx: Tx, rows: list[asyncpg.Record]) -> Slice:
+    async def _bounded(self, tx: Tx, rows: list[EntityRow]) -> Slice:
         cap = self.limits.max_results
-        rels = await relations.among(tx, [r["gid"] for r in rows[:cap]], either_end=True, limit=cap * 5 + 1)
+        rels = await relations.among(tx, [r.gid for r in rows[:cap]], either_end=True, limit=cap * 5 + 1)
         out = await self._slice(tx, rows[:cap], rels[: cap * 5])
         out.truncated = len(rows) > cap or len(rels) > cap * 5
         return out
 
-    async def _slice(self, tx: Tx, rows: Sequence[asyncpg.Record], rels: Sequence[relations.Relation]) -> Slice:
-        obs = await entities.observations(tx, [r["id"] for r in rows], self.limits.observations_per_entity)
+    async def _slice(self, tx: Tx, rows: Sequence[EntityRow], rels: Sequence[relations.Relation]) -> Slice:
+        obs = await entities.observations(tx, [r.id for r in rows], self.limits.observations_per_entity)
         return Slice(
             entities=[
                 EntityWithObservations(
-                    entity=summary(r), observations=obs[r["id"]].texts, observations_total=obs[r["id"]].total
+                    entity=summary(r), observations=obs[r.id].texts, observations_total=obs[r.id].total
                 )
                 for r in rows
             ],
@@ -331,10 +334,8 @@ def _truncated(what: str, cut: bool) -> bool:
     return cut
 
 
-def _step(step: Step, rows: dict[str, asyncpg.Record]) -> models.Relation:
+def _step(step: Step, rows: dict[str, EntityRow]) -> models.Relation:
     source, target = rows[step.source], rows[step.target]
     return relation(
-        relations.Relation(
-            step.props, source["id"], source["name"], target["id"], target["name"], step.source, step.target
-        )
+        relations.Relation(step.props, source.id, source.name, target.id, target.name, step.source, step.target)
     )

@@ -11,15 +11,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import asyncpg
-
 from app.config import Settings
 from app.embeddings.embedder import Embedder, ProviderDown
-from app.embeddings.provider import EmbeddingError, InputRejected, Vector, create_provider
+from app.embeddings.factory import create_provider
+from app.embeddings.provider import EmbeddingError, InputRejected, Vector
 from app.errors import EngramError
 from app.observability import metrics
-from app.store import index
+from app.store import index, vectors
 from app.store.database import Database, Tenant
+from app.store.errors import DATABASE_ERRORS
+from app.store.vectors import Doc, ModelRefused
 
 logger = logging.getLogger(__name__)
 
@@ -64,9 +65,9 @@ class Indexer:
             await self.embedder.provider.start()
         try:
             await self.register()
-        except asyncpg.RaiseError as exc:  # the database refused this model (same name, other size)
+        except ModelRefused as exc:
             raise EmbeddingError(str(exc)) from exc
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except DATABASE_ERRORS as exc:
             logger.warning("embedding model not registered yet (%s); will retry", type(exc).__name__)
         if fill and self.embedder is not None:
             self._task = asyncio.create_task(self._fill_forever(), name="embedding filler")
@@ -83,9 +84,9 @@ class Indexer:
     async def register(self) -> None:
         """Record this server's model; warn when the stored vectors were made by another one."""
         if self.embedder is None:
-            self.current_model = await index.current_model_name(self._db)
+            self.current_model = await vectors.current_model_name(self._db)
             return
-        self.model, self.current_model = await index.register_model(
+        self.model, self.current_model = await vectors.register_model(
             self._db, self.embedder.model, self.embedder.dimensions
         )
         if self.model_changed:
@@ -114,7 +115,7 @@ class Indexer:
         elsewhere may have finished)."""
         if self.model_changed and time.monotonic() - self._checked > _RECHECK_SECONDS:
             self._checked = time.monotonic()
-            self.current_model = await index.current_model_name(self._db)
+            self.current_model = await vectors.current_model_name(self._db)
         return self.model_changed
 
     # --- writes and queries ---------------------------------------------------------------------
@@ -127,10 +128,10 @@ class Indexer:
         if self.embedder is None or self.model is None or not unique:
             return index.Vectors(self.model)
         try:
-            vectors = await self.embedder.embed(unique, scope=tenant.id, attempts=1)
+            found = await self.embedder.embed(unique, scope=tenant.id, attempts=1)
         except EmbeddingError:
             return index.Vectors(self.model)
-        return index.Vectors(self.model, {index.text_hash(t): v for t, v in zip(unique, vectors, strict=True)})
+        return index.Vectors(self.model, {index.text_hash(t): v for t, v in zip(unique, found, strict=True)})
 
     def written(self, pending: int) -> None:
         """After a commit that left `pending` texts without vectors: wake the filler."""
@@ -166,36 +167,36 @@ class Indexer:
         generation = None
         if not replace:
             async with self._db.transaction(tenant, readonly=True) as tx:
-                generation = await index.pending_generation(tx)
+                generation = await vectors.pending_generation(tx)
         done, after = 0, 0
         while True:
             if max_texts is not None and done >= max_texts:
                 return done  # stopped early: the marker stays
             size = self._batch if max_texts is None else min(self._batch, max_texts - done)
             async with self._db.transaction(tenant, readonly=True) as tx:
-                docs = await index.docs_to_embed(tx, model if replace else None, after, size)
+                docs = await vectors.docs_to_embed(tx, model if replace else None, after, size)
             if not docs:
                 break
             embedded = await self._embed_docs(tenant, docs)
             async with self._db.transaction(tenant) as tx:
-                await index.store_vectors(tx, model, [(d["id"], d["body_hash"], v) for d, v in embedded])
-            after = docs[-1]["id"]
+                await vectors.store_vectors(tx, model, [(d.id, d.body_hash, v) for d, v in embedded])
+            after = docs[-1].id
             done += len(docs)
             if progress is not None:
                 progress(done)
         if generation is not None:
             async with self._db.transaction(tenant) as tx:
-                await index.clear_pending(tx, generation)
+                await vectors.clear_pending(tx, generation)
         return done
 
-    async def _embed_docs(self, tenant: Tenant, docs: Sequence[asyncpg.Record]) -> list[tuple[asyncpg.Record, Vector]]:
+    async def _embed_docs(self, tenant: Tenant, docs: Sequence[Doc]) -> list[tuple[Doc, Vector]]:
         """Vectors for a batch of documents. When the provider refuses the batch's texts, they are
         tried one by one and those it refuses alone are skipped (they stay found by words), so one
         bad text cannot stall the filler."""
         assert self.embedder is not None
         try:
-            vectors = await self.embedder.embed([d["body"] for d in docs], scope=tenant.id)
-            return list(zip(docs, vectors, strict=True))
+            found = await self.embedder.embed([d.body for d in docs], scope=tenant.id)
+            return list(zip(docs, found, strict=True))
         except InputRejected:
             if len(docs) == 1:
                 logger.warning("embedding provider refused a text of tenant %s; it stays unembedded", tenant.key)
@@ -214,8 +215,8 @@ class Indexer:
                 if self.model is None:
                     await self.register()
                 else:
-                    self.current_model = await index.current_model_name(self._db)
-                for tenant in await index.tenants(self._db, pending_only=True):
+                    self.current_model = await vectors.current_model_name(self._db)
+                for tenant in await vectors.tenants(self._db, pending_only=True):
                     await self.fill(tenant)
                 metrics.EMBED_PENDING.set(0)
             except ProviderDown:
@@ -223,7 +224,7 @@ class Indexer:
             except EmbeddingError as exc:
                 logger.warning("filling embeddings paused: %s", exc)
                 wait = max(self.embedder.seconds_until_retry(), 0.5)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except DATABASE_ERRORS as exc:
                 logger.warning("filling embeddings paused: database error %s", type(exc).__name__)
                 wait = 5.0
             except Exception:
@@ -238,9 +239,9 @@ class Indexer:
     async def _backlog(self) -> int:
         """Texts waiting for an embedding, over all tenants that have some."""
         total = 0
-        for tenant in await index.tenants(self._db, pending_only=True):
+        for tenant in await vectors.tenants(self._db, pending_only=True):
             async with self._db.transaction(tenant, readonly=True) as tx:
-                total += await index.count_to_embed(tx, self.model)
+                total += await vectors.count_to_embed(tx, self.model)
         return total
 
     # --- engram reindex -----------------------------------------------------------------------
@@ -252,7 +253,7 @@ class Indexer:
         model, tenant by tenant; once all are done, make the model current."""
         if self.embedder is None or self.model is None:
             raise EngramError("unavailable", "reindex needs an embedding provider (ENGRAM_EMBEDDING_PROVIDER)")
-        every = await index.tenants(self._db, pending_only=False)
+        every = await vectors.tenants(self._db, pending_only=False)
         chosen = [t for t in every if not tenant_keys or t.key in tenant_keys]
         if missing := set(tenant_keys) - {t.key for t in chosen}:
             raise EngramError("not_found", f"no such tenant: {', '.join(sorted(missing))}")
@@ -261,7 +262,7 @@ class Indexer:
         for n, tenant in enumerate(chosen):
             await self._rebuild_documents(tenant)
             async with self._db.transaction(tenant, readonly=True) as tx:
-                total = await index.count_to_embed(tx, self.model)
+                total = await vectors.count_to_embed(tx, self.model)
             if progress is not None:
                 progress(tenant, 0, total)
             done = await self.fill(
@@ -274,12 +275,12 @@ class Indexer:
             if done < total:
                 return ReindexReport(n, texts, complete=False, current=False)
             async with self._db.transaction(tenant) as tx:
-                await index.build_vector_index(tx, self.model)
+                await vectors.build_vector_index(tx, self.model)
             if budget is not None:
                 budget -= done
         current = not tenant_keys
         if current:
-            await index.make_current(self._db, self.model)
+            await vectors.make_current(self._db, self.model)
             self.current_model = self.model.name
         return ReindexReport(len(chosen), texts, complete=True, current=current)
 
@@ -288,7 +289,7 @@ class Indexer:
         after: str | None = None
         while True:
             async with self._db.transaction(tenant) as tx:
-                ids = await index.entity_ids_after(tx, after, _REBUILD_PAGE)
+                ids = await vectors.entity_ids_after(tx, after, _REBUILD_PAGE)
                 if not ids:
                     return
                 await index.sync(tx, ids, index.Vectors(self.model))

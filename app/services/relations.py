@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from app.auth.principal import Principal
 from app.services import models
 from app.services.base import Service, relation
-from app.store import entities, history, relations
+from app.services.refs import resolve
+from app.store import history, relations
 from app.store.database import Tx
 from app.store.history import Event
 
@@ -39,10 +40,10 @@ class Relations(Service):
     ) -> list[tuple[str, relations.Relation]]:
         """Create what is new; per item, ("created" | "exists", the relation). Both ends must exist."""
         refs = list(dict.fromkeys(r for i in items for r in (i.from_, i.to)))
-        ends = await entities.resolve(tx, refs, exact=exact)
+        ends = await resolve(tx, refs, exact=exact)
 
         def key(i: models.RelationIn) -> Key:
-            return ends[i.from_]["gid"], ends[i.to]["gid"], i.type
+            return ends[i.from_].gid, ends[i.to].gid, i.type
 
         batch = list({key(i): i for i in reversed(items)}.values())  # first occurrence of each key
         ids = await relations.insert(
@@ -80,10 +81,8 @@ class Relations(Service):
         found = await relations.by_ids(tx, list(ids)) if ids else []
         if keys:
             refs = list(dict.fromkeys(r for k in keys for r in (k.from_, k.to)))
-            ends = await entities.resolve(tx, refs, missing_ok=True, exact=exact)
-            wanted = [
-                (ends[k.from_]["gid"], ends[k.to]["gid"], k.type) for k in keys if k.from_ in ends and k.to in ends
-            ]
+            ends = await resolve(tx, refs, missing_ok=True, exact=exact)
+            wanted = [(ends[k.from_].gid, ends[k.to].gid, k.type) for k in keys if k.from_ in ends and k.to in ends]
             found += (await relations.by_keys(tx, wanted)).values()
         found = list({r.id: r for r in found}.values())
         await relations.delete(tx, [r.id for r in found])

@@ -26,11 +26,13 @@ from cachetools import TTLCache
 from app.auth.principal import Principal
 from app.errors import EngramError
 from app.services.cursors import Cursors
+from app.services.filters import SearchFilters
 from app.services.indexing import Indexer
-from app.services.models import EntitySummary
 from app.services.search_models import Match, Mode, Scores, SearchHit, SearchResult
-from app.store import index
+from app.services.shapes import summary
+from app.store import entities, rankings
 from app.store.database import Database, Tx
+from app.store.rankings import Ranked
 
 RRF_K = 60
 NAME_QUERY_MAX_WORDS = 3  # longer queries are questions, not names
@@ -48,13 +50,13 @@ _WEB_SYNTAX = re.compile(r'"|(^|\s)-\S|\s(or)\s', re.IGNORECASE)
 class Query:
     text: str
     mode: Mode = "hybrid"
-    filters: index.Filters = field(default_factory=index.Filters)
+    filters: SearchFilters = field(default_factory=SearchFilters)
     min_score: float | None = None
     limit: int = 10
     cursor: str | None = None
 
     def fingerprint(self) -> str:
-        key = orjson.dumps([self.text, self.mode, *self.filters.args(), self.min_score])
+        key = orjson.dumps([self.text, self.mode, *self.filters.values(), self.min_score])
         return hashlib.sha256(key).hexdigest()[:16]
 
 
@@ -67,9 +69,9 @@ class _Candidate:
     fused: float = 0.0
 
 
-def _best_per_entity(rows: Sequence[index.Ranked]) -> list[index.Ranked]:
+def _best_per_entity(rows: Sequence[Ranked]) -> list[Ranked]:
     """A ranking of texts, best first, to a ranking of entities: each at its best text."""
-    seen: dict[str, index.Ranked] = {}
+    seen: dict[str, Ranked] = {}
     for r in rows:
         seen.setdefault(r.entity_id, r)
     return list(seen.values())
@@ -97,15 +99,16 @@ class Search:
         embedding = asyncio.create_task(self._indexer.query_vector(tenant, q.text)) if q.mode != "keyword" else None
         try:
             async with self._db.transaction(tenant, readonly=True) as tx:
-                await index.tune(tx, max(self._ef_search, texts))
-                rankings: dict[str, list[index.Ranked]] = {}
+                await rankings.tune(tx, max(self._ef_search, texts))
+                narrow = q.filters.store_args()
+                ranked_by: dict[str, list[Ranked]] = {}
                 if q.mode != "semantic":
                     common = await self._common_words(tx)
-                    rankings["keyword"] = _best_per_entity(
-                        await index.by_words(tx, q.text, strict, common, q.filters, texts, CANDIDATES)
+                    ranked_by["keyword"] = _best_per_entity(
+                        await rankings.by_words(tx, q.text, strict, common, texts, CANDIDATES, **narrow)
                     )
                     if len(q.text.split()) <= NAME_QUERY_MAX_WORDS:
-                        rankings["name"] = await index.by_name(tx, q.text, q.filters, depth)
+                        ranked_by["name"] = await rankings.by_name(tx, q.text, depth, **narrow)
                 vector = None
                 if embedding is not None:
                     vector, problem = await embedding
@@ -114,13 +117,13 @@ class Search:
                             raise EngramError("unavailable", problem)
                         notices.append(problem + "; these results rank by words and names only")
                     elif self._indexer.model is not None:
-                        rankings["semantic"] = _best_per_entity(
-                            await index.by_vector(tx, self._indexer.model, vector, q.filters, texts)
+                        ranked_by["semantic"] = _best_per_entity(
+                            await rankings.by_vector(tx, self._indexer.model, vector, texts, **narrow)
                         )
-                ranked = self._fuse(rankings, q.min_score)
+                ranked = self._fuse(ranked_by, q.min_score)
                 page = ranked[offset:depth]
-                hits = await self._describe(tx, page, rankings, q.text, strict)
-                if vector is not None and (pending := await index.pending_count(tx, 1000)):
+                hits = await self._describe(tx, page, ranked_by, q.text, strict)
+                if vector is not None and (pending := await rankings.pending_count(tx, 1000)):
                     count = "more than 999" if pending >= 1000 else str(pending)
                     notices.append(f"{count} recently saved texts have no embedding yet: found by words and names only")
         finally:
@@ -139,7 +142,7 @@ class Search:
     async def _common_words(self, tx: Tx) -> list[str]:
         words = self._common.get(tx.tenant.id)
         if words is None:
-            words = self._common[tx.tenant.id] = await index.common_words(tx, COMMON_WORD)
+            words = self._common[tx.tenant.id] = await rankings.common_words(tx, COMMON_WORD)
         return words
 
     def _offset(self, q: Query, tenant_id: str) -> int:
@@ -152,7 +155,7 @@ class Search:
         return offset
 
     @staticmethod
-    def _fuse(rankings: dict[str, list[index.Ranked]], min_score: float | None) -> list[_Candidate]:
+    def _fuse(rankings: dict[str, list[Ranked]], min_score: float | None) -> list[_Candidate]:
         candidates: dict[str, _Candidate] = {}
         for leg, rows in rankings.items():
             for rank, r in enumerate(rows, start=1):
@@ -172,19 +175,19 @@ class Search:
         self,
         tx: Tx,
         page: list[_Candidate],
-        rankings: dict[str, list[index.Ranked]],
+        ranked_by: dict[str, list[Ranked]],
         text: str,
         strict: bool,
     ) -> list[SearchHit]:
-        rows = await index.entities(tx, [c.entity_id for c in page])
+        rows = await entities.live_by_ids(tx, [c.entity_id for c in page])
         shown: dict[str, int | None] = {}
         for c in page:
             # The text that placed the entity best: semantic or words (names have no text).
             legs = sorted((rank, leg) for leg, rank in c.ranks.items() if c.docs[leg] is not None)
             shown[c.entity_id] = c.docs[legs[0][1]] if legs else None
-        worded = {r.doc_id for r in rankings.get("keyword", ()) if r.doc_id is not None}
+        worded = {r.doc_id for r in ranked_by.get("keyword", ()) if r.doc_id is not None}
         doc_ids = [d for d in shown.values() if d is not None]
-        texts = await index.matched_texts(tx, doc_ids, [d for d in doc_ids if d in worded], text, strict)
+        texts = await rankings.matched_texts(tx, doc_ids, [d for d in doc_ids if d in worded], text, strict)
         hits = []
         for c in page:
             row = rows.get(c.entity_id)
@@ -192,22 +195,13 @@ class Search:
                 continue
             doc = shown[c.entity_id]
             if doc is not None and doc in texts:
-                kind, body, snippet = texts[doc]
-                match = Match(kind=kind, text=body, snippet=snippet)  # type: ignore[arg-type]
+                m = texts[doc]
+                match = Match(kind=m.kind, text=m.text, snippet=m.snippet)  # type: ignore[arg-type]
             else:
-                match = Match(kind="name", text=row["name"])
+                match = Match(kind="name", text=row.name)
             hits.append(
                 SearchHit(
-                    entity=EntitySummary(
-                        id=row["id"],
-                        name=row["name"],
-                        type=row["type"],
-                        description=row["description"],
-                        area=row["area"],
-                        topic=row["topic"],
-                        subtopic=row["subtopic"],
-                        certainty=row["certainty"],
-                    ),
+                    entity=summary(row),
                     match=match,
                     scores=Scores(
                         semantic=_round(c.scores.get("semantic")),

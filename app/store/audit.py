@@ -3,12 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import asyncpg
 
 from app.store.database import Tx, timed
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRow:
+    """One successful change, as the audit log keeps it."""
+
+    id: int
+    at: datetime
+    subject: str
+    client_id: str
+    tool: str
+    affected: list[str]
+    outcome: str
+    duration_ms: float
+    request_id: str
 
 
 @timed
@@ -30,7 +46,7 @@ async def write(
 
 
 @timed
-async def page(tx: Tx, limit: int, before: int | None, tool: str | None) -> list[asyncpg.Record]:
+async def page(tx: Tx, limit: int, before: int | None, tool: str | None) -> list[AuditRow]:
     """The tenant's audit rows, newest first (row-level security keeps them to the tenant)."""
     rows = await tx.fetch(
         "SELECT id, at, subject, client_id, tool, affected, outcome, duration_ms, request_id FROM engram.audit"
@@ -39,7 +55,7 @@ async def page(tx: Tx, limit: int, before: int | None, tool: str | None) -> list
         tool,
         limit,
     )
-    return list(rows)
+    return [AuditRow(*r) for r in rows]
 
 
 @timed

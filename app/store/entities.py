@@ -9,21 +9,47 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
 import asyncpg
 
-from app.errors import EngramError
 from app.store.database import Tx, timed
 
-COLUMNS = (
-    "e.id::text AS id, e.gid::text AS gid, e.name, e.type, e.description, e.area, e.topic, e.subtopic,"
-    " e.certainty, e.properties, e.version, e.created_at, e.updated_at, e.created_by, e.updated_by, e.deleted_at"
+
+@dataclass(frozen=True, slots=True)
+class EntityRow:
+    """A stored entity: one row of ``entities``. Every read of entities selects these columns."""
+
+    id: str
+    gid: str  # its vertex in the graph
+    name: str
+    name_key: str  # the case-insensitive lookup key of the name
+    type: str
+    description: str
+    area: str | None
+    topic: str | None
+    subtopic: str | None
+    certainty: int | None
+    properties: dict[str, Any]
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    created_by: str
+    updated_by: str
+    deleted_at: datetime | None
+
+
+# The select list of an EntityRow, in field order (ids as text).
+COLUMNS = ", ".join(
+    f"e.{f.name}::text AS {f.name}" if f.name in ("id", "gid") else f"e.{f.name}" for f in fields(EntityRow)
 )
-# The fields a caller may change, in the order `write_fields` sends them.
-FIELDS = ("name", "type", "description", "area", "topic", "subtopic", "certainty", "properties")
+_WIDTH = len(fields(EntityRow))
+
+
+def _row(record: asyncpg.Record) -> EntityRow:
+    return EntityRow(*record[:_WIDTH])
 
 
 def name_key(name: str) -> str:
@@ -43,6 +69,8 @@ def is_uuid(value: str) -> bool:
 
 @dataclass(slots=True)
 class NewEntity:
+    """An entity's id and the fields a caller may set: what `insert` and `write_fields` store."""
+
     id: str
     name: str
     type: str
@@ -52,6 +80,10 @@ class NewEntity:
     subtopic: str | None = None
     certainty: int | None = None
     properties: dict[str, Any] | None = None
+
+
+# The fields a caller may change, in the order `write_fields` sends them.
+FIELDS = tuple(f.name for f in fields(NewEntity) if f.name != "id")
 
 
 @timed
@@ -65,75 +97,59 @@ async def lock_names(tx: Tx, names: Iterable[str]) -> None:
 
 
 @timed
-async def live_by_names(tx: Tx, names: Sequence[str], *, lock: bool = False) -> dict[str, asyncpg.Record]:
+async def live_by_names(tx: Tx, names: Sequence[str], *, lock: bool = False) -> dict[str, EntityRow]:
     """Live entities with exactly these names, in name order."""
     rows = await tx.fetch(
         f"SELECT {COLUMNS} FROM {{s}}.entities e WHERE e.name = ANY($1::text[]) AND e.deleted_at IS NULL"
         " ORDER BY e.name" + (" FOR UPDATE" if lock else ""),
         list(names),
     )
-    return {r["name"]: r for r in rows}
+    return {(e := _row(r)).name: e for r in rows}
 
 
 @timed
-async def by_ids(tx: Tx, ids: Sequence[str], *, lock: bool = False) -> dict[str, asyncpg.Record]:
+async def by_ids(tx: Tx, ids: Sequence[str], *, lock: bool = False) -> dict[str, EntityRow]:
     """Entities by id, deleted ones included."""
     rows = await tx.fetch(
         f"SELECT {COLUMNS} FROM {{s}}.entities e WHERE e.id = ANY($1::uuid[])" + (" FOR UPDATE" if lock else ""),
         list(ids),
     )
-    return {r["id"]: r for r in rows}
+    return {(e := _row(r)).id: e for r in rows}
 
 
 @timed
-async def by_gids(tx: Tx, gids: Sequence[str]) -> dict[str, asyncpg.Record]:
+async def live_by_ids(tx: Tx, ids: Sequence[str]) -> dict[str, EntityRow]:
+    """Live entities by id."""
+    rows = await tx.fetch(
+        f"SELECT {COLUMNS} FROM {{s}}.entities e WHERE e.id = ANY($1::uuid[]) AND e.deleted_at IS NULL", list(ids)
+    )
+    return {(e := _row(r)).id: e for r in rows}
+
+
+@timed
+async def by_gids(tx: Tx, gids: Sequence[str]) -> dict[str, EntityRow]:
     """Live entities by graph id."""
     rows = await tx.fetch(
         f"SELECT {COLUMNS} FROM {{s}}.entities e"
         " WHERE e.gid = ANY($1::text[]::ag_catalog.graphid[]) AND e.deleted_at IS NULL",
         list(gids),
     )
-    return {r["gid"]: r for r in rows}
+    return {(e := _row(r)).gid: e for r in rows}
 
 
 @timed
-async def resolve(
-    tx: Tx, refs: Sequence[str], *, lock: bool = False, missing_ok: bool = False, exact: bool = False
-) -> dict[str, asyncpg.Record]:
-    """Map each reference (an id, or a name) to a live entity.
-
-    An exact id or name wins; otherwise a case-insensitive name match, which must be unique.
-    With `exact`, a reference is a name and only an exact match counts (the compatibility dialects'
-    rule). With `missing_ok`, references that match nothing are left out instead of failing the call.
-    """
+async def candidates(tx: Tx, refs: Sequence[str], *, lock: bool = False) -> list[EntityRow]:
+    """The live entities some reference may mean: by id (references spelled as ids), by exact
+    name, or by name case-insensitively. Which one a reference means is the caller's rule."""
     rows = await tx.fetch(
-        f"SELECT {COLUMNS}, e.name_key FROM {{s}}.entities e"
+        f"SELECT {COLUMNS} FROM {{s}}.entities e"
         " WHERE e.deleted_at IS NULL AND (e.id = ANY($1::uuid[]) OR e.name = ANY($2::text[])"
         " OR e.name_key = ANY($3::text[]))" + (" FOR UPDATE" if lock else ""),
         [r for r in refs if is_uuid(r)],
         list(refs),
         [name_key(r) for r in refs],
     )
-    found: dict[str, asyncpg.Record] = {}
-    for ref in refs:
-        if exact:
-            loose = [r for r in rows if r["name"] == ref]
-        else:
-            same = [r for r in rows if r["id"] == ref or r["name"] == ref]
-            loose = same or [r for r in rows if r["name_key"] == name_key(ref)]
-        if not loose and missing_ok:
-            continue
-        if not loose:
-            raise EngramError("not_found", f"no entity with id or name {ref!r}", ref=ref)
-        if len(loose) > 1:
-            raise EngramError(
-                "ambiguous",
-                f"{ref!r} matches several entities by name; use the exact name or id",
-                ref=ref,
-                candidates=[{"id": r["id"], "name": r["name"], "type": r["type"]} for r in loose],
-            )
-        found[ref] = loose[0]
-    return found
+    return [_row(r) for r in rows]
 
 
 @timed
@@ -173,9 +189,9 @@ async def insert(tx: Tx, items: Sequence[NewEntity], actor: str) -> None:
 
 
 @timed
-async def write_fields(tx: Tx, rows: Sequence[dict[str, Any]]) -> None:
-    """Store new field values (each row: id and every name in FIELDS); the vertex follows name and type."""
-    if not rows:
+async def write_fields(tx: Tx, items: Sequence[NewEntity]) -> None:
+    """Store new field values of existing entities; the vertex follows name and type."""
+    if not items:
         return
     await tx.execute(
         """
@@ -194,9 +210,9 @@ async def write_fields(tx: Tx, rows: Sequence[dict[str, Any]]) -> None:
         SET properties = ag_catalog.agtype_build_map('id', e.id::text, 'name', e.name, 'type', e.type)
         FROM e WHERE v.id = e.gid
         """,
-        [r["id"] for r in rows],
-        *([r[f] for r in rows] for f in FIELDS),
-        [name_key(r["name"]) for r in rows],
+        [i.id for i in items],
+        *([getattr(i, f) for i in items] for f in FIELDS),
+        [name_key(i.name) for i in items],
     )
 
 
@@ -232,8 +248,8 @@ async def set_deleted(tx: Tx, ids: Sequence[str], deleted: bool, actor: str) -> 
     )
     sign = -1 if deleted else 1  # quotas count live entities and their observations
     tx.growth.entities += sign * len(rows)
-    tx.growth.observations += sign * sum(r["observations"] for r in rows)
-    tx.growth.text_bytes += sign * sum(r["bytes"] for r in rows)
+    tx.growth.observations += sign * sum(r[2] for r in rows)
+    tx.growth.text_bytes += sign * sum(r[3] for r in rows)
     return {r[0]: r[1] for r in rows}
 
 
@@ -301,8 +317,10 @@ def _group(rows: Iterable[asyncpg.Record]) -> dict[str, list[str]]:
     return out
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Observations:
+    """The first observations of one entity, oldest first, and how many it has."""
+
     texts: list[str]
     total: int
 
@@ -322,35 +340,22 @@ async def observations(tx: Tx, entity_ids: Sequence[str], per_entity: int) -> di
         list(entity_ids),
         per_entity,
     )
-    out = {eid: Observations([], 0) for eid in entity_ids}
+    texts: dict[str, list[str]] = {eid: [] for eid in entity_ids}
+    totals: dict[str, int] = {}
     for eid, content, total in rows:
-        out[eid].texts.append(content)
-        out[eid].total = total
+        texts[eid].append(content)
+        totals[eid] = total
     if per_entity == 0:  # no rows came back: count separately
         for eid, total in await tx.fetch(
             "SELECT entity_id::text, count(*) FROM {s}.observations WHERE entity_id = ANY($1::uuid[])"
             " GROUP BY entity_id",
             list(entity_ids),
         ):
-            out[eid].total = total
-    return out
+            totals[eid] = total
+    return {eid: Observations(texts[eid], totals.get(eid, 0)) for eid in entity_ids}
 
 
 # --- listing --------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Filters:
-    name_contains: str | None = None
-    text_contains: str | None = None
-    types: Sequence[str] | None = None
-    area: str | None = None
-    topic: str | None = None
-    subtopic: str | None = None
-    certainty_min: int | None = None
-    certainty_max: int | None = None
-    created_after: datetime | None = None
-    created_before: datetime | None = None
 
 
 def like_pattern(text: str) -> str:
@@ -368,9 +373,24 @@ _SORTS = {
 
 @timed
 async def find(
-    tx: Tx, f: Filters, sort: str, limit: int, after: tuple[str, str] | None
-) -> tuple[list[asyncpg.Record], int]:
-    """A page of live entities matching every given filter, keyset-paged; and the total matching.
+    tx: Tx,
+    *,
+    sort: str,
+    limit: int,
+    after: tuple[str, str] | None,
+    name_contains: str | None = None,
+    text_contains: str | None = None,
+    types: Sequence[str] | None = None,
+    area: str | None = None,
+    topic: str | None = None,
+    subtopic: str | None = None,
+    certainty_min: int | None = None,
+    certainty_max: int | None = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+) -> tuple[list[tuple[EntityRow, str]], int]:
+    """A page of live entities matching every given filter, keyset-paged, each with its sort key as
+    text; and the total matching.
 
     `after` is the (sort key as text, id) of the last row of the previous page.
     """
@@ -389,16 +409,16 @@ async def find(
         AND ($9::timestamptz IS NULL OR e.created_at >= $9) AND ($10::timestamptz IS NULL OR e.created_at < $10)
     """
     args = [
-        like_pattern(f.name_contains) if f.name_contains else None,
-        like_pattern(f.text_contains) if f.text_contains else None,
-        list(f.types) if f.types else None,
-        f.area,
-        f.topic,
-        f.subtopic,
-        f.certainty_min,
-        f.certainty_max,
-        f.created_after,
-        f.created_before,
+        like_pattern(name_contains) if name_contains else None,
+        like_pattern(text_contains) if text_contains else None,
+        list(types) if types else None,
+        area,
+        topic,
+        subtopic,
+        certainty_min,
+        certainty_max,
+        created_after,
+        created_before,
     ]
     rows = await tx.fetch(
         f"""
@@ -412,7 +432,7 @@ async def find(
         limit,
     )
     total = await tx.fetchval(f"SELECT count(*) FROM {{s}}.entities e WHERE {where}", *args)
-    return rows, total
+    return [(_row(r), r["sort_key"]) for r in rows], total
 
 
 def _key_type(sort: str) -> str:
@@ -420,14 +440,14 @@ def _key_type(sort: str) -> str:
 
 
 @timed
-async def page_by_name(tx: Tx, limit: int, after: str | None) -> list[asyncpg.Record]:
+async def page_by_name(tx: Tx, limit: int, after: str | None) -> list[EntityRow]:
     rows = await tx.fetch(
         f"SELECT {COLUMNS} FROM {{s}}.entities e WHERE e.deleted_at IS NULL AND ($1::text IS NULL OR e.name > $1)"
         " ORDER BY e.name LIMIT $2",
         after,
         limit,
     )
-    return list(rows)
+    return [_row(r) for r in rows]
 
 
 @timed
@@ -436,7 +456,7 @@ async def count_live(tx: Tx) -> int:
 
 
 @timed
-async def matching_text(tx: Tx, text: str, limit: int) -> list[asyncpg.Record]:
+async def matching_text(tx: Tx, text: str, limit: int) -> list[EntityRow]:
     """Live entities whose name, type or an observation contains `text`, case-insensitively."""
     rows = await tx.fetch(
         f"""
@@ -448,4 +468,4 @@ async def matching_text(tx: Tx, text: str, limit: int) -> list[asyncpg.Record]:
         like_pattern(text),
         limit,
     )
-    return list(rows)
+    return [_row(r) for r in rows]

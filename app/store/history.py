@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
-
-import asyncpg
 
 from app.store.database import Tx, timed
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Event:
     entity_id: str
     action: str  # created | updated | deleted | restored | observations_added | observations_removed | ...
@@ -40,14 +39,29 @@ async def record(tx: Tx, events: Sequence[Event], actor: str) -> None:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Change:
+    """A recorded change: one row of ``history``."""
+
+    id: int
+    entity_id: str
+    other_id: str | None
+    relation_id: str | None
+    action: str
+    changes: dict[str, Any]
+    actor: str
+    at: datetime
+
+
+_COLUMNS = "h.id, h.entity_id::text, h.other_id::text, h.relation_id::text, h.action, h.changes, h.actor, h.at"
+
+
 @timed
-async def of_entity(tx: Tx, entity_id: str, limit: int, before: int | None) -> list[asyncpg.Record]:
+async def of_entity(tx: Tx, entity_id: str, limit: int, before: int | None) -> list[Change]:
     """Newest first: changes to the entity, its observations, and relations touching it."""
     rows = await tx.fetch(
-        """
-        SELECT h.id, h.entity_id::text AS entity_id, h.other_id::text AS other_id,
-               h.relation_id::text AS relation_id, h.action, h.changes, h.actor, h.at
-        FROM {s}.history h
+        f"""
+        SELECT {_COLUMNS} FROM {{s}}.history h
         WHERE (h.entity_id = $1 OR h.other_id = $1) AND ($2::bigint IS NULL OR h.id < $2)
         ORDER BY h.id DESC LIMIT $3
         """,
@@ -55,14 +69,11 @@ async def of_entity(tx: Tx, entity_id: str, limit: int, before: int | None) -> l
         before,
         limit,
     )
-    return list(rows)
+    return [Change(*r) for r in rows]
 
 
 @timed
-async def recent(tx: Tx, limit: int) -> list[asyncpg.Record]:
-    rows = await tx.fetch(
-        "SELECT h.id, h.entity_id::text AS entity_id, h.action, h.actor, h.at FROM {s}.history h"
-        " ORDER BY h.id DESC LIMIT $1",
-        limit,
-    )
-    return list(rows)
+async def recent(tx: Tx, limit: int) -> list[Change]:
+    """The tenant's latest changes, newest first."""
+    rows = await tx.fetch(f"SELECT {_COLUMNS} FROM {{s}}.history h ORDER BY h.id DESC LIMIT $1", limit)
+    return [Change(*r) for r in rows]

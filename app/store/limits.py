@@ -3,25 +3,47 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, fields
 
 import asyncpg
 
 from app.store.database import Growth, Tx, timed
 
+
+@dataclass(frozen=True, slots=True)
+class Overrides:
+    """A tenant's own limits; None: the server's default."""
+
+    rate: float | None
+    burst: int | None
+    max_concurrent: int | None
+    max_entities: int | None
+    max_observations: int | None
+    max_text_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class UsageTotals:
+    """What a tenant stores, as its quotas count it."""
+
+    entities: int
+    observations: int
+    text_bytes: int
+
+
 # The overridable limits, by column; the only identifiers set_overrides builds into its query.
-COLUMNS = ("rate", "burst", "max_concurrent", "max_entities", "max_observations", "max_text_bytes")
+COLUMNS = tuple(f.name for f in fields(Overrides))
 
 
 @timed
-async def overrides(tx: Tx) -> asyncpg.Record | None:
-    """The tenant's overrides (NULL columns: the server's default), or None when it has none."""
-    return await tx.fetchrow(
-        f"SELECT {', '.join(COLUMNS)} FROM engram.tenant_limits WHERE tenant_id = $1", tx.tenant.id
-    )
+async def overrides(tx: Tx) -> Overrides | None:
+    """The tenant's overrides, or None when it has none."""
+    row = await tx.fetchrow(f"SELECT {', '.join(COLUMNS)} FROM engram.tenant_limits WHERE tenant_id = $1", tx.tenant.id)
+    return None if row is None else Overrides(*row)
 
 
 @timed
-async def grow(tx: Tx, growth: Growth) -> asyncpg.Record:
+async def grow(tx: Tx, growth: Growth) -> UsageTotals:
     """Add a write's growth to the tenant's totals; returns the new totals.
 
     The row stays locked until the transaction ends, so concurrent writers of one tenant check
@@ -35,7 +57,7 @@ async def grow(tx: Tx, growth: Growth) -> asyncpg.Record:
         growth.text_bytes,
     )
     assert row is not None
-    return row
+    return UsageTotals(*row)
 
 
 @timed

@@ -2,14 +2,50 @@
 
 from __future__ import annotations
 
-import asyncpg
+from dataclasses import dataclass
 
 from app.store.database import Tx, timed
 from app.store.relations import REL_TYPE
 
 
+@dataclass(frozen=True, slots=True)
+class Category:
+    """Live entities of one (area, topic, subtopic); None where they have no such value."""
+
+    area: str | None
+    topic: str | None
+    subtopic: str | None
+    n: int
+    area_n: int  # in the whole area
+    topic_n: int  # in the whole topic
+    total: int  # live entities in all
+    groups: int  # the rows there would be without the bounds
+
+
+@dataclass(frozen=True, slots=True)
+class TypeCount:
+    type: str
+    n: int
+
+
+@dataclass(frozen=True, slots=True)
+class Connected:
+    id: str
+    name: str
+    type: str
+    degree: int
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    entities: int
+    deleted_entities: int
+    relations: int
+    observations: int
+
+
 @timed
-async def categories(tx: Tx, max_children: int, max_rows: int) -> list[asyncpg.Record]:
+async def categories(tx: Tx, max_children: int, max_rows: int) -> list[Category]:
     """Live entity counts per (area, topic, subtopic), None where an entity has no such value; bounded.
 
     At most `max_children` areas, topics per area and subtopics per topic (in name order), and
@@ -40,17 +76,17 @@ async def categories(tx: Tx, max_children: int, max_rows: int) -> list[asyncpg.R
         max_children,
         max_rows,
     )
-    return list(rows)
+    return [Category(*r) for r in rows]
 
 
 @timed
-async def type_counts(tx: Tx, limit: int) -> list[asyncpg.Record]:
+async def type_counts(tx: Tx, limit: int) -> list[TypeCount]:
     rows = await tx.fetch(
         "SELECT type, count(*) AS n FROM {s}.entities WHERE deleted_at IS NULL"
         " GROUP BY type ORDER BY n DESC, type LIMIT $1",
         limit,
     )
-    return list(rows)
+    return [TypeCount(*r) for r in rows]
 
 
 _LIVE_EDGES = """
@@ -61,15 +97,15 @@ _LIVE_EDGES = """
 
 
 @timed
-async def relation_type_counts(tx: Tx, limit: int) -> list[asyncpg.Record]:
+async def relation_type_counts(tx: Tx, limit: int) -> list[TypeCount]:
     rows = await tx.fetch(
         f"SELECT {REL_TYPE} AS type, count(*) AS n {_LIVE_EDGES} GROUP BY 1 ORDER BY n DESC, 1 LIMIT $1", limit
     )
-    return list(rows)
+    return [TypeCount(*r) for r in rows]
 
 
 @timed
-async def most_connected(tx: Tx, limit: int) -> list[asyncpg.Record]:
+async def most_connected(tx: Tx, limit: int) -> list[Connected]:
     rows = await tx.fetch(
         f"""
         SELECT e.id::text AS id, e.name, e.type, d.degree FROM (
@@ -80,11 +116,11 @@ async def most_connected(tx: Tx, limit: int) -> list[asyncpg.Record]:
         """,
         limit,
     )
-    return list(rows)
+    return [Connected(*r) for r in rows]
 
 
 @timed
-async def totals(tx: Tx) -> asyncpg.Record:
+async def totals(tx: Tx) -> Totals:
     row = await tx.fetchrow(
         f"""
         SELECT (SELECT count(*) FROM {{s}}.entities WHERE deleted_at IS NULL) AS entities,
@@ -95,4 +131,4 @@ async def totals(tx: Tx) -> asyncpg.Record:
         """
     )
     assert row is not None
-    return row
+    return Totals(*row)

@@ -16,6 +16,7 @@ import asyncpg
 import orjson
 
 from app.store.database import Tx, timed
+from app.store.entities import EntityRow
 
 REL_TYPE = "ag_catalog.agtype_access_operator(VARIADIC ARRAY[r.properties, '\"type\"'::ag_catalog.agtype])::text"
 REL_ID = "ag_catalog.agtype_access_operator(VARIADIC ARRAY[r.properties, '\"id\"'::ag_catalog.agtype])::text"
@@ -28,7 +29,7 @@ _SELECT = """
 """
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Relation:
     """A stored relation with the ids and names of its ends."""
 
@@ -59,10 +60,10 @@ def _relation(row: asyncpg.Record) -> Relation:
     )
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class NewRelation:
-    source: asyncpg.Record  # resolved live entities
-    target: asyncpg.Record
+    source: EntityRow  # resolved live entities
+    target: EntityRow
     type: str
     strength: float | None = None
     notes: str | None = None
@@ -91,8 +92,8 @@ async def insert(tx: Tx, items: Sequence[NewRelation], actor: str) -> list[str |
         ON CONFLICT DO NOTHING
         RETURNING {REL_ID.replace("r.properties", "properties")}
         """,
-        [i.source["gid"] for i in items],
-        [i.target["gid"] for i in items],
+        [i.source.gid for i in items],
+        [i.target.gid for i in items],
         [orjson.dumps(p).decode() for p in props],
     )
     created = {r[0] for r in rows}

@@ -17,7 +17,7 @@ from app.store.database import Tx, timed
 from app.store.relations import REL_TYPE
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Step:
     """An edge leaving the frontier: `node` was there, `other` is where the edge leads."""
 

@@ -10,7 +10,7 @@ from app.auth.principal import READ, WRITE, Principal
 from app.errors import EngramError
 from app.mcp.context import ADDITIVE, DESTRUCTIVE, READ_ONLY, ToolSet
 from app.services import Services, models
-from app.store.entities import Filters
+from app.services.filters import EntityFilters
 
 EntityId = Annotated[models.Id | None, Field(description="The entity's id.")]
 EntityName = Annotated[models.Ref | None, Field(description="The entity's name.")]
@@ -168,16 +168,16 @@ def register(tool: ToolSet, s: Services) -> None:
         count, and `next_cursor` when there is more (pass it back as `cursor` with the same filters).
         For questions in natural language, prefer `search`.
         """
-        filters = Filters(
-            name_contains,
-            text_contains,
-            types,
-            area,
-            topic,
-            subtopic,
-            certainty_min,
-            certainty_max,
-            created_after,
-            created_before,
+        filters = EntityFilters(
+            name_contains=name_contains,
+            text_contains=text_contains,
+            types=types,
+            area=area,
+            topic=topic,
+            subtopic=subtopic,
+            certainty_min=certainty_min,
+            certainty_max=certainty_max,
+            created_after=created_after,
+            created_before=created_before,
         )
         return await s.entities.find(who, filters, sort, limit, cursor)

@@ -10,10 +10,10 @@ from app.auth.principal import READ, Principal
 from app.errors import EngramError
 from app.mcp.context import READ_ONLY, ToolSet
 from app.services import Services
+from app.services.filters import SearchFilters
 from app.services.models import Certainty, Cursor, Label, LongText, TypeName
 from app.services.search import Query
 from app.services.search_models import Mode, SearchResult
-from app.store.index import Filters
 
 QueryText = Annotated[LongText, Field(min_length=1, description="What to look for, in any words.")]
 
@@ -54,7 +54,9 @@ def register(tool: ToolSet, s: Services) -> None:
             Query(
                 text=query.strip(),
                 mode=mode,
-                filters=Filters(types, area, topic, min_certainty, max_certainty),
+                filters=SearchFilters(
+                    types=types, area=area, topic=topic, min_certainty=min_certainty, max_certainty=max_certainty
+                ),
                 min_score=min_score,
                 limit=limit,
                 cursor=cursor,

@@ -1,0 +1,249 @@
+"""The three rankings over a tenant's search documents (index.py), and what a search shows of its hits.
+
+Vector indexes are partial per model: ``search_docs_vec_<model id>`` over
+``embedding::vector(<dims>)``. Those two integers, which come from the control plane's model
+table and never from a caller, are therefore written into the vector queries' text (a typmod and
+a partial index's predicate cannot be parameters); everything else is a bind parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.store.database import Tx, timed
+from app.store.index import Model, Vector, vector_literal
+
+# Parameters $3-$7 of every ranking query (`_narrowing`); soft-deleted entities never match.
+_FILTERS = """
+    AND e.deleted_at IS NULL
+    AND ($3::text[] IS NULL OR lower(e.type) = ANY (SELECT lower(t) FROM unnest($3::text[]) AS t))
+    AND ($4::text IS NULL OR lower(e.area) = lower($4::text))
+    AND ($5::text IS NULL OR lower(e.topic) = lower($5::text))
+    AND ($6::int IS NULL OR e.certainty >= $6::int)
+    AND ($7::int IS NULL OR e.certainty <= $7::int)
+"""
+
+
+def _narrowing(
+    types: Sequence[str] | None,
+    area: str | None,
+    topic: str | None,
+    min_certainty: int | None,
+    max_certainty: int | None,
+) -> tuple[Any, ...]:
+    return (list(types) if types else None, area, topic, min_certainty, max_certainty)
+
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """One row of a ranking, best first: a document (or, for names, the entity) and its score."""
+
+    entity_id: str
+    doc_id: int | None
+    score: float
+
+
+@timed
+async def tune(tx: Tx, ef_search: int) -> None:
+    """Settings for one search transaction.
+
+    - Vector scans go on until enough rows pass the filters (pgvector 0.8 iterative scan).
+    - Plans are made for each query's own values: after five runs PostgreSQL would otherwise
+      switch to a generic plan, which for these queries ignores the vector index and the
+      selectivity of the words (measured: 2 ms became 300 ms on 9k texts).
+    """
+    await tx.execute(
+        "SELECT set_config('hnsw.ef_search', $1, true), set_config('hnsw.iterative_scan', 'relaxed_order', true),"
+        " set_config('pg_trgm.word_similarity_threshold', '0.5', true),"
+        " set_config('plan_cache_mode', 'force_custom_plan', true)",
+        str(ef_search),
+    )
+
+
+@timed
+async def by_vector(
+    tx: Tx,
+    model: Model,
+    query: Vector,
+    limit: int,
+    *,
+    types: Sequence[str] | None = None,
+    area: str | None = None,
+    topic: str | None = None,
+    min_certainty: int | None = None,
+    max_certainty: int | None = None,
+) -> list[Ranked]:
+    """Nearest documents of entities passing the filters, by cosine distance; score = cosine similarity."""
+    cast = f"::vector({int(model.dimensions)})"
+    rows = await tx.fetch(
+        f"""
+        SELECT entity_id::text, id, distance FROM (
+            SELECT d.entity_id, d.id, d.embedding{cast} <=> $1::text{cast} AS distance
+            FROM {{s}}.search_docs d JOIN {{s}}.entities e ON e.id = d.entity_id
+            WHERE d.model_id = {int(model.id)} {_FILTERS}
+            ORDER BY distance LIMIT $2
+        ) x ORDER BY distance
+        """,
+        vector_literal(query),
+        limit,
+        *_narrowing(types, area, topic, min_certainty, max_certainty),
+    )
+    return [Ranked(r[0], r[1], 1.0 - r[2]) for r in rows]
+
+
+def _tsquery(text: str, strict: str, common: str) -> str:
+    """The query's tsquery from parameters: web-search syntax on `text` if `strict`, else any of its
+    words but those in `common` (all of them if no other is left)."""
+    return (
+        f"CASE WHEN {strict}::boolean THEN websearch_to_tsquery('english', {text}::text) ELSE ("
+        f" SELECT coalesce(string_agg(quote_literal(w), ' | ') FILTER (WHERE w <> ALL ({common}::text[])),"
+        f" string_agg(quote_literal(w), ' | '))::tsquery"
+        f" FROM unnest(tsvector_to_array(to_tsvector('english', {text}::text))) AS w) END"
+    )
+
+
+@timed
+async def common_words(tx: Tx, min_texts: int) -> list[str]:
+    """Words that the planner's statistics say occur in more than `min_texts` of the tenant's texts."""
+    words = await tx.fetchval(
+        """
+        SELECT array_agg(x.word) FROM pg_stats s, pg_class c,
+            unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS x(word, freq)
+        WHERE s.schemaname = $1 AND s.tablename = 'search_docs' AND s.attname = 'tsv'
+          AND c.oid = to_regclass($1 || '.search_docs') AND x.word IS NOT NULL AND x.freq * c.reltuples > $2
+        """,
+        tx.tenant.schema,
+        min_texts,
+    )
+    return words or []
+
+
+@timed
+async def by_words(
+    tx: Tx,
+    query: str,
+    strict: bool,
+    common: Sequence[str],
+    limit: int,
+    candidates: int,
+    *,
+    types: Sequence[str] | None = None,
+    area: str | None = None,
+    topic: str | None = None,
+    min_certainty: int | None = None,
+    max_certainty: int | None = None,
+) -> list[Ranked]:
+    """Full-text matches; score = the share of the query's words the text contains.
+
+    `strict` keeps web-search semantics (all words, "phrases", or, -not). Otherwise a text matches
+    if it holds any of the query's words but the `common` ones, and texts holding more of the
+    query's words (common ones included), then closer together (cover density), rank higher.
+    At most `candidates` matching texts are ranked.
+    """
+    rows = await tx.fetch(
+        f"""
+        SELECT entity_id, id, share FROM (
+            SELECT d.entity_id::text AS entity_id, d.id, ts_rank_cd(d.tsv, q.q) AS density,
+                   (SELECT count(*) FROM unnest(q.each) AS w WHERE d.tsv @@ w)::float8
+                       / greatest(cardinality(q.each), 1) AS share
+            FROM (SELECT {_tsquery("$1", "$8", "$9")} AS q,
+                         ARRAY(SELECT quote_literal(w)::tsquery
+                               FROM unnest(tsvector_to_array(to_tsvector('english', $1::text))) AS w) AS each) q,
+                 LATERAL (SELECT * FROM {{s}}.search_docs d WHERE d.tsv @@ q.q LIMIT $10) d
+                 JOIN {{s}}.entities e ON e.id = d.entity_id
+            WHERE true {_FILTERS}
+        ) m
+        ORDER BY share DESC, density DESC, id LIMIT $2
+        """,
+        query,
+        limit,
+        *_narrowing(types, area, topic, min_certainty, max_certainty),
+        strict,
+        list(common),
+        candidates,
+    )
+    return [Ranked(r[0], r[1], r[2]) for r in rows]
+
+
+@timed
+async def by_name(
+    tx: Tx,
+    query: str,
+    limit: int,
+    *,
+    types: Sequence[str] | None = None,
+    area: str | None = None,
+    topic: str | None = None,
+    min_certainty: int | None = None,
+    max_certainty: int | None = None,
+) -> list[Ranked]:
+    """Entities whose name resembles the query (trigrams): typos and partial names."""
+    rows = await tx.fetch(
+        f"""
+        SELECT e.id::text, word_similarity($1::text, e.name) AS similarity
+        FROM {{s}}.entities e
+        WHERE $1::text <% e.name {_FILTERS}
+        ORDER BY similarity DESC, e.name LIMIT $2
+        """,
+        query,
+        limit,
+        *_narrowing(types, area, topic, min_certainty, max_certainty),
+    )
+    return [Ranked(r[0], None, r[1]) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """What a hit shows of the document that placed it."""
+
+    kind: str  # "entity" (its name, type and description) or "observation"
+    text: str  # the observation, or the entity's description (its name and type when it has none)
+    snippet: str | None  # the text around the query's words, marked, when words matched
+
+
+@timed
+async def matched_texts(
+    tx: Tx, doc_ids: Sequence[int], highlight: Sequence[int], query: str, strict: bool
+) -> dict[int, Shown]:
+    """What each document shows; a snippet only for documents in `highlight`, which matched by words."""
+    rows = await tx.fetch(
+        """
+        SELECT d.id, d.observation_id IS NULL AS is_entity,
+               coalesce(o.content, nullif(e.description, ''), e.name || ' (' || e.type || ')') AS text
+        FROM {s}.search_docs d
+        JOIN {s}.entities e ON e.id = d.entity_id
+        LEFT JOIN {s}.observations o ON o.id = d.observation_id
+        WHERE d.id = ANY($1::bigint[])
+        """,
+        list(doc_ids),
+    )
+    out: dict[int, tuple[str, str, str | None]] = {
+        r["id"]: ("entity" if r["is_entity"] else "observation", r["text"], None) for r in rows
+    }
+    marked = [i for i in highlight if i in out]
+    if marked:
+        snippets = await tx.fetch(
+            f"""
+            SELECT u.id, ts_headline('english', u.text, q.q,
+                   'StartSel=**, StopSel=**, MaxWords=30, MinWords=12, MaxFragments=2, FragmentDelimiter=" … "')
+            FROM (SELECT {_tsquery("$1", "$2", "'{}'")} AS q) q, unnest($3::bigint[], $4::text[]) AS u(id, text)
+            """,
+            query,
+            strict,
+            marked,
+            [out[i][1] for i in marked],
+        )
+        for r in snippets:
+            kind, text, _ = out[r[0]]
+            out[r[0]] = (kind, text, r[1])
+    return {doc: Shown(*shown) for doc, shown in out.items()}
+
+
+@timed
+async def pending_count(tx: Tx, up_to: int) -> int:
+    """Texts waiting for an embedding, counted up to `up_to` (a long backlog is not worth counting)."""
+    return await tx.fetchval(
+        "SELECT count(*) FROM (SELECT 1 FROM {s}.search_docs WHERE model_id IS NULL LIMIT $1) p", up_to
+    )

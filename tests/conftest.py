@@ -1,44 +1,37 @@
 """Real parts only: the database `engram db up` provides, `engram serve` in its own process on a
-free port, the SDK's streamable-HTTP client, and ES256 tokens signed by the server's dev key."""
+free port, the SDK's streamable-HTTP client, and ES256 tokens signed by the server's dev key.
+
+Fixtures only; the helpers they and the tests use are in tests/helpers.py (re-exported here).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
-import socket
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import asyncpg
-import httpx2
-import orjson
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CallToolResult
 from pydantic import SecretStr
 
 from app import provision
-from app.auth.devkeys import mint_token
-from app.auth.principal import READ, WRITE
 from app.config import Settings
 from app.store import migrate
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
+from tests.helpers import (  # noqa: F401 (re-exported for the tests that import them from here)
+    ROOT,
+    Server,
+    connect,
+    dumps,
+    error_code,
+    free_port,
+    ok,
+    serve,
+    server_env,
+    start_server,
+    text,
+)
 
 # Its own database per checkout, so two suites can run side by side on one PostgreSQL.
 TEST_DB = os.environ.get("ENGRAM_TEST_DB", "engram_test")
@@ -90,68 +83,6 @@ def db_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     return settings
 
 
-@dataclass
-class Server:
-    url: str
-    base: str
-    settings: Settings
-    env: dict[str, str]
-    process: subprocess.Popen[bytes]
-
-    def token(self, tenant: str, scopes: tuple[str, ...] = (READ, WRITE), **kw: Any) -> str:
-        return mint_token(self.settings, tenant=tenant, scopes=scopes, **kw)
-
-    def client(self, tenant: str, scopes: tuple[str, ...] = (READ, WRITE), mode: str = "auto") -> Any:
-        """`async with server.client(tenant) as c:` — a real MCP client holding a token for `tenant`."""
-        return connect(self.url, self.token(tenant, scopes), mode)
-
-
-def server_env(settings: Settings, port: int, **extra: str) -> dict[str, str]:
-    assert settings.database_url is not None and settings.admin_database_url is not None
-    return {
-        **os.environ,
-        "ENGRAM_DATABASE_URL": settings.database_url.get_secret_value(),
-        "ENGRAM_ADMIN_DATABASE_URL": settings.admin_database_url.get_secret_value(),
-        "ENGRAM_PORT": str(port),
-        "ENGRAM_METRICS_PORT": str(free_port()),
-        "ENGRAM_DEV_KEY_FILE": str(settings.dev_key_file),
-        "ENGRAM_LOG_LEVEL": "WARNING",
-        # Many tests send refused credentials on purpose from one address; one test checks the throttle.
-        "ENGRAM_AUTH_FAILURE_BURST": "100000",
-        **extra,
-    }
-
-
-def start_server(env: dict[str, str], stdout: Any = None) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], env=env, cwd=ROOT, stdout=stdout)
-    base = f"http://127.0.0.1:{env['ENGRAM_PORT']}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"engram serve exited with {process.returncode}")
-        try:
-            if httpx2.get(f"{base}/healthz", timeout=1).status_code == 200:
-                return process
-        except httpx2.TransportError:
-            time.sleep(0.1)
-    process.kill()
-    raise RuntimeError("engram serve did not answer /healthz within 30 s")
-
-
-@contextmanager
-def serve(db_settings: Settings, **extra: str) -> Iterator[Server]:
-    """`engram serve` on a free port with extra ENGRAM_* settings, stopped on exit."""
-    port = free_port()
-    env = server_env(db_settings, port, **extra)
-    settings = db_settings.model_copy(update={"port": port})
-    process = start_server(env)
-    try:
-        yield Server(f"http://127.0.0.1:{port}/mcp", f"http://127.0.0.1:{port}", settings, env, process)
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-
-
 @pytest.fixture(scope="session")
 def server(db_settings: Settings) -> Iterator[Server]:
     with serve(db_settings) as running:
@@ -164,43 +95,11 @@ def tenant() -> str:
     return f"test-{uuid.uuid4().hex[:12]}"
 
 
-@asynccontextmanager
-async def connect(url: str, token: str | None, mode: str = "auto") -> AsyncIterator[Client]:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=120))
-    async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
-        yield client
-
-
 @pytest.fixture
 def client_for(server: Server) -> Callable[..., Any]:
     """`async with client_for(tenant) as c:` — a real MCP client holding a token for `tenant`."""
 
     return server.client
-
-
-def ok(result: CallToolResult) -> dict[str, Any]:
-    """The structured result of a successful call."""
-    assert not result.is_error, result.content
-    assert result.structured_content is not None
-    return result.structured_content
-
-
-def text(result: CallToolResult) -> str:
-    """The one text content of a result."""
-    assert len(result.content) == 1 and result.content[0].type == "text"
-    return result.content[0].text
-
-
-def error_code(result: CallToolResult) -> str:
-    """The machine-readable code of a failed call (`not_found`, `ambiguous`, ...)."""
-    assert result.is_error, result.structured_content
-    text = result.content[0].text  # type: ignore[union-attr]
-    return text.split("Error executing tool ", 1)[-1].split(": ", 2)[1]
-
-
-def dumps(value: Any) -> str:
-    return orjson.dumps(value).decode()
 
 
 # --- embeddings: the real local model, and an OpenAI-compatible endpoint serving it ----------------

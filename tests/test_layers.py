@@ -1,0 +1,141 @@
+"""The layering, checked from the source: transport → services → store.
+
+- `app/mcp/` (the transport) imports neither the store nor the database driver;
+- `app/services/` (the domain rules) reads typed rows, never the driver's records;
+- `app/store/` imports nothing above it;
+- SQL and Cypher are written only in `app/store/` (and the development database tooling).
+
+Modules that still break a rule are listed below as known exceptions, each with its reason; remove
+an entry when its module is fixed (a listed module that no longer breaks the rule fails the test).
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+from tests.helpers import ROOT
+
+APP = ROOT / "app"
+
+# Text that marks a string literal as SQL or Cypher.
+SQL_MARKERS = ("SELECT ", "INSERT INTO", "UPDATE ", "DELETE FROM", "cypher(")
+
+# Where SQL may be written: the store (its migrations runner included), and the development
+# database tooling behind `engram db up`, which creates databases and roles before any schema exists.
+SQL_HOMES = ("app.store", "app.provision")
+
+# Known exceptions: module -> why it still breaks the rule.
+KNOWN_DRIVER_IN_TRANSPORT = {
+    "app.mcp.context": "retries on asyncpg's deadlock and serialization errors; app.services.RETRYABLE names them",
+}
+KNOWN_DRIVER_IN_SERVICES = {
+    "app.services.base": "the unused `summary(asyncpg.Record)`; services shape rows with app.services.shapes",
+    "app.services.status": "catches asyncpg's errors itself; app.services.DATABASE_ERRORS names them",
+}
+KNOWN_SQL_OUTSIDE_STORE = {
+    "app.services.status": "server_status probes the database and the tenant's graph with its own queries",
+}
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@cache
+def _sources() -> dict[str, ast.Module]:
+    return {_module(p): ast.parse(p.read_text(), str(p)) for p in sorted(APP.rglob("*.py"))}
+
+
+@cache
+def import_graph() -> dict[str, frozenset[str]]:
+    """Each module of `app` and every module it imports, anywhere in its body (`from a import b`
+    counts as importing `a` and, when `a.b` is a module, `a.b`)."""
+    modules = _sources()
+    graph = {}
+    for name, tree in modules.items():
+        package = name if (APP / Path(*name.split(".")[1:]) / "__init__.py").exists() else name.rpartition(".")[0]
+        found: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, *([base] if base else [])])
+                found.add(base)
+                found.update(f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in modules)
+        graph[name] = frozenset(found)
+    return graph
+
+
+def _imports(module: str, prefix: str) -> bool:
+    return any(m == prefix or m.startswith(prefix + ".") for m in import_graph()[module])
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _violations(package: str, forbidden: tuple[str, ...]) -> dict[str, list[str]]:
+    out = {}
+    for module in import_graph():
+        if _in(module, package):
+            bad = sorted(p for p in forbidden if _imports(module, p))
+            if bad:
+                out[module] = bad
+    return out
+
+
+def _check(found: dict[str, object], known: dict[str, str]) -> None:
+    unexpected = {m: v for m, v in found.items() if m not in known}
+    assert not unexpected, f"layer rule broken: {unexpected}"
+    fixed = sorted(set(known) - set(found))
+    assert not fixed, f"no longer exceptions, remove them from the list: {fixed}"
+
+
+def test_the_graph_is_read() -> None:
+    graph = import_graph()
+    assert "app.store.entities" in graph["app.services.entities"]
+    assert "app.services.refs" in graph["app.services.graph"]
+    assert "app.store.database" in graph["app.store.entities"]
+
+
+def test_transport_does_not_reach_the_store_or_the_driver() -> None:
+    assert not _violations("app.mcp", ("app.store",)), "app/mcp/ must call services, not the store"
+    _check(_violations("app.mcp", ("asyncpg",)), KNOWN_DRIVER_IN_TRANSPORT)
+
+
+def test_services_do_not_use_the_driver() -> None:
+    _check(_violations("app.services", ("asyncpg",)), KNOWN_DRIVER_IN_SERVICES)
+
+
+def test_the_store_imports_nothing_above_it() -> None:
+    assert not _violations("app.store", ("app.services", "app.mcp", "app.server", "app.cli"))
+
+
+def _sql_literals(tree: ast.Module) -> list[int]:
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and any(marker in node.value for marker in SQL_MARKERS)
+    ]
+
+
+def test_sql_and_cypher_live_in_the_store() -> None:
+    found = {
+        module: lines
+        for module, tree in _sources().items()
+        if not any(_in(module, home) for home in SQL_HOMES) and (lines := _sql_literals(tree))
+    }
+    _check(found, KNOWN_SQL_OUTSIDE_STORE)
+
+
+def test_the_sql_check_sees_sql() -> None:
+    assert _sql_literals(_sources()["app.store.entities"])
+    assert _sql_literals(_sources()["app.store.relations"])  # Cypher included

@@ -23,7 +23,7 @@ async def resolve(
     A reference that matches nothing fails with `not_found`, unless `missing_ok` leaves it out;
     one that matches several entities fails with `ambiguous`, listing them.
     """
-    return choose(refs, await entities.candidates(tx, refs, lock=lock), missing_ok=missing_ok, exact=exact)
+    return choose(refs, await entities.resolve(tx, refs, lock=lock), missing_ok=missing_ok, exact=exact)
 
 
 def choose(

@@ -138,9 +138,10 @@ async def by_gids(tx: Tx, gids: Sequence[str]) -> dict[str, EntityRow]:
 
 
 @timed
-async def candidates(tx: Tx, refs: Sequence[str], *, lock: bool = False) -> list[EntityRow]:
-    """The live entities some reference may mean: by id (references spelled as ids), by exact
-    name, or by name case-insensitively. Which one a reference means is the caller's rule."""
+async def resolve(tx: Tx, refs: Sequence[str], *, lock: bool = False) -> list[EntityRow]:
+    """The candidates for references (ids or names): the live entities some reference may mean, by
+    id (references spelled as ids), by exact name, or by name case-insensitively. Which one a
+    reference means is the services' rule (app/services/refs.py)."""
     rows = await tx.fetch(
         f"SELECT {COLUMNS} FROM {{s}}.entities e"
         " WHERE e.deleted_at IS NULL AND (e.id = ANY($1::uuid[]) OR e.name = ANY($2::text[])"

@@ -8,11 +8,13 @@ from datetime import timedelta
 
 from app.auth.principal import personal_tenant
 from app.authserver.credentials import check_password, digest, new_secret
+from app.authserver.events import Events
 from app.authserver.limits import RateLimiter
-from app.authserver.provider import Events
 from app.errors import EngramError
 from app.store import accounts
 from app.store.accounts import Membership, User
+
+__all__ = ["Accounts", "Membership", "SignInRefused", "Throttle", "User"]
 from app.store.database import Database
 
 DEV_USER = "dev"

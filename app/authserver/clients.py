@@ -63,7 +63,7 @@ class EngramClient(OAuthClientInformationFull):
         return asked
 
 
-def check_metadata(info: OAuthClientInformationFull, *, allow_http_loopback: bool = True) -> None:
+def check_metadata(info: OAuthClientInformationFull) -> None:
     """Bounds on what a client may register: few, absolute, safe redirect URIs and short texts."""
     uris = [str(u) for u in info.redirect_uris or []]
     if not uris or len(uris) > MAX_REDIRECT_URIS:
@@ -74,7 +74,7 @@ def check_metadata(info: OAuthClientInformationFull, *, allow_http_loopback: boo
             raise RegistrationError("invalid_redirect_uri", "redirect URIs are at most 2000 characters, no fragment")
         if parts.scheme in ("javascript", "data", "file", "vbscript", "about", "blob"):
             raise RegistrationError("invalid_redirect_uri", f"scheme {parts.scheme!r} is not allowed")
-        if parts.scheme == "http" and not (allow_http_loopback and parts.hostname in _LOOPBACK):
+        if parts.scheme == "http" and parts.hostname not in _LOOPBACK:
             raise RegistrationError("invalid_redirect_uri", "http redirect URIs must be loopback; use https")
     for name in ("client_name", "software_id", "software_version", "scope"):
         value = getattr(info, name)

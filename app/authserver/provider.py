@@ -17,7 +17,6 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
 
-import asyncpg
 from joserfc import jwt
 from joserfc.errors import JoseError
 from mcp.server.auth.provider import (
@@ -33,9 +32,8 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
 from app.authserver.clients import Clients, EngramClient
 from app.authserver.credentials import digest, new_secret
+from app.authserver.events import Events
 from app.authserver.signing import SigningKeys
-from app.observability import metrics
-from app.observability.context import REQUEST_ID
 from app.store import oauth
 from app.store.accounts import Membership, User
 from app.store.database import Database
@@ -66,20 +64,6 @@ class Lifetimes:
     refresh: int = 30 * 86400
     code: int = 60
     request: int = 600
-
-
-class Events:
-    """Each outcome of a flow: a metric, an `auth_events` row, and no secrets anywhere."""
-
-    def __init__(self, db: Database) -> None:
-        self._db = db
-
-    async def __call__(self, flow: str, outcome: str, **fields: Any) -> None:
-        metrics.OAUTH_EVENTS.labels(flow, outcome).inc()
-        try:
-            await oauth.event(self._db.pool, flow, outcome, request_id=REQUEST_ID.get(), **fields)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            logger.warning("could not record the %s event: %s", flow, type(exc).__name__)
 
 
 class Provider:
@@ -300,6 +284,10 @@ class Provider:
             scope=" ".join(granted),
             refresh_token=refresh,
         )
+
+    async def sweep(self, unused_clients: timedelta) -> None:
+        """Removes expired requests, codes, tokens and sessions, and registrations never used."""
+        await oauth.sweep(self._db.pool, unused_clients)
 
     async def revoke(self, client: EngramClient, token: str) -> None:
         """RFC 7009: a refresh token (or an access token naming its family) revokes its family."""

@@ -55,6 +55,7 @@ class SigningKeys:
         self._extra = list(extra)  # verified and published, never used to sign (the dev key file)
         self._keys: list[tuple[oauth.SigningKey, ECKey]] = []
         self._loaded_at = 0.0
+        self._unknown_at = 0.0  # the last reload asked for by an unknown key id
         self._lock = asyncio.Lock()
 
     async def load(self) -> None:
@@ -67,10 +68,13 @@ class SigningKeys:
         self._loaded_at = time.monotonic()
 
     async def _fresh(self, kid: str | None = None) -> None:
-        loaded_at = self._loaded_at
-        age = time.monotonic() - loaded_at
-        unknown = kid is not None and all(key.kid != kid for _, key in self._keys) and age >= self._min_refresh
-        if age < self._reload_seconds and not unknown:
+        """Reload when the keys are older than the reload period, or when a token names a key id not
+        loaded (at most once per `min_refresh` seconds, so made-up key ids cannot flood the database)."""
+        loaded_at, now = self._loaded_at, time.monotonic()
+        unknown = kid is not None and all(key.kid != kid for _, key in self._keys)
+        if unknown and now - self._unknown_at >= self._min_refresh:
+            self._unknown_at = now
+        elif now - loaded_at < self._reload_seconds:
             return
         async with self._lock:
             if self._loaded_at == loaded_at:  # nobody reloaded while this caller waited

@@ -136,10 +136,11 @@ def cli() -> None:
     if unknown:
         parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
     quick_entities, quick_relations = QUICK_GRAPH
-    args.entities = args.entities or (quick_entities if args.quick else 100_000)
-    args.relations = args.relations or (quick_relations if args.quick else 500_000)
-    args.clients = args.clients or (4 if args.quick else 16)
-    args.tool_rounds = args.tool_rounds or (3 if args.quick else 20)
+    defaults = {"entities": (quick_entities, 100_000), "relations": (quick_relations, 500_000)}
+    defaults |= {"clients": (4, 16), "tool_rounds": (3, 20)}
+    for key, (quick, full) in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, quick if args.quick else full)
     started = time.monotonic()
     results = asyncio.run(main(args))
     results["seconds"] = round(time.monotonic() - started, 1)

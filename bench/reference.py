@@ -210,3 +210,7 @@ async def run(settings: Settings, sizes: list[int], iterations: int, say: Any = 
             out["sizes"][str(n)] = row
             await drop_tenant(settings, tenant)
     return out
+
+
+if __name__ == "__main__":  # `python -m bench.reference`: install the reference once, so quick runs include it
+    print(missing(install=True) or f"{PACKAGE}@{VERSION} is installed in {bench_dir() / 'npm'}")

@@ -290,7 +290,10 @@ async def _upserts(b: Bench) -> list[Case]:
     case = Case("upsert_entities, batches of 100 new entities (2 observations each)", ("per_s", 2000))
     got = await paired({"service": service, "floor": floor}, r.write_batches, 2)
     case.service, case.floor = got["service"], got["floor"]
-    case.floor_what = "entities.insert + add_observations + history.record of the same rows in one transaction"
+    case.floor_what = (
+        "entities.insert + add_observations + history.record of the same rows in one transaction"
+        " (the service also embeds their texts and writes their search documents)"
+    )
     case.throughput = {"service_per_s": _rate(case.service, 100), "floor_per_s": _rate(case.floor, 100)}
     merged = await timed(merge, r.write_batches, 0)
     case.extra = {"merge_existing": merged.as_dict(), "merge_existing_per_s": _rate(merged, 100)}

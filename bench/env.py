@@ -58,7 +58,13 @@ async def fresh_database(s: Settings, name: str) -> Settings:
     """`s` pointed at database `name` on the same server, dropped (with its tenants' roles) and made
     anew, migrated to the latest schema."""
     admin = s.admin_dsn()
-    if name in {_database_of(admin), _database_of(s.runtime_dsn()), "postgres", os.environ.get("ENGRAM_TEST_DB")}:
+    kept = {
+        _database_of(admin),
+        _database_of(s.runtime_dsn()),
+        "postgres",
+        os.environ.get("ENGRAM_TEST_DB", "engram_test"),
+    }
+    if name in kept:
         raise ValueError(f"refusing to recreate the configured database {name!r}")
     server = await asyncpg.connect(_with_database(admin, "postgres"))
     try:

@@ -39,14 +39,15 @@ system-deps:
 test: system-deps db lint
 	$(BIN)/pytest
 
-# The benchmarks (not part of `make test`): figures for docs/benchmarks.md. BENCH_ARGS=--quick checks they run.
+# The benchmarks: figures for docs/benchmarks.md. `make test` runs both with --quick (tests/test_bench.py),
+# in a scratch database of their own; BENCH_ARGS=--quick does the same here.
 bench: db
 	$(BIN)/engram migrate
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 bench-search: db
 	$(BIN)/engram migrate
-	$(BIN)/python -m bench.search
+	$(BIN)/python -m bench.search $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -37,7 +37,7 @@ system-deps:
 	scripts/system-deps.sh
 
 test: system-deps db lint
-	$(BIN)/pytest
+	$(BIN)/pytest  # the whole suite, the benchmarks in quick mode among it (tests/test_bench.py)
 
 # The benchmarks: figures for docs/benchmarks.md. `make test` runs both with --quick (tests/test_bench.py),
 # in a scratch database of their own; BENCH_ARGS=--quick does the same here.

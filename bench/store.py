@@ -206,7 +206,7 @@ async def _walk(b: Bench, depth: int, limit: int, target: float | None) -> Case:
 
     async def floor(i: int) -> None:
         start = (await entities.resolve(raw, [picks[i]]))[picks[i]]
-        reached = await graph.walk(raw, [start["gid"]], depth, "both", None, limit + 1)
+        reached, _ = await graph.walk(raw, [start["gid"]], depth, "both", None, limit + 1, graph.Bounds())
         ends = [g for x in reached[:limit] for g in (x.via.source, x.via.target)]
         await entities.by_gids(raw, [start["gid"], *ends])
 
@@ -229,7 +229,8 @@ async def _path(b: Bench) -> list[Case]:
 
     async def floor(i: int) -> None:
         ends = await entities.resolve(raw, list(pairs[i]))
-        steps = await graph.shortest(raw, ends[pairs[i][0]]["gid"], ends[pairs[i][1]]["gid"], 6, "both", None)
+        start, end = ends[pairs[i][0]]["gid"], ends[pairs[i][1]]["gid"]
+        steps, _ = await graph.shortest(raw, start, end, 6, "both", None, graph.Bounds())
         if steps:
             await entities.by_gids(raw, [x for st in steps for x in (st.source, st.target)])
 

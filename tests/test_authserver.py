@@ -528,6 +528,22 @@ async def test_sdk_client_connects_with_a_metadata_document(cimd, documents, ten
     assert _part(storage.tokens.access_token, 1)["client_id"] == url  # type: ignore[union-attr]
 
 
+async def authorize_as(server: Server, client_id: str) -> httpx2.Response:
+    """An authorization request from a client known only by its metadata document URL."""
+    async with httpx2.AsyncClient() as http:
+        return await http.get(
+            f"{server.base}/authorize",
+            params={
+                "response_type": "code",
+                "client_id": client_id,
+                "redirect_uri": REDIRECT,
+                "code_challenge": "x" * 43,
+                "code_challenge_method": "S256",
+                "resource": server.url,
+            },
+        )
+
+
 @pytest.mark.parametrize(
     ("path", "overrides"),
     [
@@ -541,19 +557,7 @@ async def test_sdk_client_connects_with_a_metadata_document(cimd, documents, ten
     ],
 )
 async def test_bad_metadata_documents_are_refused(cimd, documents, path, overrides):
-    url = documents.publish(path, **overrides)
-    async with httpx2.AsyncClient() as http:
-        answer = await http.get(
-            f"{cimd.base}/authorize",
-            params={
-                "response_type": "code",
-                "client_id": url,
-                "redirect_uri": REDIRECT,
-                "code_challenge": "x" * 43,
-                "code_challenge_method": "S256",
-                "resource": cimd.url,
-            },
-        )
+    answer = await authorize_as(cimd, documents.publish(path, **overrides))
     assert answer.status_code == 400 and "location" not in answer.headers
 
 
@@ -568,17 +572,7 @@ async def test_bad_metadata_documents_are_refused(cimd, documents, path, overrid
     ],
 )
 async def test_metadata_documents_on_private_addresses_are_refused(builtin, client_id):
-    async with httpx2.AsyncClient() as http:
-        answer = await http.get(
-            f"{builtin.base}/authorize",
-            params={
-                "response_type": "code",
-                "client_id": client_id,
-                "redirect_uri": REDIRECT,
-                "code_challenge": "x" * 43,
-                "resource": builtin.url,
-            },
-        )
+    answer = await authorize_as(builtin, client_id)
     assert answer.status_code == 400 and "location" not in answer.headers
 
 

@@ -46,10 +46,6 @@ def scratch_name(part: str = "") -> str:
     return f"{base}_{part}" if part else base
 
 
-def _with_database(url: str, name: str) -> str:
-    return url.rsplit("/", 1)[0] + "/" + name
-
-
 def _database_of(url: str) -> str:
     return url.rsplit("/", 1)[1].split("?", 1)[0]
 
@@ -66,26 +62,11 @@ async def fresh_database(s: Settings, name: str) -> Settings:
     }
     if name in kept:
         raise ValueError(f"refusing to recreate the configured database {name!r}")
-    server = await asyncpg.connect(_with_database(admin, "postgres"))
-    try:
-        roles: list[str] = []
-        if await server.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name):
-            old = await asyncpg.connect(_with_database(admin, name))
-            try:
-                if await old.fetchval("SELECT to_regclass('engram.tenants') IS NOT NULL"):
-                    roles = [r[0] for r in await old.fetch("SELECT schema_name FROM engram.tenants")]
-            finally:
-                await old.close()
-            await server.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-        for role in roles:
-            await server.execute(f'DROP ROLE IF EXISTS "{role}"')
-        await server.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await server.close()
+    await provision.recreate_database(admin, name)
     scratch = s.model_copy(
         update={
-            "database_url": SecretStr(_with_database(s.runtime_dsn(), name)),
-            "admin_database_url": SecretStr(_with_database(admin, name)),
+            "database_url": SecretStr(provision.on_database(s.runtime_dsn(), name)),
+            "admin_database_url": SecretStr(provision.on_database(admin, name)),
         }
     )
     await migrate.migrate(scratch.admin_dsn(), scratch.migrations_dir)
@@ -194,8 +175,6 @@ def machine() -> dict[str, Any]:
 
 
 async def database_versions(s: Settings) -> dict[str, str]:
-    import asyncpg
-
     conn = await asyncpg.connect(s.runtime_dsn())
     try:
         versions = {"postgresql": await conn.fetchval("SHOW server_version")}

@@ -26,6 +26,7 @@ import asyncpg
 import httpx2
 import orjson
 import pytest
+from mcp.shared.exceptions import MCPError
 from pydantic import SecretStr
 
 from app.config import Settings
@@ -195,6 +196,13 @@ async def timed(coro: Any) -> tuple[Any, float]:
     return result, time.monotonic() - started
 
 
+async def resource_error(client: Any, uri: str) -> str:
+    """The message of a resource read that must fail (resources fail with a protocol error)."""
+    with pytest.raises(MCPError) as refused:
+        await client.read_resource(uri)
+    return str(refused.value)
+
+
 async def entity_names(pg: OwnPostgres, tenant: str) -> set[str]:
     """Live entity names of a tenant, read straight from the database as its owner."""
     conn = await asyncpg.connect(pg.state.url(admin=True))
@@ -229,11 +237,12 @@ async def test_a_frozen_database_fails_calls_within_their_deadline(own_postgres,
 
         pg.signal(signal.SIGSTOP)
         try:
-            write, read, ready, status, *crowd = await asyncio.gather(
+            write, read, ready, status, resource, *crowd = await asyncio.gather(
                 timed(c.call_tool("upsert_entities", {"entities": [{"name": "during", "type": "t"}]})),
                 timed(c.call_tool("get_entity", {"name": "before"})),
                 timed(http.get(f"{server.base}/readyz")),
                 timed(c.call_tool("server_status", {})),
+                timed(resource_error(c, "memory://entities/before")),
                 # more calls than the pool has connections (4)
                 *(timed(c.call_tool("find_entities", {})) for _ in range(8)),
             )
@@ -246,6 +255,8 @@ async def test_a_frozen_database_fails_calls_within_their_deadline(own_postgres,
             assert read_took < 3 * DEADLINE
             for result, took in crowd:
                 assert failure(result)[0] == "unavailable" and took < 3 * DEADLINE
+            message, took = resource
+            assert "unavailable" in message and "retry_after" in message and took < 3 * DEADLINE
 
             answer, took = ready
             assert answer.status_code == 503 and "database unreachable" in answer.json()["reason"]

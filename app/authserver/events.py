@@ -25,6 +25,6 @@ class Events:
     async def __call__(self, flow: str, outcome: str, **fields: Any) -> None:
         metrics.OAUTH_EVENTS.labels(flow, outcome).inc()
         try:
-            await oauth.event(self._db.pool, flow, outcome, request_id=REQUEST_ID.get(), **fields)
+            await self._db.run(oauth.event, flow, outcome, request_id=REQUEST_ID.get(), **fields)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             logger.warning("could not record the %s event: %s", flow, type(exc).__name__)

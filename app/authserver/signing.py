@@ -59,11 +59,11 @@ class SigningKeys:
         self._lock = asyncio.Lock()
 
     async def load(self) -> None:
-        rows = await oauth.signing_keys(self._db.pool)
+        rows = await self._db.run(oauth.signing_keys)
         if not rows:
             kid, jwk = new_key()
-            await oauth.add_first_signing_key(self._db.pool, kid, jwk)
-            rows = await oauth.signing_keys(self._db.pool)
+            await self._db.run(oauth.add_first_signing_key, kid, jwk)
+            rows = await self._db.run(oauth.signing_keys)
         self._keys = [(row, ECKey.import_key(row.private_jwk)) for row in rows]
         self._loaded_at = time.monotonic()
 

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -18,8 +19,9 @@ from app.embeddings.embedder import Embedder, ProviderDown
 from app.embeddings.provider import EmbeddingError, InputRejected, Vector, create_provider
 from app.errors import EngramError
 from app.observability import metrics
+from app.observability.context import deadline
 from app.store import index
-from app.store.database import Database, Tenant
+from app.store.database import Database, Tenant, Unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +68,7 @@ class Indexer:
             await self.register()
         except asyncpg.RaiseError as exc:  # the database refused this model (same name, other size)
             raise EmbeddingError(str(exc)) from exc
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, Unavailable) as exc:
             logger.warning("embedding model not registered yet (%s); will retry", type(exc).__name__)
         if fill and self.embedder is not None:
             self._task = asyncio.create_task(self._fill_forever(), name="embedding filler")
@@ -223,7 +225,7 @@ class Indexer:
             except EmbeddingError as exc:
                 logger.warning("filling embeddings paused: %s", exc)
                 wait = max(self.embedder.seconds_until_retry(), 0.5)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, Unavailable) as exc:
                 logger.warning("filling embeddings paused: database error %s", type(exc).__name__)
                 wait = 5.0
             except Exception:
@@ -273,8 +275,9 @@ class Indexer:
             texts += done
             if done < total:
                 return ReindexReport(n, texts, complete=False, current=False)
-            async with self._db.transaction(tenant) as tx:
-                await index.build_vector_index(tx, self.model)
+            with deadline(math.inf):  # minutes for a large tenant, by design
+                async with self._db.transaction(tenant) as tx:
+                    await index.build_vector_index(tx, self.model)
             if budget is not None:
                 budget -= done
         current = not tenant_keys

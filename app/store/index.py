@@ -158,20 +158,20 @@ async def mark_pending(tx: Tx) -> None:
 
 async def register_model(db: Database, name: str, dimensions: int) -> tuple[Model, str]:
     """Record the model this server embeds with; returns it and the name of the current model."""
-    async with db.pool.acquire() as conn:
-        row = await conn.fetchrow("SELECT * FROM engram.register_embedding_model($1, $2)", name, dimensions)
+    async with db.connection() as lease:
+        row = await lease.conn.fetchrow("SELECT * FROM engram.register_embedding_model($1, $2)", name, dimensions)
     assert row is not None
     return Model(row["model_id"], name, dimensions), row["current_name"]
 
 
 async def current_model_name(db: Database) -> str | None:
-    async with db.pool.acquire() as conn:
-        return await conn.fetchval("SELECT name FROM engram.embedding_models WHERE current_since IS NOT NULL")
+    async with db.connection() as lease:
+        return await lease.conn.fetchval("SELECT name FROM engram.embedding_models WHERE current_since IS NOT NULL")
 
 
 async def make_current(db: Database, model: Model) -> None:
     """After every tenant's texts carry this model's vectors: the other models' indexes go."""
-    async with db.pool.acquire() as conn, conn.transaction():
+    async with db.pool.acquire() as conn, conn.transaction():  # minutes, by design: no call deadline
         await conn.execute("SET LOCAL statement_timeout = 0")
         await conn.execute("SELECT engram.make_embedding_model_current($1)", model.id)
 
@@ -186,8 +186,8 @@ async def build_vector_index(tx: Tx, model: Model) -> None:
 
 
 async def tenants(db: Database, *, pending_only: bool) -> list[Tenant]:
-    async with db.pool.acquire() as conn:
-        rows = await conn.fetch("SELECT * FROM engram.search_tenants($1)", pending_only)
+    async with db.connection() as lease:
+        rows = await lease.conn.fetch("SELECT * FROM engram.search_tenants($1)", pending_only)
     return [Tenant(str(r["tenant_id"]), r["key"], r["schema_name"]) for r in rows]
 
 

@@ -37,16 +37,17 @@ system-deps:
 	scripts/system-deps.sh
 
 test: system-deps db lint
-	$(BIN)/pytest
+	$(BIN)/pytest  # the whole suite, the benchmarks in quick mode among it (tests/test_bench.py)
 
-# The benchmarks (not part of `make test`): figures for docs/benchmarks.md. BENCH_ARGS=--quick checks they run.
+# The benchmarks: figures for docs/benchmarks.md. `make test` runs both with --quick (tests/test_bench.py),
+# in a scratch database of their own; BENCH_ARGS=--quick does the same here.
 bench: db
 	$(BIN)/engram migrate
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 bench-search: db
 	$(BIN)/engram migrate
-	$(BIN)/python -m bench.search
+	$(BIN)/python -m bench.search $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

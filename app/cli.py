@@ -426,9 +426,11 @@ def cmd_usage(args: argparse.Namespace) -> None:
 def cmd_reindex(args: argparse.Namespace) -> None:
     """Re-embed every text with the configured model, tenant by tenant; safe to stop and run again."""
     import logging
+    import math
 
     from app.embeddings.provider import EmbeddingError
     from app.errors import EngramError
+    from app.observability.context import deadline
     from app.services.indexing import Indexer
     from app.store.database import Database, Tenant
 
@@ -452,7 +454,8 @@ def cmd_reindex(args: argparse.Namespace) -> None:
             await indexer.start(fill=False)
             await indexer.register()
             assert indexer.model is not None
-            report = await indexer.reindex(args.tenant or (), max_texts=args.max_texts, progress=progress)
+            with deadline(math.inf):  # a maintenance job: its transactions run as long as they need
+                report = await indexer.reindex(args.tenant or (), max_texts=args.max_texts, progress=progress)
         finally:
             await indexer.stop()
             await db.close()

@@ -62,6 +62,13 @@ class Settings(BaseSettings):
     pool_min_size: int = Field(2, ge=0, le=100)
     pool_max_size: int = Field(10, ge=1, le=200)
     statement_timeout_ms: int = Field(10_000, ge=100, le=600_000)
+    call_deadline_seconds: float | None = Field(
+        None,
+        gt=0,
+        le=3600,
+        description="A tool call's database work ends by then, answered or not. Unset: the statement timeout + 3 s.",
+    )
+    pool_acquire_seconds: float = Field(5, gt=0, le=600, description="Longest wait for a pooled connection.")
     migrations_dir: Path = _DEFAULT_MIGRATIONS
 
     # HTTP
@@ -243,9 +250,21 @@ class Settings(BaseSettings):
             raise ValueError("ENGRAM_OIDC_CLIENT_ID and ENGRAM_OIDC_CLIENT_SECRET go together")
         if self.embedding_provider == "openai" and (self.embedding_model is None or self.embedding_dimensions is None):
             raise ValueError("ENGRAM_EMBEDDING_PROVIDER=openai needs ENGRAM_EMBEDDING_MODEL and _DIMENSIONS")
+        if self.call_deadline_seconds is not None and self.call_deadline_seconds * 1000 <= self.statement_timeout_ms:
+            raise ValueError(
+                "ENGRAM_CALL_DEADLINE_SECONDS must exceed ENGRAM_STATEMENT_TIMEOUT_MS (the server's own timeout "
+                "should end slow statements first; the deadline is for a database that does not answer)"
+            )
         if self.metrics_port and self.metrics_port == self.port:
             raise ValueError("ENGRAM_METRICS_PORT must differ from ENGRAM_PORT (or be 0 to share it)")
         return self
+
+    @property
+    def call_deadline(self) -> float:
+        """Seconds a tool call's database work may take before its connection is dropped."""
+        if self.call_deadline_seconds is not None:
+            return self.call_deadline_seconds
+        return self.statement_timeout_ms / 1000 + 3
 
     def check_serving(self) -> None:
         """What must hold to serve requests (other commands, like migrate, do not serve)."""

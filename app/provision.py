@@ -432,3 +432,34 @@ def with_local_database(settings: Settings) -> Settings:
     return settings.model_copy(
         update={"database_url": SecretStr(state.url()), "admin_database_url": SecretStr(state.url(admin=True))}
     )
+
+
+def on_database(url: str, name: str) -> str:
+    """`url` with its database replaced by `name`."""
+    return url.rsplit("/", 1)[0] + "/" + name
+
+
+async def recreate_database(admin_url: str, name: str) -> None:
+    """Drop database `name` (and the tenant roles it made) if it exists, then create it empty.
+
+    For throw-away databases of tests and benchmarks; a database a killed DROP left invalid
+    (``datconnlimit = -2``, which only accepts DROP) is dropped without reading its tenants.
+    """
+    server = await asyncpg.connect(on_database(admin_url, "postgres"))
+    try:
+        roles: list[str] = []
+        limit = await server.fetchval("SELECT datconnlimit FROM pg_database WHERE datname = $1", name)
+        if limit is not None:
+            if limit != -2:
+                old = await asyncpg.connect(on_database(admin_url, name))
+                try:
+                    if await old.fetchval("SELECT to_regclass('engram.tenants') IS NOT NULL"):
+                        roles = [r[0] for r in await old.fetch("SELECT schema_name FROM engram.tenants")]
+                finally:
+                    await old.close()
+            await server.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        for role in roles:
+            await server.execute(f'DROP ROLE IF EXISTS "{role}"')
+        await server.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await server.close()

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 import asyncpg
@@ -28,10 +30,12 @@ from app.authserver.accounts import Throttle
 from app.authserver.provider import Lifetimes
 from app.authserver.server import AuthServer, RateLimits
 from app.config import Settings
-from app.mcp.http_guard import HttpGuard
+from app.errors import EngramError
+from app.mcp.http_guard import HttpGuard, OutageAnswers
 from app.mcp.scope_guard import ScopeGuard
 from app.mcp.server import build_mcp
 from app.observability import metrics
+from app.observability.context import deadline
 from app.observability.logging import RequestLog
 from app.observability.usage import Usage
 from app.services import Limits, Services
@@ -39,9 +43,13 @@ from app.services.fairness import fairness_from_settings
 from app.services.indexing import Indexer
 from app.services.status import VERSION
 from app.store import audit, migrate
-from app.store.database import Database
+from app.store.database import Database, Unavailable
 
 logger = logging.getLogger("engram")
+
+
+# /readyz answers within 3 s: its database check gets this long, then its connection is dropped.
+READY_BUDGET = 2.5
 
 
 async def _readiness(db: Database, settings: Settings) -> str | None:
@@ -50,9 +58,12 @@ async def _readiness(db: Database, settings: Settings) -> str | None:
     Raises MigrationError when the database's schema is one this code does not know.
     """
     try:
-        async with asyncio.timeout(3), db.pool.acquire() as conn:
-            todo = await migrate.pending(conn, settings.migrations_dir)
-    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        with deadline(READY_BUDGET):
+            async with db.connection() as lease:
+                todo = await migrate.pending(lease.conn, settings.migrations_dir)
+    except Unavailable as exc:
+        return f"database unreachable: {exc.message}"
+    except asyncpg.PostgresError as exc:
         return f"database unreachable: {type(exc).__name__}"
     return f"migrations pending: {', '.join(todo)}" if todo else None
 
@@ -160,6 +171,7 @@ def create_app(settings: Settings) -> Starlette:
         transport_security=TransportSecuritySettings(allowed_hosts=hosts, allowed_origins=origins),
         host=settings.host,
     )
+    mcp_app.add_middleware(OutageAnswers)  # inside the SDK app's own 500 handler, around its token check
     guarded = ScopeGuard(
         mcp_app,
         verifier,
@@ -181,6 +193,9 @@ def create_app(settings: Settings) -> Starlette:
             problem = None  # a newer version migrated the database during a rolling upgrade: keep serving
         except migrate.MigrationError as exc:
             problem = str(exc)
+        except Exception as exc:  # never a 500: whatever went wrong, this replica is not ready
+            logger.warning("readiness check failed: %s", type(exc).__name__)
+            problem = f"readiness check failed: {type(exc).__name__}"
         if problem:
             return JSONResponse({"status": "not ready", "reason": problem}, status_code=503)
         return JSONResponse({"status": "ready", "embeddings": indexer.state()})  # reported, not fatal
@@ -211,7 +226,7 @@ def create_app(settings: Settings) -> Starlette:
             extra={"config": settings.redacted(), "not_ready": problem},
         )
         background = [
-            asyncio.create_task(usage.flush_every(settings.usage_flush_seconds, lambda c: audit.add_usage(db.pool, c))),
+            asyncio.create_task(usage.flush_every(settings.usage_flush_seconds, functools.partial(_add_usage, db))),
             asyncio.create_task(_watch_database(db)),
         ]
         app.state.accepting = True
@@ -259,7 +274,8 @@ def create_app(settings: Settings) -> Starlette:
         failure_rate=settings.auth_failure_rate,
         failure_burst=settings.auth_failure_burst,
     )
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(RequestLog), guard])
+    middleware = [Middleware(RequestLog), Middleware(OutageAnswers), guard]
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.accepting = False
     metrics.set_build_info(VERSION)
     return app
@@ -294,13 +310,21 @@ def _serve_metrics(settings: Settings) -> WSGIServer | None:
     return server
 
 
-async def _watch_database(db: Database, every: float = 15) -> None:
-    """Keeps engram_database_up and engram_tenants current (alerts read the first)."""
+async def _add_usage(db: Database, counts: list[dict[str, Any]]) -> None:
+    async with db.connection() as lease:
+        await audit.add_usage(lease.conn, counts)
+
+
+async def _watch_database(db: Database, every: float = 15, budget: float = 5) -> None:
+    """Keeps engram_database_up and engram_tenants current (alerts read the first). Each check ends
+    within `budget`, answered or not (a stalled database does not stall the watch)."""
     while True:
         try:
-            async with asyncio.timeout(5):
-                metrics.TENANTS.set(await audit.tenant_count(db.pool))
+            with deadline(budget):
+                async with db.connection() as lease:
+                    metrics.TENANTS.set(await audit.tenant_count(lease.conn))
             metrics.DB_UP.set(1)
-        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
+        except Exception as exc:  # any failure means: not up; the loop must go on
+            logger.warning("database check failed: %s", exc if isinstance(exc, EngramError) else type(exc).__name__)
             metrics.DB_UP.set(0)
         await asyncio.sleep(every)

@@ -1,4 +1,5 @@
-"""What every benchmark needs: settings for the local database, an open Database, a caller, the machine."""
+"""What every benchmark needs: settings for the local database (or a scratch one), an open Database
+with the services the server builds on it, a caller, the machine."""
 
 from __future__ import annotations
 
@@ -12,11 +13,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import asyncpg
+from pydantic import SecretStr
+
+from app import provision
 from app.auth.principal import READ, WRITE, Principal
 from app.config import Settings, cache_dir
 from app.observability.context import CALL, Call
 from app.services import Limits, Services
-from app.store import provision
+from app.services.indexing import Indexer
+from app.store import migrate
 from app.store.database import Database
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +36,51 @@ def bench_dir() -> Path:
 
 
 def settings() -> Settings:
+    """The server's settings (ENGRAM_* variables included), pointed at the local database when none is set."""
     return provision.with_local_database(Settings())
+
+
+def scratch_name(part: str = "") -> str:
+    """The name of a quick run's own database: ENGRAM_BENCH_DB, or the test suite's name (ENGRAM_TEST_DB,
+    one per checkout) with `_bench` added, so it is never the developer's database nor the suite's."""
+    base = os.environ.get("ENGRAM_BENCH_DB") or os.environ.get("ENGRAM_TEST_DB", "engram_test") + "_bench"
+    return f"{base}_{part}" if part else base
+
+
+def _database_of(url: str) -> str:
+    return url.rsplit("/", 1)[1].split("?", 1)[0]
+
+
+async def fresh_database(s: Settings, name: str) -> Settings:
+    """`s` pointed at database `name` on the same server, dropped (with its tenants' roles) and made
+    anew, migrated to the latest schema."""
+    admin = s.admin_dsn()
+    kept = {
+        _database_of(admin),
+        _database_of(s.runtime_dsn()),
+        "postgres",
+        os.environ.get("ENGRAM_TEST_DB", "engram_test"),
+    }
+    if name in kept:
+        raise ValueError(f"refusing to recreate the configured database {name!r}")
+    await provision.recreate_database(admin, name)
+    scratch = s.model_copy(
+        update={
+            "database_url": SecretStr(provision.on_database(s.runtime_dsn(), name)),
+            "admin_database_url": SecretStr(provision.on_database(admin, name)),
+        }
+    )
+    await migrate.migrate(scratch.admin_dsn(), scratch.migrations_dir)
+    return scratch
+
+
+def database_env(s: Settings) -> dict[str, str]:
+    """Environment for a child process that should use the same database as `s`."""
+    return {
+        **os.environ,
+        "ENGRAM_DATABASE_URL": s.runtime_dsn(),
+        "ENGRAM_ADMIN_DATABASE_URL": s.admin_dsn(),
+    }
 
 
 def principal(tenant: str) -> Principal:
@@ -47,19 +97,35 @@ def tool_call(who: Principal, tool: str) -> Iterator[None]:
         CALL.reset(token)
 
 
+def build(s: Settings) -> tuple[Database, Services]:
+    """The Database and Services, built from `s` as `app.server.create_app` builds them: the
+    embedding indexer of the configured provider, the limits and the vector search setting."""
+    db = Database(s)
+    indexer = Indexer.from_settings(db, s)
+    limits = Limits(
+        max_batch=s.max_batch,
+        max_results=s.max_results,
+        page_size=s.graph_page_size,
+        observations_per_entity=s.observations_per_entity,
+    )
+    return db, Services.create(db, indexer, limits, ef_search=s.search_ef_search)
+
+
 @asynccontextmanager
 async def services(s: Settings) -> AsyncIterator[tuple[Database, Services]]:
-    """An open Database and the Services the server would build on it, with the server's default limits."""
-    db = Database(s)
+    """An open Database and the Services the server would build on it, its embedding model loaded.
+
+    Writes embed their texts before their transaction, as in the server; the server's background
+    filler of pending texts is not started (it would add work of its own to the figures).
+    """
+    db, services = build(s)
     await db.open()
     try:
-        limits = Limits(
-            max_batch=s.max_batch,
-            max_results=s.max_results,
-            page_size=s.graph_page_size,
-            observations_per_entity=s.observations_per_entity,
-        )
-        yield db, Services.create(db, limits)
+        await services.indexer.start(fill=False)
+        try:
+            yield db, services
+        finally:
+            await services.indexer.stop()
     finally:
         await db.close()
 
@@ -110,8 +176,6 @@ def machine() -> dict[str, Any]:
 
 
 async def database_versions(s: Settings) -> dict[str, str]:
-    import asyncpg
-
     conn = await asyncpg.connect(s.runtime_dsn())
     try:
         versions = {"postgresql": await conn.fetchval("SHOW server_version")}

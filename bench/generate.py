@@ -96,13 +96,16 @@ def _state_file(shape: Shape) -> Any:
     return bench_dir() / f"graph-{shape.entities}-{shape.relations}-s{shape.seed}-v{VERSION}.json"
 
 
-async def ensure(settings: Settings, shape: Shape, say: Any = print) -> Generated:
-    """The generated tenant for `shape`: reused when it exists intact, otherwise made now."""
+async def ensure(settings: Settings, shape: Shape, say: Any = print, *, keep: bool = True) -> Generated:
+    """The generated tenant for `shape`: reused when it exists intact, otherwise made now.
+
+    With `keep` false (a scratch database), it is always made now and not recorded for later runs.
+    """
     path = _state_file(shape)
     db = Database(settings)
     await db.open()
     try:
-        if path.exists():
+        if keep and path.exists():
             known = orjson.loads(path.read_bytes())
             known["shape"] = Shape(**known["shape"])
             done = Generated(**known)
@@ -117,7 +120,8 @@ async def ensure(settings: Settings, shape: Shape, say: Any = print) -> Generate
         done = await _generate(db, shape, say)
     finally:
         await db.close()
-    path.write_bytes(orjson.dumps({**asdict(done), "shape": asdict(shape)}, option=orjson.OPT_INDENT_2))
+    if keep:
+        path.write_bytes(orjson.dumps({**asdict(done), "shape": asdict(shape)}, option=orjson.OPT_INDENT_2))
     await analyze(settings, done.tenant)
     return done
 
@@ -154,7 +158,7 @@ async def analyze(settings: Settings, tenant_key: str, *, prune: bool = False) -
                 await conn.execute(f"DELETE FROM {s}.observations WHERE created_by <> $1", ACTOR)
                 await conn.execute(f"DELETE FROM {s}.history WHERE actor <> $1", ACTOR)
                 await conn.execute("DELETE FROM engram.audit WHERE tenant_id = $1::uuid", tenant.id)
-        for table in ("entities", "observations", "history", '"Entity"', '"REL"'):
+        for table in ("entities", "observations", "history", "search_docs", '"Entity"', '"REL"'):
             await conn.execute(f"VACUUM (ANALYZE) {s}.{table}" if prune else f"ANALYZE {s}.{table}")
     finally:
         await conn.close()
@@ -285,7 +289,7 @@ async def _generate(db: Database, shape: Shape, say: Any) -> Generated:
             "mean": round(math.fsum(by_degree) / len(by_degree), 2),
         },
         hubs=[names[i] for i, _ in degree.most_common(5)],
-        sample_names=rng.sample(names, 2_000),
+        sample_names=rng.sample(names, min(2_000, len(names))),
     )
     say(f"generated in {done.seconds:.0f} s; degree {done.degree}")
     return done

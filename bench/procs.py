@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx2
 
-from app.store.provision import Chroot
+from app.provision import Chroot
 from bench.env import ROOT
 
 _TICK = os.sysconf("SC_CLK_TCK")

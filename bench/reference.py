@@ -49,11 +49,29 @@ TOOLS = (
 )
 
 
+def missing(*, install: bool) -> str | None:
+    """Why the reference cannot run here, or None. With `install`, npm installs it when absent (once)."""
+    if shutil.which("node") is None:
+        return "node is not installed"
+    if _installed().exists():
+        return None
+    if not install:
+        return f"{PACKAGE}@{VERSION} is not installed (a full run installs it once with npm)"
+    if shutil.which("npm") is None:
+        return "npm is needed to install the reference server-memory"
+    reference_script()
+    return None
+
+
+def _installed() -> Path:
+    return bench_dir() / "npm" / f".installed-{VERSION}"
+
+
 def reference_script() -> Path:
     """The reference server's entry point, installed once with npm into the bench state directory."""
     prefix = bench_dir() / "npm"
     script = prefix / "node_modules" / PACKAGE / "dist" / "index.js"
-    installed = prefix / f".installed-{VERSION}"
+    installed = _installed()
     if not installed.exists():
         if shutil.which("npm") is None:
             raise RuntimeError("npm is needed for the reference server-memory comparison")
@@ -192,3 +210,7 @@ async def run(settings: Settings, sizes: list[int], iterations: int, say: Any = 
             out["sizes"][str(n)] = row
             await drop_tenant(settings, tenant)
     return out
+
+
+if __name__ == "__main__":  # `python -m bench.reference`: install the reference once, so quick runs include it
+    print(missing(install=True) or f"{PACKAGE}@{VERSION} is installed in {bench_dir() / 'npm'}")

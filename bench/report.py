@@ -164,12 +164,21 @@ def reference(r: dict[str, Any]) -> str:
 
 
 def render(r: dict[str, Any]) -> str:
-    parts = ["## Run", machine(r), "", "## Graph", graph(r)]
+    parts = ["## Run", machine(r)]
+    if "graph" in r:
+        parts += ["", "## Graph", graph(r)]
     for key, title, fn in (
         ("store", "Store level (services, with the background writer)", store),
         ("http", "Over HTTP", http),
         ("reference", "Reference server-memory", reference),
     ):
-        if key in r:
-            parts += ["", f"## {title}", fn(r)]
+        if key not in r:
+            continue
+        parts += ["", f"## {title}"]
+        if "error" in r[key]:
+            parts.append(f"**Failed**: {r[key]['error']}")
+        elif "skipped" in r[key]:
+            parts.append(f"Skipped: {r[key]['skipped']}.")
+        else:
+            parts.append(fn(r))
     return "\n".join(parts)

@@ -1,6 +1,7 @@
 """Search at scale: a tenant with 100k entities (~300k indexed texts) beside a tenant with 1k.
 
     make bench-search            # or: python -m bench.search [--large N] [--small N] [--reuse]
+    python -m bench.search --quick   # a few hundred entities in a scratch database: checks it runs
 
 What is real and what is not (docs/benchmarks.md says the same):
 - Every write goes through the service's write path (Entities.upsert: AGE vertex, entity
@@ -20,6 +21,7 @@ import asyncio
 import os
 import platform
 import statistics
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -29,6 +31,7 @@ import asyncpg
 import numpy as np
 from pydantic import SecretStr
 
+from app import provision
 from app.auth.principal import Principal
 from app.config import Settings
 from app.services.base import Limits
@@ -37,9 +40,9 @@ from app.services.entities import Entities
 from app.services.indexing import Indexer
 from app.services.models import EntityIn
 from app.services.search import Query, Search
-from app.store import index, migrate, provision
+from app.store import index, migrate, rankings
 from app.store.database import Database, Tenant
-from bench import corpus
+from bench import corpus, env
 
 BENCH_DB = "engram_bench_search"
 BATCH = 200
@@ -97,20 +100,13 @@ async def timed(fn: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
     return (time.perf_counter() - start) * 1000, result
 
 
-async def bench_db(settings: Settings, reuse: bool) -> tuple[str, str]:
-    owner = settings.admin_dsn()
-    conn = await asyncpg.connect(owner)
-    try:
-        exists = await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", BENCH_DB)
-        if exists and not reuse:
-            await conn.execute(f'DROP DATABASE "{BENCH_DB}" WITH (FORCE)')
-        if not exists or not reuse:
-            await conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
-    finally:
-        await conn.close()
-    owner_url = owner.rsplit("/", 1)[0] + "/" + BENCH_DB
+async def bench_db(settings: Settings, name: str, reuse: bool) -> Settings:
+    """`settings` pointed at the benchmark's own database: made anew, or with `reuse` kept as loaded."""
+    if not reuse:
+        return await env.fresh_database(settings, name)
+    app_url, owner_url = (url.rsplit("/", 1)[0] + "/" + name for url in (settings.runtime_dsn(), settings.admin_dsn()))
     await migrate.migrate(owner_url, settings.migrations_dir)
-    return settings.runtime_dsn().rsplit("/", 1)[0] + "/" + BENCH_DB, owner_url
+    return settings.model_copy(update={"database_url": SecretStr(app_url), "admin_database_url": SecretStr(owner_url)})
 
 
 async def self_hits(conn: asyncpg.Connection, table: str, expr: str, where: str, sample: int = 50) -> float:
@@ -141,8 +137,8 @@ async def vector_recall(
         await exact_conn.execute("SET enable_indexscan = off")
         for v in vectors:
             async with db.transaction(tenant, readonly=True) as tx:
-                await index.tune(tx, max(search_ef, 50))
-                ms, ann = await timed(lambda v=v, tx=tx: index.by_vector(tx, model, v, index.Filters(), 50))
+                await rankings.tune(tx, max(search_ef, 50))
+                ms, ann = await timed(lambda v=v, tx=tx: rankings.by_vector(tx, model, v, 50))
             ann_ms.append(ms)
             literal = "[" + ",".join(map(str, v)) + "]"
             ms, exact = await timed(
@@ -227,17 +223,18 @@ async def shared_table(
     return out
 
 
-async def main(args: argparse.Namespace) -> None:
+async def main(args: argparse.Namespace) -> dict[str, Any]:
     base = provision.with_local_database(Settings(embedding_cache_size=0, statement_timeout_ms=600_000))
-    app_url, owner_url = await bench_db(base, args.reuse)
-    settings = base.model_copy(
-        update={"database_url": SecretStr(app_url), "admin_database_url": SecretStr(owner_url), "pool_min_size": 1}
-    )
+    name = env.scratch_name("search") if args.quick else BENCH_DB
+    print(f"database {name!r} ...", flush=True)
+    settings = (await bench_db(base, name, args.reuse)).model_copy(update={"pool_min_size": 1})
+    owner_url = settings.admin_dsn()
     db = Database(settings)
     await db.open()
     indexer = Indexer.from_settings(db, settings)
     await indexer.start(fill=False)
-    assert indexer.model is not None and indexer.embedder is not None
+    if indexer.model is None or indexer.embedder is None:
+        raise SystemExit(f"the search benchmark needs an embedding model; this server's: {indexer.state()}")
     model = indexer.model
     memory = Entities(db, indexer, Cursors(), Limits(max_batch=BATCH, max_results=200))
     report: dict[str, Any] = {"load average at start": os.getloadavg()[0]}
@@ -337,6 +334,32 @@ async def main(args: argparse.Namespace) -> None:
     await db.close()
     report["load average at end"] = os.getloadavg()[0]
     print_report(report, args)
+    return report
+
+
+def problems(report: dict[str, Any], args: argparse.Namespace) -> list[str]:
+    """Figures the run should have produced and did not (nothing about how fast they were)."""
+    found = []
+    for key in ("bench-small", "bench-large"):
+        if not report.get(f"{key} texts"):
+            found.append(f"{key}: no indexed texts")
+        ranking = report.get(f"{key} vector ranking") or {}
+        if not all(k in ranking for k in ("recall@10", "ann p50 ms", "exact p50 ms")):
+            found.append(f"{key}: no vector ranking figures")
+        for mode in ("hybrid", "semantic", "keyword"):
+            if not (report.get(f"{key} search {mode} ms") or {}).get("p50"):
+                found.append(f"{key}: no {mode} search figures")
+    if not args.reuse:
+        for key in ("ingest, local model", "ingest, embeddings pending", "ingest, vectors supplied (no vector index)"):
+            if not (report.get(key) or {}).get("entities/s"):
+                found.append(f"{key}: no figures")
+        if not (report.get("ingest, embeddings pending") or {}).get("pending texts"):
+            found.append("ingest, embeddings pending: no texts were left pending")
+    if not args.no_shared and "recall@10" not in report.get("shared table", {}).get(
+        "small tenant, iterative_scan=off", {}
+    ):
+        found.append("shared table: no figures")
+    return found
 
 
 def print_report(report: dict[str, Any], args: argparse.Namespace) -> None:
@@ -361,13 +384,38 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-if __name__ == "__main__":
+# --quick: every step on a few hundred entities in a scratch database (see env.scratch_name).
+QUICK = {"large": 300, "small": 100, "real": 100, "pending": 100, "queries": 5}
+FULL = {"large": 100_000, "small": 1_000, "real": 2_000, "pending": 10_000, "queries": 100}
+
+
+def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--large", type=int, default=100_000)
-    parser.add_argument("--small", type=int, default=1_000)
-    parser.add_argument("--real", type=int, default=2_000, help="large-tenant entities embedded by the model")
-    parser.add_argument("--pending", type=int, default=10_000, help="entities for the pending-ingestion figure")
-    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--quick", action="store_true", help="a few hundred entities in a scratch database")
+    parser.add_argument("--large", type=int, help=f"default {FULL['large']:,}; quick {QUICK['large']}")
+    parser.add_argument("--small", type=int, help=f"default {FULL['small']:,}; quick {QUICK['small']}")
+    parser.add_argument("--real", type=int, help="large-tenant entities embedded by the model (default 2,000)")
+    parser.add_argument("--pending", type=int, help="entities for the pending-ingestion figure (default 10,000)")
+    parser.add_argument("--queries", type=int, help=f"default {FULL['queries']}; quick {QUICK['queries']}")
     parser.add_argument("--reuse", action="store_true", help="keep the loaded database, measure searches only")
     parser.add_argument("--no-shared", action="store_true", help="skip the shared-table comparison")
-    asyncio.run(main(parser.parse_args()))
+    args = parser.parse_args()
+    if args.quick and args.reuse:
+        parser.error("--quick makes its database anew; it cannot --reuse one")
+    for key, value in (QUICK if args.quick else FULL).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.real > args.large:
+        parser.error("--real cannot exceed --large")
+    started = time.monotonic()
+    report = asyncio.run(main(args))
+    wrong = problems(report, args)
+    for line in wrong:
+        print(f"FAILED {line}", file=sys.stderr)
+    print(f"{'quick run' if args.quick else 'run'} took {time.monotonic() - started:.0f} s")
+    if wrong:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    cli()

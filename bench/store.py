@@ -6,6 +6,7 @@ with the service call on the same input."""
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import sys
 import time
@@ -19,7 +20,7 @@ import orjson
 
 from app.auth.principal import Principal
 from app.config import Settings
-from app.services import Services, graph, models
+from app.services import Services, graph, models, refs
 from app.store import entities, history, relations
 from app.store.database import Database, Tenant, Tx
 from app.store.history import Event
@@ -72,18 +73,39 @@ class Case:
         return out
 
 
-async def start_writer(tenant: str, rate: float, names: list[str]) -> asyncio.subprocess.Process:
-    path = env.bench_dir() / "writer-names.json"
+async def start_writer(settings: Settings, tenant: str, rate: float, names: list[str]) -> asyncio.subprocess.Process:
+    """`bench.writer` in its own process, on the same database as `settings`."""
+    path = env.bench_dir() / f"writer-names-{os.getpid()}.json"  # read at the writer's start, removed at its stop
     path.write_bytes(orjson.dumps(names))
-    return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bench.writer", tenant, str(rate), str(path), stdout=asyncio.subprocess.PIPE, cwd=env.ROOT
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bench.writer",
+        tenant,
+        str(rate),
+        str(path),
+        stdout=asyncio.subprocess.PIPE,
+        cwd=env.ROOT,
+        env=env.database_env(settings),
     )
+    assert proc.stdout is not None
+    try:
+        async with asyncio.timeout(180):  # loading the embedding model on a busy machine
+            ready = await proc.stdout.readline()
+    except TimeoutError:
+        ready = b""
+    if ready.strip() != b"ready":
+        await stop_writer(proc)
+        raise RuntimeError(f"the background writer did not start (exit status {proc.returncode})")
+    await asyncio.sleep(2)  # let it reach its pace
+    return proc
 
 
 async def stop_writer(proc: asyncio.subprocess.Process) -> dict[str, Any]:
     if proc.returncode is None:
         proc.terminate()
     out, _ = await proc.communicate()
+    (env.bench_dir() / f"writer-names-{os.getpid()}.json").unlink(missing_ok=True)
     return orjson.loads(out) if out.strip() else {"error": f"writer exited with {proc.returncode}"}
 
 
@@ -118,8 +140,7 @@ class Bench:
 async def run(settings: Settings, g: Generated, rounds: Rounds, write_rate: float, say: Any = print) -> dict[str, Any]:
     async with env.services(settings) as (db, s):
         tenant = await db.tenant(g.tenant)
-        writer = await start_writer(g.tenant, write_rate, g.sample_names[:1000])
-        await asyncio.sleep(2)  # let the writer reach its pace
+        writer = await start_writer(settings, g.tenant, write_rate, g.sample_names[:1000])
         started = time.monotonic()
         cases: list[Case] = []
         try:
@@ -145,12 +166,12 @@ async def _get_entity(b: Bench) -> list[Case]:
         sizes.append(len(e.relations or ()))
 
     async def floor(i: int) -> None:
-        row = (await entities.resolve(raw, [picks[i]]))[picks[i]]
-        await entities.observations(raw, [row["id"]], 100)
-        await relations.touching(raw, row["id"], s.limits.max_results + 1)
+        row = (await refs.resolve(raw, [picks[i]]))[picks[i]]
+        await entities.observations(raw, [row.id], 100)
+        await relations.touching(raw, row.id, s.limits.max_results + 1)
 
     async def lookup(i: int) -> None:
-        await entities.resolve(raw, [picks[i]])
+        await refs.resolve(raw, [picks[i]])
 
     async def ping(i: int) -> None:
         await raw.conn.fetchval("SELECT 1")
@@ -184,10 +205,10 @@ async def _walk(b: Bench, depth: int, limit: int, target: float | None) -> Case:
         cut += res.truncated
 
     async def floor(i: int) -> None:
-        start = (await entities.resolve(raw, [picks[i]]))[picks[i]]
-        reached = await graph.walk(raw, [start["gid"]], depth, "both", None, limit + 1)
+        start = (await refs.resolve(raw, [picks[i]]))[picks[i]]
+        reached, _ = await graph.walk(raw, [start.gid], depth, "both", None, limit + 1, graph.Bounds())
         ends = [g for x in reached[:limit] for g in (x.via.source, x.via.target)]
-        await entities.by_gids(raw, [start["gid"], *ends])
+        await entities.by_gids(raw, [start.gid, *ends])
 
     case = Case(f"neighbors depth {depth}, both directions, limit {limit}", ("p50_ms", target) if target else None)
     got = await paired({"service": service, "floor": floor}, r.neighbors, r.warmup)
@@ -207,8 +228,9 @@ async def _path(b: Bench) -> list[Case]:
         lengths.append(res.length if res.found else -1)
 
     async def floor(i: int) -> None:
-        ends = await entities.resolve(raw, list(pairs[i]))
-        steps = await graph.shortest(raw, ends[pairs[i][0]]["gid"], ends[pairs[i][1]]["gid"], 6, "both", None)
+        ends = await refs.resolve(raw, list(pairs[i]))
+        start, end = ends[pairs[i][0]].gid, ends[pairs[i][1]].gid
+        steps, _ = await graph.shortest(raw, start, end, 6, "both", None, graph.Bounds())
         if steps:
             await entities.by_gids(raw, [x for st in steps for x in (st.source, st.target)])
 
@@ -269,7 +291,10 @@ async def _upserts(b: Bench) -> list[Case]:
     case = Case("upsert_entities, batches of 100 new entities (2 observations each)", ("per_s", 2000))
     got = await paired({"service": service, "floor": floor}, r.write_batches, 2)
     case.service, case.floor = got["service"], got["floor"]
-    case.floor_what = "entities.insert + add_observations + history.record of the same rows in one transaction"
+    case.floor_what = (
+        "entities.insert + add_observations + history.record of the same rows in one transaction"
+        " (the service also embeds their texts and writes their search documents)"
+    )
     case.throughput = {"service_per_s": _rate(case.service, 100), "floor_per_s": _rate(case.floor, 100)}
     merged = await timed(merge, r.write_batches, 0)
     case.extra = {"merge_existing": merged.as_dict(), "merge_existing_per_s": _rate(merged, 100)}

@@ -1,4 +1,5 @@
-"""The background write load: `python -m bench.writer TENANT RATE`, until SIGTERM; prints a JSON summary.
+"""The background write load: `python -m bench.writer TENANT RATE NAMES`, until SIGTERM; prints `ready`
+once it writes, and a JSON summary at the end.
 
 Runs in its own process so the readers' latency measures the database under writes, not two
 workloads sharing one event loop. It cycles through the three writes users make most: create an
@@ -35,6 +36,8 @@ async def run(tenant: str, rate: float, names: list[str]) -> dict[str, object]:
     samples: list[int] = []
     errors = 0
     async with env.services(env.settings()) as (_, s):
+        sys.stdout.write("ready\n")  # the model is loaded: the measured writes start now
+        sys.stdout.flush()
         started = time.monotonic()
         i = 0
         while not stop.is_set():

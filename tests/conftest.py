@@ -12,7 +12,6 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-import asyncpg
 import pytest
 from pydantic import SecretStr
 
@@ -37,30 +36,6 @@ from tests.helpers import (  # noqa: F401 (re-exported for the tests that import
 TEST_DB = os.environ.get("ENGRAM_TEST_DB", "engram_test")
 
 
-def _with_db(url: str, name: str) -> str:
-    return url.rsplit("/", 1)[0] + "/" + name
-
-
-async def _fresh_database(admin_url: str) -> None:
-    """Drop the previous run's test database and the tenant roles it made; create it anew."""
-    server = await asyncpg.connect(_with_db(admin_url, "postgres"))
-    try:
-        roles: list[str] = []
-        if await server.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", TEST_DB):
-            old = await asyncpg.connect(_with_db(admin_url, TEST_DB))
-            try:
-                if await old.fetchval("SELECT to_regclass('engram.tenants') IS NOT NULL"):
-                    roles = [r[0] for r in await old.fetch("SELECT schema_name FROM engram.tenants")]
-            finally:
-                await old.close()
-            await server.execute(f'DROP DATABASE "{TEST_DB}" WITH (FORCE)')
-        for role in roles:
-            await server.execute(f'DROP ROLE IF EXISTS "{role}"')
-        await server.execute(f'CREATE DATABASE "{TEST_DB}"')
-    finally:
-        await server.close()
-
-
 @pytest.fixture(scope="session")
 def db_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     """A database provisioned by the same code as `engram db up`, migrated to the latest schema.
@@ -72,11 +47,11 @@ def db_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     key_file = tmp_path_factory.mktemp("keys") / "dev-key.json"
     settings = provision.with_local_database(Settings(dev_key_file=key_file))
     if not os.environ.get("ENGRAM_DATABASE_URL"):
-        asyncio.run(_fresh_database(settings.admin_dsn()))
+        asyncio.run(provision.recreate_database(settings.admin_dsn(), TEST_DB))
         settings = settings.model_copy(
             update={
-                "database_url": SecretStr(_with_db(settings.runtime_dsn(), TEST_DB)),
-                "admin_database_url": SecretStr(_with_db(settings.admin_dsn(), TEST_DB)),
+                "database_url": SecretStr(provision.on_database(settings.runtime_dsn(), TEST_DB)),
+                "admin_database_url": SecretStr(provision.on_database(settings.admin_dsn(), TEST_DB)),
             }
         )
     asyncio.run(migrate.migrate(settings.admin_dsn(), settings.migrations_dir))

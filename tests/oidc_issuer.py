@@ -7,13 +7,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import secrets
-import threading
 import time
 import uuid
 from typing import Any
 from urllib.parse import urlencode
 
-import uvicorn
 from joserfc import jwt
 from joserfc.jwk import ECKey, RSAKey
 from starlette.applications import Starlette
@@ -22,6 +20,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from tests.conftest import free_port
+from tests.local_http import ThreadedServer
 
 CLIENT_ID = "engram-tests"
 CLIENT_SECRET = "introspection-secret"
@@ -48,18 +47,14 @@ class StandInIssuer:
                 Route("/introspect", self.introspect, methods=["POST"]),
             ]
         )
-        self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._server = ThreadedServer(app, self.port)
 
     def __enter__(self) -> StandInIssuer:
-        self._thread.start()
-        while not self._server.started:
-            time.sleep(0.05)
+        self._server.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
+        self._server.stop()
 
     # --- minting ---------------------------------------------------------------------------
 

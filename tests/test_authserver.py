@@ -14,8 +14,6 @@ import shutil
 import struct
 import subprocess
 import sys
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +25,6 @@ import httpx2
 import orjson
 import pytest
 import trustme
-import uvicorn
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from starlette.applications import Starlette
@@ -37,6 +34,7 @@ from starlette.routing import Route
 
 from app.config import Settings
 from tests.conftest import ROOT, Server, connect, free_port, ok, serve
+from tests.local_http import ThreadedServer
 from tests.oauth_agent import Person, hidden_fields, oauth_client
 from tests.oidc_issuer import CLIENT_ID as UPSTREAM_CLIENT
 from tests.oidc_issuer import StandInIssuer
@@ -186,19 +184,24 @@ async def flow(builtin, tenant) -> Flow:
     return Flow(builtin, add_user(builtin, tenant), registered.json()["client_id"], tenant)
 
 
-async def mcp_status(server: Server, token: str) -> int:
-    """The HTTP status of an MCP request carrying `token` (200, or 401 when it is refused)."""
+async def post_mcp(server: Server, token: str, message: dict[str, Any]) -> httpx2.Response:
+    """One raw MCP request carrying `token`, to see the HTTP answer itself."""
     async with httpx2.AsyncClient() as http:
-        answer = await http.post(
+        return await http.post(
             server.url,
-            content=orjson.dumps(INITIALIZE),
+            content=orjson.dumps(message),
             headers={
                 "Authorization": f"Bearer {token}",
                 "Content-Type": "application/json",
                 "Accept": "application/json, text/event-stream",
+                "MCP-Protocol-Version": "2025-11-25",
             },
         )
-    return answer.status_code
+
+
+async def mcp_status(server: Server, token: str) -> int:
+    """The HTTP status of an MCP request carrying `token` (200, or 401 when it is refused)."""
+    return (await post_mcp(server, token, INITIALIZE)).status_code
 
 
 async def until_refused(server: Server, token: str) -> bool:
@@ -367,17 +370,7 @@ async def test_reader_role_limits_the_scopes(builtin, tenant):
     async with connect(builtin.url, issued["access_token"], mode="legacy") as c:
         assert ok(await c.call_tool("graph_stats", {}))
     call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "upsert_entities", "arguments": {}}}
-    async with httpx2.AsyncClient() as http:
-        refused = await http.post(
-            builtin.url,
-            content=orjson.dumps(call),
-            headers={
-                "Authorization": f"Bearer {issued['access_token']}",
-                "Content-Type": "application/json",
-                "Accept": "application/json, text/event-stream",
-                "MCP-Protocol-Version": "2025-11-25",
-            },
-        )
+    refused = await post_mcp(builtin, issued["access_token"], call)
     assert refused.status_code == 403 and 'scope="memory:write"' in refused.headers["www-authenticate"]
 
 
@@ -477,16 +470,7 @@ class DocumentServer:
             return Response(body, media_type="application/json") if body else Response(status_code=404)
 
         app = Starlette(routes=[Route("/{name:path}", document)])
-        config = uvicorn.Config(
-            app,
-            host="127.0.0.1",
-            port=self.port,
-            ssl_keyfile=str(key_file),
-            ssl_certfile=str(cert_file),
-            log_level="warning",
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._server = ThreadedServer(app, self.port, ssl_keyfile=key_file, ssl_certfile=cert_file)
 
     def publish(self, path: str, **overrides: Any) -> str:
         url = f"{self.base}{path}"
@@ -503,14 +487,11 @@ class DocumentServer:
         return url
 
     def __enter__(self) -> DocumentServer:
-        self._thread.start()
-        while not self._server.started:
-            time.sleep(0.05)
+        self._server.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
+        self._server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -547,6 +528,22 @@ async def test_sdk_client_connects_with_a_metadata_document(cimd, documents, ten
     assert _part(storage.tokens.access_token, 1)["client_id"] == url  # type: ignore[union-attr]
 
 
+async def authorize_as(server: Server, client_id: str) -> httpx2.Response:
+    """An authorization request from a client known only by its metadata document URL."""
+    async with httpx2.AsyncClient() as http:
+        return await http.get(
+            f"{server.base}/authorize",
+            params={
+                "response_type": "code",
+                "client_id": client_id,
+                "redirect_uri": REDIRECT,
+                "code_challenge": "x" * 43,
+                "code_challenge_method": "S256",
+                "resource": server.url,
+            },
+        )
+
+
 @pytest.mark.parametrize(
     ("path", "overrides"),
     [
@@ -560,19 +557,7 @@ async def test_sdk_client_connects_with_a_metadata_document(cimd, documents, ten
     ],
 )
 async def test_bad_metadata_documents_are_refused(cimd, documents, path, overrides):
-    url = documents.publish(path, **overrides)
-    async with httpx2.AsyncClient() as http:
-        answer = await http.get(
-            f"{cimd.base}/authorize",
-            params={
-                "response_type": "code",
-                "client_id": url,
-                "redirect_uri": REDIRECT,
-                "code_challenge": "x" * 43,
-                "code_challenge_method": "S256",
-                "resource": cimd.url,
-            },
-        )
+    answer = await authorize_as(cimd, documents.publish(path, **overrides))
     assert answer.status_code == 400 and "location" not in answer.headers
 
 
@@ -587,17 +572,7 @@ async def test_bad_metadata_documents_are_refused(cimd, documents, path, overrid
     ],
 )
 async def test_metadata_documents_on_private_addresses_are_refused(builtin, client_id):
-    async with httpx2.AsyncClient() as http:
-        answer = await http.get(
-            f"{builtin.base}/authorize",
-            params={
-                "response_type": "code",
-                "client_id": client_id,
-                "redirect_uri": REDIRECT,
-                "code_challenge": "x" * 43,
-                "resource": builtin.url,
-            },
-        )
+    answer = await authorize_as(builtin, client_id)
     assert answer.status_code == 400 and "location" not in answer.headers
 
 

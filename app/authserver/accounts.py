@@ -8,11 +8,13 @@ from datetime import timedelta
 
 from app.auth.principal import personal_tenant
 from app.authserver.credentials import check_password, digest, new_secret
+from app.authserver.events import Events
 from app.authserver.limits import RateLimiter
-from app.authserver.provider import Events
 from app.errors import EngramError
 from app.store import accounts
 from app.store.accounts import Membership, User
+
+__all__ = ["Accounts", "Membership", "SignInRefused", "Throttle", "User"]
 from app.store.database import Database
 
 DEV_USER = "dev"
@@ -67,7 +69,7 @@ class Accounts:
         if (wait := await self._limiter.over(f"sign-in-failed:{username}", t.failures, t.window)) is not None:
             await self._events("sign_in", "throttled", detail=username)
             raise SignInRefused("throttled", "Too many failed attempts for this account. Try again later.", wait)
-        user = await accounts.by_username(self._db.pool, username)
+        user = await self._db.run(accounts.by_username, username)
         # An unknown name is checked against a dummy hash: both answers take as long.
         if not await check_password(user.password_hash if user else None, password) or user is None:
             await self._limiter.hit(f"sign-in-failed:{username}", t.failures, t.window)
@@ -80,41 +82,41 @@ class Accounts:
         return user
 
     async def linked_user(self, provider: str, subject: str) -> User | None:
-        return await accounts.by_identity(self._db.pool, provider, subject)
+        return await self._db.run(accounts.by_identity, provider, subject)
 
     async def link_new_user(self, username: str, display_name: str, provider: str, subject: str) -> User:
-        return await accounts.create_linked(self._db.pool, username, display_name, provider, subject)
+        return await self._db.run(accounts.create_linked, username, display_name, provider, subject)
 
     async def open_session(self, user: User) -> str:
         """A new browser session; the value goes in the cookie, only its hash is stored."""
         value, id_hash = new_secret()
-        await accounts.open_session(self._db.pool, id_hash, user.id, self._session_ttl)
+        await self._db.run(accounts.open_session, id_hash, user.id, self._session_ttl)
         return value
 
     async def session_user(self, value: str | None) -> User | None:
         if not value or len(value) > 100:
             return None
-        return await accounts.session_user(self._db.pool, digest(value))
+        return await self._db.run(accounts.session_user, digest(value))
 
     async def close_session(self, value: str) -> None:
-        await accounts.close_session(self._db.pool, digest(value))
+        await self._db.run(accounts.close_session, digest(value))
 
     async def tenants(self, user: User) -> list[Membership]:
         """The user's memberships; a user with none gets a personal tenant when tenants are automatic."""
-        found = await accounts.memberships(self._db.pool, user.id)
+        found = await self._db.run(accounts.memberships, user.id)
         if found or not self._personal_tenants:
             return found
-        await accounts.add_membership(self._db.pool, user.id, personal_tenant(self._issuer, user.id), "admin")
-        return await accounts.memberships(self._db.pool, user.id)
+        await self._db.run(accounts.add_membership, user.id, personal_tenant(self._issuer, user.id), "admin")
+        return await self._db.run(accounts.memberships, user.id)
 
     async def dev_user(self) -> User:
         """The development user, signed in automatically on loopback: admin of the `demo` tenant."""
-        user = await accounts.by_username(self._db.pool, DEV_USER)
+        user = await self._db.run(accounts.by_username, DEV_USER)
         if user is None:
             try:
-                user = await accounts.create(self._db.pool, DEV_USER, "Development user", None)
+                user = await self._db.run(accounts.create, DEV_USER, "Development user", None)
             except EngramError:  # another request created it first
-                user = await accounts.by_username(self._db.pool, DEV_USER)
+                user = await self._db.run(accounts.by_username, DEV_USER)
                 assert user is not None
-            await accounts.add_membership(self._db.pool, user.id, DEV_TENANT, "admin")
+            await self._db.run(accounts.add_membership, user.id, DEV_TENANT, "admin")
         return user

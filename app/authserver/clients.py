@@ -63,7 +63,7 @@ class EngramClient(OAuthClientInformationFull):
         return asked
 
 
-def check_metadata(info: OAuthClientInformationFull, *, allow_http_loopback: bool = True) -> None:
+def check_metadata(info: OAuthClientInformationFull) -> None:
     """Bounds on what a client may register: few, absolute, safe redirect URIs and short texts."""
     uris = [str(u) for u in info.redirect_uris or []]
     if not uris or len(uris) > MAX_REDIRECT_URIS:
@@ -74,7 +74,7 @@ def check_metadata(info: OAuthClientInformationFull, *, allow_http_loopback: boo
             raise RegistrationError("invalid_redirect_uri", "redirect URIs are at most 2000 characters, no fragment")
         if parts.scheme in ("javascript", "data", "file", "vbscript", "about", "blob"):
             raise RegistrationError("invalid_redirect_uri", f"scheme {parts.scheme!r} is not allowed")
-        if parts.scheme == "http" and not (allow_http_loopback and parts.hostname in _LOOPBACK):
+        if parts.scheme == "http" and parts.hostname not in _LOOPBACK:
             raise RegistrationError("invalid_redirect_uri", "http redirect URIs must be loopback; use https")
     for name in ("client_name", "software_id", "software_version", "scope"):
         value = getattr(info, name)
@@ -112,7 +112,7 @@ class Clients:
                 logger.info("client metadata document refused: %s", refused.reason)
                 return None
             return self._client(found.model_dump(exclude_none=True))
-        row = await oauth.client(self._db.pool, client_id)
+        row = await self._db.run(oauth.client, client_id)
         return self._client({**row.metadata, "client_id": row.client_id}) if row else None
 
     def _client(self, metadata: dict[str, Any]) -> EngramClient:
@@ -122,7 +122,7 @@ class Clients:
         check_metadata(info)
         secret_hash = digest(info.client_secret) if info.client_secret else None
         metadata = info.model_dump(mode="json", exclude_none=True, exclude={"client_secret", "client_id"})
-        await oauth.add_client(self._db.pool, info.client_id, kind, metadata, secret_hash)
+        await self._db.run(oauth.add_client, info.client_id, kind, metadata, secret_hash)
 
     async def authenticate_request(self, request: Request) -> EngramClient:
         """The SDK's client authentication, against hashed secrets (`none` for public clients)."""
@@ -137,7 +137,7 @@ class Clients:
         if method == "none":
             return client
         secret = form.get("client_secret") if method == "client_secret_post" else _basic_secret(request, client_id)
-        stored = await oauth.client(self._db.pool, client_id)
+        stored = await self._db.run(oauth.client, client_id)
         if not isinstance(secret, str) or stored is None or stored.secret_hash is None:
             raise AuthenticationError("client authentication failed")
         if not hmac.compare_digest(digest(secret), stored.secret_hash):

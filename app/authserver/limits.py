@@ -17,13 +17,13 @@ class RateLimiter:
     async def hit(self, bucket: str, limit: int, window: int) -> int | None:
         """Counts a request; None when it is within `limit` per `window` seconds, else the seconds to wait."""
         start = int(time.time()) // window * window
-        if await oauth.hit(self._db.pool, bucket, start) <= limit:
+        if await self._db.run(oauth.hit, bucket, start) <= limit:
             return None
         return start + window - int(time.time())
 
     async def over(self, bucket: str, limit: int, window: int) -> int | None:
         """Like `hit`, without counting: for limits counted only on failure."""
         start = int(time.time()) // window * window
-        if await oauth.hits(self._db.pool, bucket, start) < limit:
+        if await self._db.run(oauth.hits, bucket, start) < limit:
             return None
         return start + window - int(time.time())

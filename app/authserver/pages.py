@@ -20,10 +20,9 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
-from app.authserver.accounts import Accounts, SignInRefused
+from app.authserver.accounts import Accounts, SignInRefused, User
 from app.authserver.clients import EngramClient, public_view
 from app.authserver.provider import Provider
-from app.store.accounts import User
 
 _TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")
 MAX_FIELD = 1000

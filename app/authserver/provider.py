@@ -17,7 +17,6 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
 
-import asyncpg
 from joserfc import jwt
 from joserfc.errors import JoseError
 from mcp.server.auth.provider import (
@@ -33,9 +32,8 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
 from app.authserver.clients import Clients, EngramClient
 from app.authserver.credentials import digest, new_secret
+from app.authserver.events import Events
 from app.authserver.signing import SigningKeys
-from app.observability import metrics
-from app.observability.context import REQUEST_ID
 from app.store import oauth
 from app.store.accounts import Membership, User
 from app.store.database import Database
@@ -66,20 +64,6 @@ class Lifetimes:
     refresh: int = 30 * 86400
     code: int = 60
     request: int = 600
-
-
-class Events:
-    """Each outcome of a flow: a metric, an `auth_events` row, and no secrets anywhere."""
-
-    def __init__(self, db: Database) -> None:
-        self._db = db
-
-    async def __call__(self, flow: str, outcome: str, **fields: Any) -> None:
-        metrics.OAUTH_EVENTS.labels(flow, outcome).inc()
-        try:
-            await oauth.event(self._db.pool, flow, outcome, request_id=REQUEST_ID.get(), **fields)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            logger.warning("could not record the %s event: %s", flow, type(exc).__name__)
 
 
 class Provider:
@@ -137,14 +121,14 @@ class Provider:
             "redirect_uri_explicit": params.redirect_uri_provided_explicitly,
             "resource": self.resource,
         }
-        await oauth.save_request(
-            self._db.pool, id_hash, client.client_id, stored, timedelta(seconds=self.lifetimes.request)
+        await self._db.run(
+            oauth.save_request, id_hash, client.client_id, stored, timedelta(seconds=self.lifetimes.request)
         )
         return f"{self._consent_url}?{urlencode({'request': request_id})}"
 
     async def pending(self, request_id: str) -> tuple[EngramClient, dict[str, Any]] | None:
         """An authorization request still waiting for the user, with its client."""
-        found = await oauth.pending_request(self._db.pool, digest(request_id))
+        found = await self._db.run(oauth.pending_request, digest(request_id))
         if found is None:
             return None
         client = await self.clients.get(found[0])
@@ -157,14 +141,14 @@ class Provider:
         return [s for s in allowed if s in wanted]
 
     async def remember(self, user: User, client_id: str, tenant: str, scopes: Sequence[str]) -> None:
-        await oauth.remember_consent(self._db.pool, user.id, client_id, tenant, scopes)
+        await self._db.run(oauth.remember_consent, user.id, client_id, tenant, scopes)
 
     async def remembered(
         self, user: User, client_id: str, memberships: Sequence[Membership], asked: Sequence[str] | None
     ) -> tuple[str, list[str]] | None:
         """A remembered consent that still covers this request: one tenant, scopes its role allows."""
         roles = {m.tenant: m.role for m in memberships}
-        for tenant, scopes in await oauth.consents(self._db.pool, user.id, client_id):
+        for tenant, scopes in await self._db.run(oauth.consents, user.id, client_id):
             if tenant not in roles:
                 continue
             granted = self.grantable(asked, roles[tenant])
@@ -174,13 +158,13 @@ class Provider:
 
     async def approve(self, request_id: str, user: User, tenant: str, scopes: Sequence[str]) -> str | None:
         """Issues the code for an approved request; the redirect URL, or None if the request is gone."""
-        found = await oauth.take_request(self._db.pool, digest(request_id))
+        found = await self._db.run(oauth.take_request, digest(request_id))
         if found is None:
             return None
         client_id, params = found
         code, code_hash = new_secret()
-        await oauth.grant(
-            self._db.pool,
+        await self._db.run(
+            oauth.grant,
             client_id=client_id,
             user_id=user.id,
             tenant=tenant,
@@ -198,7 +182,7 @@ class Provider:
         return construct_redirect_uri(params["redirect_uri"], code=code, state=params["state"], iss=self.issuer)
 
     async def deny(self, request_id: str, user: User | None, why: str = "access_denied") -> str | None:
-        found = await oauth.take_request(self._db.pool, digest(request_id))
+        found = await self._db.run(oauth.take_request, digest(request_id))
         if found is None:
             return None
         client_id, params = found
@@ -210,7 +194,7 @@ class Provider:
     # --- tokens -------------------------------------------------------------------------------------
 
     async def load_authorization_code(self, client: OAuthClientInformationFull, authorization_code: str) -> Code | None:
-        found = await oauth.code(self._db.pool, digest(authorization_code))
+        found = await self._db.run(oauth.code, digest(authorization_code))
         if found is None or found.family.client_id != client.client_id:
             await self._events("token", "unknown_code", client_id=client.client_id)
             return None
@@ -231,8 +215,8 @@ class Provider:
     async def exchange_authorization_code(
         self, client: OAuthClientInformationFull, authorization_code: Code
     ) -> OAuthToken:
-        if not await oauth.use_code(self._db.pool, digest(authorization_code.code)):
-            await oauth.revoke_family(self._db.pool, authorization_code.family_id, "code reused")
+        if not await self._db.run(oauth.use_code, digest(authorization_code.code)):
+            await self._db.run(oauth.revoke_family, authorization_code.family_id, "code reused")
             await self._events("token", "code_reused", client_id=client.client_id)
             raise TokenError("invalid_grant", "authorization code was already used")
         token = await self._issue(authorization_code.family_id, None)
@@ -241,7 +225,7 @@ class Provider:
         return token
 
     async def load_refresh_token(self, client: OAuthClientInformationFull, refresh_token: str) -> Refresh | None:
-        found = await oauth.refresh(self._db.pool, digest(refresh_token))
+        found = await self._db.run(oauth.refresh, digest(refresh_token))
         if found is None or found.family.client_id != client.client_id or found.family.revoked:
             await self._events("refresh", "unknown_token", client_id=client.client_id)
             return None
@@ -261,7 +245,7 @@ class Provider:
     ) -> OAuthToken:
         token = await self._issue(refresh_token.family_id, digest(refresh_token.token), scopes)
         if token is None:
-            await oauth.revoke_family(self._db.pool, refresh_token.family_id, "refresh token reused")
+            await self._db.run(oauth.revoke_family, refresh_token.family_id, "refresh token reused")
             await self._events("refresh", "reused", client_id=client.client_id)
             raise TokenError("invalid_grant", "refresh token was already used; every token of this grant is revoked")
         return token
@@ -272,7 +256,7 @@ class Provider:
         """An access token and the family's next refresh token; None if `replaces` was used already."""
         refresh, refresh_hash = new_secret()
         lifetime = timedelta(seconds=self.lifetimes.refresh)
-        family = await oauth.rotate_refresh(self._db.pool, replaces, refresh_hash, family_id, lifetime)
+        family = await self._db.run(oauth.rotate_refresh, replaces, refresh_hash, family_id, lifetime)
         if family is None:
             return None
         granted = [s for s in family.scopes if scopes is None or s in scopes]
@@ -301,14 +285,18 @@ class Provider:
             refresh_token=refresh,
         )
 
+    async def sweep(self, unused_clients: timedelta) -> None:
+        """Removes expired requests, codes, tokens and sessions, and registrations never used."""
+        await self._db.run(oauth.sweep, unused_clients)
+
     async def revoke(self, client: EngramClient, token: str) -> None:
         """RFC 7009: a refresh token (or an access token naming its family) revokes its family."""
-        found = await oauth.refresh(self._db.pool, digest(token))
+        found = await self._db.run(oauth.refresh, digest(token))
         family_id = found.family.id if found and found.family.client_id == client.client_id else None
         if family_id is None and token.count(".") == 2:
             family_id = await self._family_of_access_token(token, client.client_id)
         if family_id is not None:
-            await oauth.revoke_family(self._db.pool, family_id, "revoked by client")
+            await self._db.run(oauth.revoke_family, family_id, "revoked by client")
         await self._events("revoke", "ok" if family_id else "unknown_token", client_id=client.client_id)
 
     async def _family_of_access_token(self, token: str, client_id: str) -> str | None:

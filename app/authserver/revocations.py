@@ -29,7 +29,7 @@ class Revocations:
 
     async def refresh(self) -> None:
         since = datetime.now(UTC) - self._lifetime - timedelta(minutes=1)
-        self._revoked = frozenset(await oauth.revoked_since(self._db.pool, since))
+        self._revoked = frozenset(await self._db.run(oauth.revoked_since, since))
 
     async def run(self) -> None:
         while True:

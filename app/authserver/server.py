@@ -34,14 +34,14 @@ from starlette.types import ASGIApp
 from app.auth.cimd import ClientDocuments
 from app.authserver.accounts import Accounts, Throttle
 from app.authserver.clients import Clients
+from app.authserver.events import Events
 from app.authserver.limits import RateLimiter
 from app.authserver.pages import Cookies, Pages
-from app.authserver.provider import Events, Lifetimes, Provider
+from app.authserver.provider import Lifetimes, Provider
 from app.authserver.revocations import Revocations
 from app.authserver.signing import SigningKeys
 from app.authserver.upstream import Sessions, Upstream
 from app.config import UpstreamProvider
-from app.store import oauth
 from app.store.database import Database
 
 logger = logging.getLogger(__name__)
@@ -90,9 +90,7 @@ class AuthServer:
         self._documents = documents
         self._limits = rate_limits
         self._unused_clients = timedelta(days=unused_client_days)
-        self.keys = SigningKeys(
-            db, reload_seconds=key_reload_seconds, min_refresh=min(5, key_reload_seconds), extra=extra_keys
-        )
+        self.keys = SigningKeys(db, reload_seconds=key_reload_seconds, min_refresh=1, extra=extra_keys)
         self.revocations = Revocations(db, lifetime=timedelta(seconds=lifetimes.access))
         self._limiter = RateLimiter(db)
         self._events = Events(db)
@@ -157,7 +155,7 @@ class AuthServer:
         while True:
             await asyncio.sleep(every)
             try:
-                await oauth.sweep(self._db.pool, self._unused_clients)
+                await self.provider.sweep(self._unused_clients)
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 logger.warning("could not sweep expired authorization state: %s", type(exc).__name__)
 

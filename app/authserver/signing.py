@@ -55,22 +55,26 @@ class SigningKeys:
         self._extra = list(extra)  # verified and published, never used to sign (the dev key file)
         self._keys: list[tuple[oauth.SigningKey, ECKey]] = []
         self._loaded_at = 0.0
+        self._unknown_at = 0.0  # the last reload asked for by an unknown key id
         self._lock = asyncio.Lock()
 
     async def load(self) -> None:
-        rows = await oauth.signing_keys(self._db.pool)
+        rows = await self._db.run(oauth.signing_keys)
         if not rows:
             kid, jwk = new_key()
-            await oauth.add_first_signing_key(self._db.pool, kid, jwk)
-            rows = await oauth.signing_keys(self._db.pool)
+            await self._db.run(oauth.add_first_signing_key, kid, jwk)
+            rows = await self._db.run(oauth.signing_keys)
         self._keys = [(row, ECKey.import_key(row.private_jwk)) for row in rows]
         self._loaded_at = time.monotonic()
 
     async def _fresh(self, kid: str | None = None) -> None:
-        loaded_at = self._loaded_at
-        age = time.monotonic() - loaded_at
-        unknown = kid is not None and all(key.kid != kid for _, key in self._keys) and age >= self._min_refresh
-        if age < self._reload_seconds and not unknown:
+        """Reload when the keys are older than the reload period, or when a token names a key id not
+        loaded (at most once per `min_refresh` seconds, so made-up key ids cannot flood the database)."""
+        loaded_at, now = self._loaded_at, time.monotonic()
+        unknown = kid is not None and all(key.kid != kid for _, key in self._keys)
+        if unknown and now - self._unknown_at >= self._min_refresh:
+            self._unknown_at = now
+        elif now - loaded_at < self._reload_seconds:
             return
         async with self._lock:
             if self._loaded_at == loaded_at:  # nobody reloaded while this caller waited

@@ -24,12 +24,12 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.authserver.accounts import Accounts
+from app.authserver.accounts import Accounts, User
+from app.authserver.events import Events
 from app.authserver.pages import Cookies, Pages, security_headers
-from app.authserver.provider import Events, Provider
+from app.authserver.provider import Provider
 from app.config import UpstreamProvider
 from app.errors import EngramError
-from app.store.accounts import User
 
 logger = logging.getLogger(__name__)
 _NOT_A_NAME = re.compile(r"[^a-z0-9._@+-]+")

@@ -6,11 +6,13 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import logging
+import math
 import random
 import types
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 import asyncpg
 from mcp.server.auth.middleware.auth_context import get_access_token
@@ -24,8 +26,12 @@ from pydantic.fields import FieldInfo
 from app.auth.principal import Principal, principal_from_token
 from app.errors import EngramError
 from app.observability import metrics
-from app.observability.context import CALL, Call
+from app.observability.context import CALL, Call, deadline
 from app.services.fairness import Fairness
+from app.store.database import Unavailable, is_outage
+
+logger = logging.getLogger("engram.tools")
+T = TypeVar("T")
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 ADDITIVE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
@@ -55,10 +61,20 @@ class ToolSet:
     scopes: dict[str, str] = field(default_factory=dict)  # tool name -> required scope
     tools: list[Tool] = field(default_factory=list)
     fairness: Fairness | None = None  # each call within its tenant's rate and concurrent calls
+    deadline: float = math.inf  # seconds a call's database work may take (ENGRAM_CALL_DEADLINE_SECONDS)
 
     def __call__(
-        self, scope: str, annotations: ToolAnnotations, *, name: str | None = None, title: str | None = None
+        self,
+        scope: str,
+        annotations: ToolAnnotations,
+        *,
+        name: str | None = None,
+        title: str | None = None,
+        answers_offline: bool = False,
     ) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
+        """Register a tool. `answers_offline`: the tool answers without waiting for the database (it
+        bounds its own database work), so its admission does not read the tenant's limits either."""
+
         def register(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
             signature = inspect.signature(fn)
             renamed = _aliases(signature)
@@ -71,10 +87,17 @@ class ToolSet:
                     who = caller(self.tenant_claims, scope)
                     if call is not None:
                         call.subject, call.client_id, call.tenant = who.subject, who.client_id, who.tenant
-                    async with self.fairness.admit(who) if self.fairness else contextlib.nullcontext():
-                        result = await _with_retries(fn, who, kwargs)
+                    admit = self.fairness.admit(who, read=not answers_offline) if self.fairness else None
+                    async with admit or contextlib.nullcontext():
+                        result = await within(
+                            self.deadline,
+                            functools.partial(_with_retries, fn, who, kwargs),
+                            writes=not annotations.read_only_hint,
+                        )
                 except EngramError as exc:  # domain errors, and tenants the store refuses (`forbidden`)
                     _ended(call, _OUTCOMES.get(exc.code, "tool_error"))
+                    if exc.code == "unavailable":
+                        warn_unavailable(f"tool call {tool_name}", call.tenant if call else None, exc)
                     raise ToolError(str(exc)) from exc
                 except Exception:
                     _ended(call, "internal")
@@ -162,14 +185,46 @@ def _aliases(signature: inspect.Signature) -> dict[str, str]:
     return out
 
 
-_OUTCOMES = {"invalid": "invalid", "limit": "limited", "forbidden": "unauthorized"}
+_OUTCOMES = {"invalid": "invalid", "limit": "limited", "forbidden": "unauthorized", "unavailable": "unavailable"}
 _RETRYABLE = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)
 ATTEMPTS = 3
+
+
+# Past the deadline, the database work has already failed (its connection is terminated then);
+# this margin bounds whatever else a call waits for.
+GRACE = 0.5
 
 
 def _ended(call: Call | None, outcome: str) -> None:
     if call is not None:
         call.outcome = outcome
+
+
+def warn_unavailable(what: str, tenant: str | None, exc: EngramError) -> None:
+    """One line per call the database failed, not a traceback: the cause is outside this process."""
+    logger.warning("%s unavailable: %s", what, exc.message, extra={"tool": what, "tenant": tenant, **exc.details})
+
+
+async def within(seconds: float, run: Callable[[], Awaitable[T]], *, writes: bool = False) -> T:
+    """Run a call's body within its deadline; every way the database fails to be there is `unavailable`."""
+    with deadline(seconds) as at:
+        try:
+            async with asyncio.timeout_at(at + GRACE if at != math.inf else None):
+                return await run()
+        except Unavailable as exc:
+            if writes and "committed" not in exc.details:
+                exc.details["committed"] = False  # failed before its transaction began
+            raise
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            call = CALL.get()
+            committed = ("unknown" if call is not None and call.committing else False) if writes else None
+            if isinstance(exc, TimeoutError):
+                message = f"the call did not end within {seconds:g} s"
+                raise Unavailable("deadline", message, committed=committed) from None
+            message = f"the database is not reachable ({type(exc).__name__})"
+            raise Unavailable("database_unreachable", message, committed=committed) from None
 
 
 async def _with_retries(fn: Callable[..., Awaitable[Any]], who: Principal, kwargs: dict[str, Any]) -> Any:

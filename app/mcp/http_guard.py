@@ -9,6 +9,9 @@
 - Each client address may fail authentication ENGRAM_AUTH_FAILURE_BURST times, then once per
   1/ENGRAM_AUTH_FAILURE_RATE seconds; past that its MCP requests answer 429 before any credential
   is looked up, so guessing tokens or API keys costs the guesser, not the database.
+
+`OutageAnswers` turns a database outage met outside a tool call (verifying an API key, a step of the
+authorization server) into 503 with Retry-After, the HTTP form of the `unavailable` a tool answers.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import math
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.errors import EngramError
 from app.observability import metrics
 from app.services.fairness import Buckets
 
@@ -80,6 +84,28 @@ class HttpGuard:
             await send(message)
 
         return counting
+
+
+class OutageAnswers:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+
+        async def tracking(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking)
+        except EngramError as exc:
+            if exc.code != "unavailable" or started or scope["type"] != "http":
+                raise
+            wait = float(exc.details.get("retry_after", 5))
+            body = {"error": "temporarily_unavailable", "error_description": exc.message, "retry_after": wait}
+            await _answer(send, 503, body, retry_after=str(max(1, math.ceil(wait))))
 
 
 async def _answer(send: Send, status: int, body: dict[str, object], **headers: str) -> None:

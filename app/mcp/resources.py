@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 import orjson
 from mcp.server.mcpserver import MCPServer
@@ -10,7 +11,7 @@ from mcp.server.mcpserver.exceptions import ResourceError
 
 from app.auth.principal import READ
 from app.errors import EngramError
-from app.mcp.context import caller
+from app.mcp.context import caller, warn_unavailable, within
 from app.mcp.tools import memory_dialect
 from app.services import Services
 
@@ -29,7 +30,20 @@ You have a long-term memory (Engram), shared with your team. Use it like this:
 """
 
 
-def register(mcp: MCPServer, s: Services, tenant_claims: Sequence[str]) -> None:
+T = TypeVar("T")
+
+
+async def _read(uri: str, deadline: float, run: Callable[[], Awaitable[T]]) -> T:
+    """A resource read within the call deadline; domain errors and outages as the tools word them."""
+    try:
+        return await within(deadline, run)
+    except EngramError as exc:
+        if exc.code == "unavailable":
+            warn_unavailable(f"resource {uri}", None, exc)
+        raise ResourceError(str(exc)) from exc
+
+
+def register(mcp: MCPServer, s: Services, claims: Sequence[str], deadline: float) -> None:
     @mcp.resource(
         "memory://knowledge-graph",
         name="knowledge-graph",
@@ -37,10 +51,7 @@ def register(mcp: MCPServer, s: Services, tenant_claims: Sequence[str]) -> None:
         mime_type="application/json",
     )
     async def knowledge_graph() -> str:
-        try:
-            page = await s.graph.page(caller(tenant_claims, READ), None)
-        except EngramError as exc:
-            raise ResourceError(str(exc)) from exc
+        page = await _read("memory://knowledge-graph", deadline, lambda: s.graph.page(caller(claims, READ), None))
         return memory_dialect.graph_text(page)
 
     @mcp.resource(
@@ -50,10 +61,7 @@ def register(mcp: MCPServer, s: Services, tenant_claims: Sequence[str]) -> None:
         mime_type="application/json",
     )
     async def entity(name: str) -> str:
-        try:
-            found = await s.entities.get(caller(tenant_claims, READ), name)
-        except EngramError as exc:
-            raise ResourceError(str(exc)) from exc
+        found = await _read("memory://entities/{name}", deadline, lambda: s.entities.get(caller(claims, READ), name))
         return orjson.dumps(found.model_dump(mode="json", by_alias=True)).decode()
 
     @mcp.prompt(name="use_memory", title="Use Engram memory well", description="How to read and write the memory")

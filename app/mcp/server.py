@@ -53,14 +53,15 @@ def build_mcp(
 ) -> tuple[MCPServer, ToolSet]:
     neo4j_prefix = neo4j_dialect.tool_prefix(settings.neo4j_namespace)
     claims = [settings.tenant_claim, *settings.tenant_fallback_claims]
-    tools = ToolSet(claims, fairness=services.fairness)
+    tools = ToolSet(claims, fairness=services.fairness, deadline=settings.call_deadline)
     if "native" in settings.tool_sets:
         for module in (entities, relations, graph, search, admin):
             module.register(tools, services)
     if "memory" in settings.tool_sets:
         memory_dialect.register(tools, services)
     if "neo4j" in settings.tool_sets:
-        neo4j_dialect.register(ToolSet(claims, neo4j_prefix, tools.scopes, tools.tools, services.fairness), services)
+        dialect = ToolSet(claims, neo4j_prefix, tools.scopes, tools.tools, services.fairness, settings.call_deadline)
+        neo4j_dialect.register(dialect, services)
     mcp = MCPServer(
         name="engram",
         title="Engram memory",
@@ -77,5 +78,5 @@ def build_mcp(
         tools=tools.tools,
         middleware=[Observe(tools.scopes, usage, settings.metrics_tenants)],
     )
-    resources.register(mcp, services, claims)
+    resources.register(mcp, services, claims, settings.call_deadline)
     return mcp, tools

@@ -1,9 +1,14 @@
-"""Per-request and per-call context carried in contextvars: request id, and the tool call in progress."""
+"""Per-request and per-call context carried in contextvars: request id, the tool call in progress,
+and the deadline its database work must meet."""
 
 from __future__ import annotations
 
+import asyncio
+import math
 import re
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -28,6 +33,24 @@ class Call:
     started: float
     tenant: str = ""
     outcome: str | None = None  # set by the tool wrapper once the call ran
+    committing: bool = False  # its transaction sent COMMIT and awaits the answer
 
 
 CALL: ContextVar[Call | None] = ContextVar("engram_call", default=None)
+
+
+# The event-loop time by which the database work of this call must end (math.inf: unbounded).
+DEADLINE: ContextVar[float | None] = ContextVar("engram_deadline", default=None)
+
+
+@contextmanager
+def deadline(seconds: float) -> Iterator[float]:
+    """Bound the database work in this context to `seconds` from now, never past an enclosing
+    deadline; `math.inf` lifts the bound (long maintenance jobs). Yields the loop time it ends."""
+    at = asyncio.get_running_loop().time() + seconds if seconds != math.inf else math.inf
+    outer = DEADLINE.get()
+    token = DEADLINE.set(at if outer is None or seconds == math.inf else min(at, outer))
+    try:
+        yield DEADLINE.get() or at
+    finally:
+        DEADLINE.reset(token)

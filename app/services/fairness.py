@@ -20,6 +20,7 @@ from app.auth.principal import Principal
 from app.config import Settings
 from app.errors import EngramError
 from app.observability import metrics
+from app.observability.context import deadline
 from app.store import limits as store
 from app.store.database import Database, Growth, InvalidTenant, Tenant
 from app.store.errors import DATABASE_ERRORS
@@ -28,6 +29,8 @@ from app.store.limits import UsageTotals
 logger = logging.getLogger(__name__)
 
 _DB_ERRORS = (TimeoutError, *DATABASE_ERRORS)
+# How long admitting a call may spend reading its tenant and limits (cached; a miss is one short query).
+ADMIT_SECONDS = 2.0
 
 
 class Buckets:
@@ -103,6 +106,8 @@ class Fairness:
         now = time.monotonic()
         if cached is not None and cached[0] > now:
             return cached[1]
+        if self.db.unreachable:  # known down: do not wait for it again
+            return cached[1] if cached is not None else self.defaults
         try:
             async with self.db.transaction(tenant, readonly=True) as tx:
                 row = await store.overrides(tx)
@@ -116,10 +121,18 @@ class Fairness:
         return policy
 
     @asynccontextmanager
-    async def admit(self, who: Principal) -> AsyncIterator[None]:
-        """Run a tool call within the tenant's rate and concurrent-call limit, or refuse it (`limit`)."""
+    async def admit(self, who: Principal, *, read: bool = True) -> AsyncIterator[None]:
+        """Run a tool call within the tenant's rate and concurrent-call limit, or refuse it (`limit`).
+
+        The tenant's limits are read within ADMIT_SECONDS; with `read=False`, or while the database
+        is known to be down, the last limits read (or the defaults) apply without asking it.
+        """
         try:
-            policy = await self.policy(await self.db.tenant(who.tenant))
+            if read and not self.db.unreachable:
+                with deadline(ADMIT_SECONDS):
+                    policy = await self.policy(await self.db.tenant(who.tenant))
+            else:
+                policy = self._known(who.tenant)
         except (InvalidTenant, *_DB_ERRORS):
             policy = self.defaults  # the call itself reports what is wrong
         wait = self._buckets.take(who.tenant, policy.rate, policy.burst)
@@ -144,6 +157,12 @@ class Fairness:
             yield
         finally:
             slots.release()
+
+    def _known(self, key: str) -> Policy:
+        """The limits last read for a tenant whose id this server already knows, or the defaults."""
+        tenant = self.db.cached_tenant(key)
+        cached = self._policies.get(tenant.id) if tenant is not None else None
+        return cached[1] if cached is not None else self.defaults
 
     def _slots_of(self, key: str, size: int) -> asyncio.Semaphore:
         current = self._slots.get(key)

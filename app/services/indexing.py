@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from app.embeddings.factory import create_provider
 from app.embeddings.provider import EmbeddingError, InputRejected, Vector
 from app.errors import EngramError
 from app.observability import metrics
+from app.observability.context import deadline
 from app.store import index, vectors
 from app.store.database import Database, Tenant
 from app.store.errors import DATABASE_ERRORS
@@ -274,8 +276,9 @@ class Indexer:
             texts += done
             if done < total:
                 return ReindexReport(n, texts, complete=False, current=False)
-            async with self._db.transaction(tenant) as tx:
-                await vectors.build_vector_index(tx, self.model)
+            with deadline(math.inf):  # minutes for a large tenant, by design
+                async with self._db.transaction(tenant) as tx:
+                    await vectors.build_vector_index(tx, self.model)
             if budget is not None:
                 budget -= done
         current = not tenant_keys

@@ -4,30 +4,51 @@ from __future__ import annotations
 
 import asyncio
 
-import asyncpg
-
 from app.auth.principal import Principal
+from app.errors import EngramError
+from app.observability.context import deadline
 from app.services import models
 from app.services.base import Service
 
 VERSION = "0.1.0"
 _ALWAYS = {"server_status"}
+# The whole check ends within this (the tool promises an answer within 2 s); a database that does
+# not answer by then is reported unavailable, and the connection that waited for it is dropped.
+BUDGET = 1.5
 
 
 class Status(Service):
+    _probe: asyncio.Task[None] | None = None
+
     async def check(self, who: Principal, tools: list[str]) -> models.StatusResult:
         database = graph = "unavailable"
-        try:
-            async with asyncio.timeout(2):
-                async with self.db.pool.acquire() as conn:
-                    await conn.fetchval("SELECT 1")
-                database = "ok"
-                async with self.tx(who, readonly=True) as tx:
-                    await tx.fetchval('SELECT count(*) FROM {s}."Entity" WHERE false')
-                graph = "ok"
-        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
-            pass
+        if self.db.unreachable:
+            # Known down: answer at once, and let one probe in the background find out whether it is back.
+            self._probe_in_background()
+        else:
+            try:
+                with deadline(BUDGET):
+                    async with self.db.connection() as lease:
+                        await lease.conn.fetchval("SELECT 1")
+                    database = "ok"
+                    async with self.tx(who, readonly=True) as tx:
+                        await tx.fetchval('SELECT count(*) FROM {s}."Entity" WHERE false')
+                    graph = "ok"
+            except EngramError:  # unavailable, or a tenant the store refuses
+                pass
         usable = tools if graph == "ok" else [t for t in tools if t in _ALWAYS]
         return models.StatusResult(
             database=database, graph=graph, embeddings=self.indexer.state(), tools=usable, version=VERSION
         )
+
+    def _probe_in_background(self) -> None:
+        if self._probe is None or self._probe.done():
+            self._probe = asyncio.create_task(self._ping(), name="database probe")
+
+    async def _ping(self) -> None:
+        try:
+            with deadline(BUDGET):
+                async with self.db.connection() as lease:
+                    await lease.conn.fetchval("SELECT 1")
+        except EngramError:
+            pass

@@ -12,7 +12,7 @@ import asyncpg
 from app.errors import EngramError
 from app.store.database import timed
 
-Executor = asyncpg.Pool | asyncpg.Connection
+Executor = asyncpg.Connection
 ROLES = ("reader", "writer", "admin")
 
 
@@ -80,9 +80,9 @@ async def create(db: Executor, username: str, display_name: str, password_hash: 
     return User.of(row)
 
 
-async def create_linked(db: asyncpg.Pool, username: str, display_name: str, provider: str, subject: str) -> User:
+async def create_linked(conn: Executor, username: str, display_name: str, provider: str, subject: str) -> User:
     """A user who signs in through an upstream provider, with that identity linked."""
-    async with db.acquire() as conn, conn.transaction():
+    async with conn.transaction():
         user = await create(conn, username, display_name, None)
         await conn.execute(
             "INSERT INTO engram.user_identities (provider, subject, user_id) VALUES ($1, $2, $3::uuid)",

@@ -59,13 +59,13 @@ async def page(tx: Tx, limit: int, before: int | None, tool: str | None) -> list
 
 
 @timed
-async def add_usage(pool: asyncpg.Pool, counts: list[dict[str, Any]]) -> None:
-    await pool.execute("SELECT engram.add_usage($1::jsonb)", counts)
+async def add_usage(conn: asyncpg.Connection, counts: list[dict[str, Any]]) -> None:
+    await conn.execute("SELECT engram.add_usage($1::jsonb)", counts)
 
 
 @timed
-async def tenant_count(pool: asyncpg.Pool) -> int:
-    return await pool.fetchval("SELECT engram.tenant_count()")
+async def tenant_count(conn: asyncpg.Connection) -> int:
+    return await conn.fetchval("SELECT engram.tenant_count()")
 
 
 # --- administration, on an owner connection ------------------------------------------------

@@ -13,7 +13,7 @@ import asyncpg
 
 from app.store.database import timed
 
-Executor = asyncpg.Pool | asyncpg.Connection
+Executor = asyncpg.Connection
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +149,7 @@ async def take_request(db: Executor, id_hash: bytes) -> tuple[str, dict[str, Any
 
 @timed
 async def grant(
-    db: asyncpg.Pool,
+    conn: asyncpg.Connection,
     *,
     client_id: str,
     user_id: str,
@@ -163,7 +163,7 @@ async def grant(
     code_ttl: timedelta,
 ) -> str:
     """A new family and its authorization code, in one transaction."""
-    async with db.acquire() as conn, conn.transaction():
+    async with conn.transaction():
         family_id = await conn.fetchval(
             "INSERT INTO engram.oauth_families (client_id, user_id, tenant_key, scopes, resource)"
             " VALUES ($1, $2::uuid, $3, $4, $5) RETURNING id::text",
@@ -227,14 +227,14 @@ async def refresh(db: Executor, token_hash: bytes) -> Refresh | None:
 
 @timed
 async def rotate_refresh(
-    db: asyncpg.Pool, old_hash: bytes | None, new_hash: bytes, family_id: str, ttl: timedelta
+    conn: asyncpg.Connection, old_hash: bytes | None, new_hash: bytes, family_id: str, ttl: timedelta
 ) -> Family | None:
     """Stores a family's next refresh token, marking the one it replaces used; returns the family.
 
     None (and nothing stored) when `old_hash` was used already or the family is revoked: the
     caller treats that as a replay.
     """
-    async with db.acquire() as conn, conn.transaction():
+    async with conn.transaction():
         if old_hash is not None:
             done = await conn.execute(
                 "UPDATE engram.oauth_refresh_tokens SET used_at = now() WHERE token_hash = $1 AND used_at IS NULL",

@@ -35,9 +35,9 @@ class Doc:
 @timed
 async def register_model(db: Database, name: str, dimensions: int) -> tuple[Model, str]:
     """Record the model this server embeds with; returns it and the name of the current model."""
-    async with db.pool.acquire() as conn:
+    async with db.connection() as lease:
         try:
-            row = await conn.fetchrow("SELECT * FROM engram.register_embedding_model($1, $2)", name, dimensions)
+            row = await lease.conn.fetchrow("SELECT * FROM engram.register_embedding_model($1, $2)", name, dimensions)
         except asyncpg.RaiseError as exc:
             raise ModelRefused(str(exc)) from exc
     assert row is not None
@@ -46,14 +46,14 @@ async def register_model(db: Database, name: str, dimensions: int) -> tuple[Mode
 
 @timed
 async def current_model_name(db: Database) -> str | None:
-    async with db.pool.acquire() as conn:
-        return await conn.fetchval("SELECT name FROM engram.embedding_models WHERE current_since IS NOT NULL")
+    async with db.connection() as lease:
+        return await lease.conn.fetchval("SELECT name FROM engram.embedding_models WHERE current_since IS NOT NULL")
 
 
 @timed
 async def make_current(db: Database, model: Model) -> None:
     """After every tenant's texts carry this model's vectors: the other models' indexes go."""
-    async with db.pool.acquire() as conn, conn.transaction():
+    async with db.pool.acquire() as conn, conn.transaction():  # minutes, by design: no call deadline
         await conn.execute("SET LOCAL statement_timeout = 0")
         await conn.execute("SELECT engram.make_embedding_model_current($1)", model.id)
 
@@ -70,8 +70,8 @@ async def build_vector_index(tx: Tx, model: Model) -> None:
 
 @timed
 async def tenants(db: Database, *, pending_only: bool) -> list[Tenant]:
-    async with db.pool.acquire() as conn:
-        rows = await conn.fetch("SELECT * FROM engram.search_tenants($1)", pending_only)
+    async with db.connection() as lease:
+        rows = await lease.conn.fetch("SELECT * FROM engram.search_tenants($1)", pending_only)
     return [Tenant(str(r["tenant_id"]), r["key"], r["schema_name"]) for r in rows]
 
 

@@ -58,7 +58,9 @@ $$;
 -- Functions of the control plane run only for the roles granted them by name (tenant steps, for
 -- one, had EXECUTE for PUBLIC), now and in later migrations.
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA engram FROM PUBLIC;
-ALTER DEFAULT PRIVILEGES IN SCHEMA engram REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
+-- Default privileges given per schema can only add to the global ones, so the global default for
+-- functions the migration owner creates from now on is what must lose PUBLIC's EXECUTE.
+ALTER DEFAULT PRIVILEGES REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
 
 -- A REVOKE by a role that does not own the function only warns. Fail instead of leaving a wall
 -- with a hole: migrations must run as the role that created the extensions (a superuser).

@@ -35,4 +35,5 @@ BEGIN
     $ddl$, s);
 END
 $fn$;
+REVOKE ALL ON FUNCTION engram.tenant_step_0009(text) FROM PUBLIC;
 SELECT engram.add_tenant_step('0009', 'engram.tenant_step_0009');

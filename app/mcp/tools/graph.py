@@ -93,7 +93,7 @@ def register(tool: ToolSet, s: Services) -> None:
         """
         return await s.graph.stats(who)
 
-    @tool(READ, READ_ONLY)
+    @tool(READ, READ_ONLY, answers_offline=True)
     async def server_status(who: Principal) -> models.StatusResult:
         """Whether the memory works right now: the database, this tenant's graph, the embedding
         provider, and which tools are usable. Answers even when the database is down.

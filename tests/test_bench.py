@@ -1,0 +1,49 @@
+"""The benchmarks still run against the current code: `python -m bench --quick` and
+`python -m bench.search --quick`, each in a scratch database of its own (never the suite's).
+
+Quick runs check that every section ran and produced figures; nothing here looks at timings.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.conftest import ROOT
+
+# A quick run loads the embedding model in several processes and starts `engram serve` twice.
+pytestmark = pytest.mark.timeout(900)
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=840, check=False
+    )
+
+
+def test_benchmarks_run_quick(tmp_path: Path) -> None:
+    results = tmp_path / "results.json"
+    done = _run("bench", "--quick", "--results", str(results))
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    r = orjson.loads(results.read_bytes())
+    assert r["machine"]["quick"] is True
+    assert r["graph"]["shape"]["entities"] > 0
+    assert len(r["store"]["cases"]) == 8 and r["store"]["writer"]["writes"] > 0
+    assert {x["target"] for x in r["http"]["runs"]} == {
+        "engram get_entity",
+        "bare MCPServer trivial tool",
+        "bare Starlette JSON handler",
+    }
+    # Without its npm package installed, a quick run skips the reference rather than download it.
+    assert "sizes" in r["reference"] or "skipped" in r["reference"], r["reference"]
+    assert "## Store level" in done.stdout and "## Over HTTP" in done.stdout
+
+
+def test_search_benchmark_runs_quick() -> None:
+    done = _run("bench.search", "--quick")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert "bench-large vector ranking: recall@10" in done.stdout

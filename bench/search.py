@@ -314,7 +314,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         vectors.append(v[0])
     report["query embedding p50 ms"] = pct(embed_ms, 50)
 
-    search = Search(db, indexer, Cursors(), max_results=200, ef_search=settings.search_ef_search)
+    search = Search(db, indexer, Cursors(), Limits(max_results=200), ef_search=settings.search_ef_search)
     for key, t in tenants.items():
         report[f"{key} vector ranking"] = await vector_recall(
             db, owner_url, settings.search_ef_search, model, t, vectors

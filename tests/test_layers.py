@@ -5,8 +5,7 @@
 - `app/store/` imports nothing above it;
 - SQL and Cypher are written only in `app/store/` (and the development database tooling).
 
-Modules that still break a rule are listed below as known exceptions, each with its reason; remove
-an entry when its module is fixed (a listed module that no longer breaks the rule fails the test).
+There are no exceptions.
 """
 
 from __future__ import annotations
@@ -25,18 +24,6 @@ SQL_MARKERS = ("SELECT ", "INSERT INTO", "UPDATE ", "DELETE FROM", "cypher(")
 # Where SQL may be written: the store (its migrations runner included), and the development
 # database tooling behind `engram db up`, which creates databases and roles before any schema exists.
 SQL_HOMES = ("app.store", "app.provision")
-
-# Known exceptions: module -> why it still breaks the rule.
-KNOWN_DRIVER_IN_TRANSPORT = {
-    "app.mcp.context": "retries on asyncpg's deadlock and serialization errors; app.services.RETRYABLE names them",
-}
-KNOWN_DRIVER_IN_SERVICES = {
-    "app.services.base": "the unused `summary(asyncpg.Record)`; services shape rows with app.services.shapes",
-    "app.services.status": "catches asyncpg's errors itself; app.services.DATABASE_ERRORS names them",
-}
-KNOWN_SQL_OUTSIDE_STORE = {
-    "app.services.status": "server_status probes the database and the tenant's graph with its own queries",
-}
 
 
 def _module(path: Path) -> str:
@@ -90,13 +77,6 @@ def _violations(package: str, forbidden: tuple[str, ...]) -> dict[str, list[str]
     return out
 
 
-def _check(found: dict[str, object], known: dict[str, str]) -> None:
-    unexpected = {m: v for m, v in found.items() if m not in known}
-    assert not unexpected, f"layer rule broken: {unexpected}"
-    fixed = sorted(set(known) - set(found))
-    assert not fixed, f"no longer exceptions, remove them from the list: {fixed}"
-
-
 def test_the_graph_is_read() -> None:
     graph = import_graph()
     assert "app.store.entities" in graph["app.services.entities"]
@@ -106,11 +86,11 @@ def test_the_graph_is_read() -> None:
 
 def test_transport_does_not_reach_the_store_or_the_driver() -> None:
     assert not _violations("app.mcp", ("app.store",)), "app/mcp/ must call services, not the store"
-    _check(_violations("app.mcp", ("asyncpg",)), KNOWN_DRIVER_IN_TRANSPORT)
+    assert not _violations("app.mcp", ("asyncpg",)), "app/mcp/ must not use the database driver"
 
 
 def test_services_do_not_use_the_driver() -> None:
-    _check(_violations("app.services", ("asyncpg",)), KNOWN_DRIVER_IN_SERVICES)
+    assert not _violations("app.services", ("asyncpg",)), "services read typed rows, not the driver's records"
 
 
 def test_the_store_imports_nothing_above_it() -> None:
@@ -133,7 +113,7 @@ def test_sql_and_cypher_live_in_the_store() -> None:
         for module, tree in _sources().items()
         if not any(_in(module, home) for home in SQL_HOMES) and (lines := _sql_literals(tree))
     }
-    _check(found, KNOWN_SQL_OUTSIDE_STORE)
+    assert not found, f"SQL or Cypher outside the store: {found}"
 
 
 def test_the_sql_check_sees_sql() -> None:

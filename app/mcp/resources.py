@@ -11,9 +11,10 @@ from mcp.server.mcpserver.exceptions import ResourceError
 
 from app.auth.principal import READ
 from app.errors import EngramError
-from app.mcp.context import caller, warn_unavailable, within
 from app.mcp.tools import memory_dialect
+from app.mcp.toolset import caller, warn_unavailable
 from app.services import Services
+from app.services.calls import within
 
 GUIDE = """\
 You have a long-term memory (Engram), shared with your team. Use it like this:
@@ -43,7 +44,7 @@ async def _read(uri: str, deadline: float, run: Callable[[], Awaitable[T]]) -> T
         raise ResourceError(str(exc)) from exc
 
 
-def register(mcp: MCPServer, s: Services, claims: Sequence[str], deadline: float) -> None:
+def register(mcp: MCPServer, services: Services, claims: Sequence[str], deadline: float) -> None:
     @mcp.resource(
         "memory://knowledge-graph",
         name="knowledge-graph",
@@ -51,7 +52,9 @@ def register(mcp: MCPServer, s: Services, claims: Sequence[str], deadline: float
         mime_type="application/json",
     )
     async def knowledge_graph() -> str:
-        page = await _read("memory://knowledge-graph", deadline, lambda: s.graph.page(caller(claims, READ), None))
+        page = await _read(
+            "memory://knowledge-graph", deadline, lambda: services.graph.page(caller(claims, READ), None)
+        )
         return memory_dialect.graph_text(page)
 
     @mcp.resource(
@@ -61,7 +64,9 @@ def register(mcp: MCPServer, s: Services, claims: Sequence[str], deadline: float
         mime_type="application/json",
     )
     async def entity(name: str) -> str:
-        found = await _read("memory://entities/{name}", deadline, lambda: s.entities.get(caller(claims, READ), name))
+        found = await _read(
+            "memory://entities/{name}", deadline, lambda: services.entities.get(caller(claims, READ), name)
+        )
         return orjson.dumps(found.model_dump(mode="json", by_alias=True)).decode()
 
     @mcp.prompt(name="use_memory", title="Use Engram memory well", description="How to read and write the memory")

@@ -8,9 +8,9 @@ from mcp.server.mcpserver import MCPServer
 from app.auth.verifier import TokenVerifier
 from app.config import Settings
 from app.mcp import resources
-from app.mcp.context import ToolSet
 from app.mcp.observe import Observe
 from app.mcp.tools import admin, entities, graph, memory_dialect, neo4j_dialect, relations, search
+from app.mcp.toolset import ToolSet
 from app.observability.usage import Usage
 from app.services import Services
 

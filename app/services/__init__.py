@@ -50,7 +50,7 @@ class Services:
             relations=Relations(*shared),
             graph=Graph(*shared),
             status=Status(*shared),
-            search=Search(db, indexer, cursors, max_results=limits.max_results, ef_search=ef_search),
+            search=Search(*shared, ef_search=ef_search),
             indexer=indexer,
             limits=limits,
             cursors=cursors,

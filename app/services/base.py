@@ -7,15 +7,12 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-import asyncpg
-
 from app.auth.principal import Principal
 from app.observability.context import CALL, REQUEST_ID
-from app.services import models
 from app.services.cursors import Cursors
 from app.services.fairness import Fairness, refuse
 from app.services.indexing import Indexer
-from app.store import audit, index, relations
+from app.store import audit, index
 from app.store import limits as tenant_limits
 from app.store.database import Database, Tx
 
@@ -88,24 +85,3 @@ class Service:
                 f"at most {self.limits.max_batch_texts} observations per call over all items (got {texts}); "
                 "split the call",
             )
-
-
-def summary(row: asyncpg.Record) -> models.EntitySummary:
-    return models.EntitySummary(**{field: row[field] for field in models.EntitySummary.model_fields})
-
-
-def relation(rel: relations.Relation) -> models.Relation:
-    p = rel.props
-    return models.Relation(
-        id=p["id"],
-        type=p["type"],
-        from_=rel.source,
-        to=rel.target,
-        from_id=rel.source_id,
-        to_id=rel.target_id,
-        strength=p.get("strength"),
-        notes=p.get("notes"),
-        properties=p.get("properties"),
-        created_at=p.get("created_at"),
-        created_by=p.get("created_by"),
-    )

@@ -17,10 +17,10 @@ import orjson
 from app.auth.principal import Principal
 from app.errors import EngramError
 from app.services import models
-from app.services.base import Service, relation
+from app.services.base import Service
 from app.services.filters import EntityFilters
 from app.services.refs import resolve
-from app.services.shapes import audit_entry, entity, history_entry, summary
+from app.services.shapes import audit_entry, entity, history_entry, relation, summary
 from app.store import audit, entities, history, index, relations
 from app.store.database import Tx
 from app.store.entities import EntityRow

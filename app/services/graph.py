@@ -14,9 +14,9 @@ from pydantic import BaseModel
 from app.auth.principal import Principal
 from app.observability import metrics
 from app.services import models
-from app.services.base import Service, relation
+from app.services.base import Service
 from app.services.refs import resolve
-from app.services.shapes import summary
+from app.services.shapes import relation, summary
 from app.store import entities, history, overview, relations, traversal
 from app.store.database import Tx
 from app.store.entities import EntityRow

@@ -6,8 +6,9 @@ from collections.abc import Sequence
 
 from app.auth.principal import Principal
 from app.services import models
-from app.services.base import Service, relation
+from app.services.base import Service
 from app.services.refs import resolve
+from app.services.shapes import relation
 from app.store import history, relations
 from app.store.database import Tx
 from app.store.history import Event

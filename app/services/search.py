@@ -24,8 +24,11 @@ import orjson
 from cachetools import TTLCache
 
 from app.auth.principal import Principal
+from app.embeddings.provider import Vector
 from app.errors import EngramError
+from app.services.base import Limits, Service
 from app.services.cursors import Cursors
+from app.services.fairness import Fairness
 from app.services.filters import SearchFilters
 from app.services.indexing import Indexer
 from app.services.search_models import Match, Mode, Scores, SearchHit, SearchResult
@@ -77,28 +80,35 @@ def _best_per_entity(rows: Sequence[Ranked]) -> list[Ranked]:
     return list(seen.values())
 
 
-class Search:
-    def __init__(self, db: Database, indexer: Indexer, cursors: Cursors, *, max_results: int, ef_search: int) -> None:
-        self._db = db
-        self._indexer = indexer
-        self._cursors = cursors
-        self.max_results = max_results
+class Search(Service):
+    def __init__(
+        self,
+        db: Database,
+        indexer: Indexer,
+        cursors: Cursors,
+        limits: Limits,
+        fairness: Fairness | None = None,
+        *,
+        ef_search: int = 100,
+    ) -> None:
+        super().__init__(db, indexer, cursors, limits, fairness)
         self._ef_search = ef_search
         # Per tenant id, bounded: the words, read again after COMMON_WORDS_TTL; a deleted tenant ages out.
         self._common: TTLCache[str, list[str]] = TTLCache(maxsize=COMMON_WORDS_TENANTS, ttl=COMMON_WORDS_TTL)
 
     async def search(self, who: Principal, q: Query) -> SearchResult:
-        tenant = await self._db.tenant(who.tenant)
-        await self._cursors.load(self._db.cursor_keys)
-        offset = self._offset(q, tenant.id)
-        depth = offset + q.limit  # entities each ranking must reach
         notices: list[str] = []
         strict = bool(_WEB_SYNTAX.search(q.text))
-        texts = min(3 * depth + 20, 600)  # an entity may hold several of the nearest texts
-        # The query is embedded (on the model's thread) while the word and name rankings run.
-        embedding = asyncio.create_task(self._indexer.query_vector(tenant, q.text)) if q.mode != "keyword" else None
+        embedding: asyncio.Task[tuple[Vector | None, str | None]] | None = None
         try:
-            async with self._db.transaction(tenant, readonly=True) as tx:
+            async with self.tx(who, readonly=True) as tx:
+                tenant = tx.tenant
+                offset = self._offset(q, tenant.id)
+                depth = offset + q.limit  # entities each ranking must reach
+                texts = min(3 * depth + 20, 600)  # an entity may hold several of the nearest texts
+                # The query is embedded (on the model's thread) while the word and name rankings run.
+                if q.mode != "keyword":
+                    embedding = asyncio.create_task(self.indexer.query_vector(tenant, q.text))
                 await rankings.tune(tx, max(self._ef_search, texts))
                 narrow = q.filters.store_args()
                 ranked_by: dict[str, list[Ranked]] = {}
@@ -116,9 +126,9 @@ class Search:
                         if q.mode == "semantic":
                             raise EngramError("unavailable", problem)
                         notices.append(problem + "; these results rank by words and names only")
-                    elif self._indexer.model is not None:
+                    elif self.indexer.model is not None:
                         ranked_by["semantic"] = _best_per_entity(
-                            await rankings.by_vector(tx, self._indexer.model, vector, texts, **narrow)
+                            await rankings.by_vector(tx, self.indexer.model, vector, texts, **narrow)
                         )
                 ranked = self._fuse(ranked_by, q.min_score)
                 page = ranked[offset:depth]
@@ -129,14 +139,14 @@ class Search:
         finally:
             if embedding is not None and not embedding.done():
                 embedding.cancel()
-        if vector is not None and await self._indexer.still_changed():
+        if vector is not None and await self.indexer.still_changed():
             notices.append(
                 "the embedding model changed: texts not yet re-embedded (`engram reindex`) are found by words "
                 "and names only"
             )
         mode: Mode = q.mode if vector is not None or q.mode == "keyword" else "keyword"
-        more = len(ranked) > depth and depth < self.max_results
-        next_cursor = self._cursors.encode(tenant.id, f"search:{q.fingerprint()}", depth) if more else None
+        more = len(ranked) > depth and depth < self.limits.max_results
+        next_cursor = self.cursors.encode(tenant.id, f"search:{q.fingerprint()}", depth) if more else None
         return SearchResult(mode=mode, hits=hits, next_cursor=next_cursor, notices=notices)
 
     async def _common_words(self, tx: Tx) -> list[str]:
@@ -149,8 +159,8 @@ class Search:
         """Where a page starts: a signed cursor bound to the tenant and to the same query."""
         if q.cursor is None:
             return 0
-        offset = self._cursors.decode(q.cursor, tenant_id, f"search:{q.fingerprint()}")
-        if not isinstance(offset, int) or not 0 < offset < self.max_results:
+        offset = self.cursors.decode(q.cursor, tenant_id, f"search:{q.fingerprint()}")
+        if not isinstance(offset, int) or not 0 < offset < self.limits.max_results:
             raise EngramError("invalid", "`cursor` is out of range")
         return offset
 

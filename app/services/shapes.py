@@ -6,6 +6,7 @@ from app.services import models
 from app.store.audit import AuditRow
 from app.store.entities import EntityRow
 from app.store.history import Change
+from app.store.relations import Relation
 
 
 def summary(row: EntityRow) -> models.EntitySummary:
@@ -24,3 +25,20 @@ def history_entry(change: Change) -> models.HistoryEntry:
 
 def audit_entry(row: AuditRow) -> models.AuditEntry:
     return models.AuditEntry.model_validate(row, from_attributes=True)
+
+
+def relation(rel: Relation) -> models.Relation:
+    p = rel.props
+    return models.Relation(
+        id=p["id"],
+        type=p["type"],
+        from_=rel.source,
+        to=rel.target,
+        from_id=rel.source_id,
+        to_id=rel.target_id,
+        strength=p.get("strength"),
+        notes=p.get("notes"),
+        properties=p.get("properties"),
+        created_at=p.get("created_at"),
+        created_by=p.get("created_by"),
+    )

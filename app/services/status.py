@@ -9,6 +9,7 @@ from app.errors import EngramError
 from app.observability.context import deadline
 from app.services import models
 from app.services.base import Service
+from app.store import health
 
 VERSION = "0.1.0"
 _ALWAYS = {"server_status"}
@@ -28,11 +29,10 @@ class Status(Service):
         else:
             try:
                 with deadline(BUDGET):
-                    async with self.db.connection() as lease:
-                        await lease.conn.fetchval("SELECT 1")
+                    await health.ping(self.db)
                     database = "ok"
                     async with self.tx(who, readonly=True) as tx:
-                        await tx.fetchval('SELECT count(*) FROM {s}."Entity" WHERE false')
+                        await health.read_graph(tx)
                     graph = "ok"
             except EngramError:  # unavailable, or a tenant the store refuses
                 pass
@@ -48,7 +48,6 @@ class Status(Service):
     async def _ping(self) -> None:
         try:
             with deadline(BUDGET):
-                async with self.db.connection() as lease:
-                    await lease.conn.fetchval("SELECT 1")
+                await health.ping(self.db)
         except EngramError:
             pass

@@ -6,19 +6,19 @@ from typing import Annotated
 from pydantic import Field
 
 from app.auth.principal import ADMIN, Principal
-from app.mcp.context import READ_ONLY, ToolSet
+from app.mcp.toolset import READ_ONLY, ToolSet
 from app.services import Services, models
 
 
-def register(tool: ToolSet, s: Services) -> None:
+def register(tool: ToolSet, services: Services) -> None:
     @tool(ADMIN, READ_ONLY)
     async def audit_log(
         who: Principal,
         tool_name: Annotated[models.TypeName | None, Field(description="Only calls of this tool.")] = None,
-        limit: Annotated[int, Field(ge=1, le=s.limits.max_results)] = 50,
+        limit: Annotated[int, Field(ge=1, le=services.limits.max_results)] = 50,
         cursor: models.Cursor | None = None,
     ) -> models.AuditPage:
         """Who changed this tenant's memory: one entry per successful write tool call, newest first, with
         the caller, the tool, the ids it changed, its duration and request id.
         """
-        return await s.entities.audit(who, tool_name, limit, cursor)
+        return await services.entities.audit(who, tool_name, limit, cursor)

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from app.auth.principal import READ, WRITE, Principal
 from app.errors import EngramError
-from app.mcp.context import ADDITIVE, DESTRUCTIVE, READ_ONLY, ToolSet
+from app.mcp.toolset import ADDITIVE, DESTRUCTIVE, READ_ONLY, ToolSet
 from app.services import Services, models
 from app.services.filters import EntityFilters
 
@@ -22,9 +22,9 @@ def one_ref(id: str | None, name: str | None) -> str:
     return (id or name or "").strip()
 
 
-def register(tool: ToolSet, s: Services) -> None:
-    batch = s.limits.max_batch
-    cap = s.limits.max_results
+def register(tool: ToolSet, services: Services) -> None:
+    batch = services.limits.max_batch
+    cap = services.limits.max_results
 
     @tool(WRITE, ADDITIVE)
     async def upsert_entities(
@@ -41,7 +41,7 @@ def register(tool: ToolSet, s: Services) -> None:
         are merged. The batch is one transaction. Returns, per name, created / updated /
         unchanged / skipped, with the id and version.
         """
-        return await s.entities.upsert(who, entities, on_existing)
+        return await services.entities.upsert(who, entities, on_existing)
 
     @tool(READ, READ_ONLY)
     async def get_entity(
@@ -59,7 +59,7 @@ def register(tool: ToolSet, s: Services) -> None:
         `max_observations` are counted in `observations_total`. `include_history` adds the 20
         latest changes (entity_history pages through all of them).
         """
-        return await s.entities.get(
+        return await services.entities.get(
             who,
             one_ref(id, name),
             include_relations=include_relations,
@@ -83,7 +83,7 @@ def register(tool: ToolSet, s: Services) -> None:
         changed it since you read it: a different current version fails with `conflict`. Old
         values go to the entity's history.
         """
-        return await s.entities.update(who, one_ref(id, name), changes, expected_version)
+        return await services.entities.update(who, one_ref(id, name), changes, expected_version)
 
     @tool(WRITE, DESTRUCTIVE)
     async def remove_entities(
@@ -95,7 +95,7 @@ def register(tool: ToolSet, s: Services) -> None:
         Deleted entities can be brought back, relations included, with restore_entities and their
         ids. Unknown names fail the whole call with `not_found`.
         """
-        return await s.entities.set_deleted(who, entities, True)
+        return await services.entities.set_deleted(who, entities, True)
 
     @tool(WRITE, ADDITIVE)
     async def restore_entities(
@@ -106,7 +106,7 @@ def register(tool: ToolSet, s: Services) -> None:
 
         Fails with `conflict` if a live entity has taken a deleted entity's name meanwhile.
         """
-        return await s.entities.set_deleted(who, ids, False)
+        return await services.entities.set_deleted(who, ids, False)
 
     @tool(WRITE, ADDITIVE)
     async def append_observations(
@@ -116,7 +116,7 @@ def register(tool: ToolSet, s: Services) -> None:
 
         An unknown entity fails the whole call and nothing is saved. Returns what each entity gained.
         """
-        return await s.entities.change_observations(who, items, add=True)
+        return await services.entities.change_observations(who, items, add=True)
 
     @tool(WRITE, DESTRUCTIVE)
     async def remove_observations(
@@ -126,7 +126,7 @@ def register(tool: ToolSet, s: Services) -> None:
 
         An unknown entity fails the whole call. Returns what each entity lost.
         """
-        return await s.entities.change_observations(who, items, add=False)
+        return await services.entities.change_observations(who, items, add=False)
 
     @tool(READ, READ_ONLY)
     async def entity_history(
@@ -141,7 +141,7 @@ def register(tool: ToolSet, s: Services) -> None:
 
         Pass `next_cursor` back as `cursor` for the next page.
         """
-        return await s.entities.history(who, one_ref(id, name), limit, cursor)
+        return await services.entities.history(who, one_ref(id, name), limit, cursor)
 
     @tool(READ, READ_ONLY)
     async def find_entities(
@@ -180,4 +180,4 @@ def register(tool: ToolSet, s: Services) -> None:
             created_after=created_after,
             created_before=created_before,
         )
-        return await s.entities.find(who, filters, sort, limit, cursor)
+        return await services.entities.find(who, filters, sort, limit, cursor)

@@ -6,14 +6,14 @@ from typing import Annotated
 from pydantic import Field
 
 from app.auth.principal import READ, Principal
-from app.mcp.context import READ_ONLY, ToolSet
+from app.mcp.toolset import READ_ONLY, ToolSet
 from app.services import Services, models
 
 RelationTypes = Annotated[list[models.TypeName] | None, Field(max_length=20, description="Exact relation types.")]
 
 
-def register(tool: ToolSet, s: Services) -> None:
-    cap = s.limits.max_results
+def register(tool: ToolSet, services: Services) -> None:
+    cap = services.limits.max_results
 
     @tool(READ, READ_ONLY)
     async def neighbors(
@@ -31,7 +31,9 @@ def register(tool: ToolSet, s: Services) -> None:
         `relation_types`. `truncated` is true when `limit`, or a bound on one level's size (a hub
         with thousands of relations), cut the walk short.
         """
-        return await s.graph.neighbors(who, entity, depth=depth, direction=direction, types=relation_types, limit=limit)
+        return await services.graph.neighbors(
+            who, entity, depth=depth, direction=direction, types=relation_types, limit=limit
+        )
 
     @tool(READ, READ_ONLY)
     async def shortest_path(
@@ -49,7 +51,7 @@ def register(tool: ToolSet, s: Services) -> None:
         (`found: false`), not an error. `truncated` says a bound on the search's size cut it (a hub
         on the way): narrow it with `relation_types` or `direction`.
         """
-        return await s.graph.path(who, from_, to, max_depth=max_depth, direction=direction, types=relation_types)
+        return await services.graph.path(who, from_, to, max_depth=max_depth, direction=direction, types=relation_types)
 
     @tool(READ, READ_ONLY)
     async def relation_chain(
@@ -62,7 +64,7 @@ def register(tool: ToolSet, s: Services) -> None:
         """Follow one kind of relation transitively, e.g. every prerequisite of a course, or every
         part a component belongs to. Results are ordered by distance.
         """
-        return await s.graph.chain(who, entity, relation_type=relation_type, direction=direction, depth=depth)
+        return await services.graph.chain(who, entity, relation_type=relation_type, direction=direction, depth=depth)
 
     @tool(READ, READ_ONLY)
     async def subgraph(
@@ -75,7 +77,9 @@ def register(tool: ToolSet, s: Services) -> None:
         """A bounded bundle of context in one call: the given entities, everything within `depth`
         relations of them, and the relations among all of those.
         """
-        return await s.graph.subgraph(who, entities, depth=depth, max_nodes=max_nodes, max_relations=max_relations)
+        return await services.graph.subgraph(
+            who, entities, depth=depth, max_nodes=max_nodes, max_relations=max_relations
+        )
 
     @tool(READ, READ_ONLY)
     async def hierarchy(who: Principal) -> models.HierarchyResult:
@@ -84,18 +88,18 @@ def register(tool: ToolSet, s: Services) -> None:
         to its first children per node (`truncated: true`; counts stay exact): list one area or
         topic with find_entities.
         """
-        return await s.graph.hierarchy(who)
+        return await services.graph.hierarchy(who)
 
     @tool(READ, READ_ONLY)
     async def graph_stats(who: Principal) -> models.StatsResult:
         """An overview of the memory: counts of entities, relations and observations, the commonest
         entity and relation types, the most connected entities, and the latest changes.
         """
-        return await s.graph.stats(who)
+        return await services.graph.stats(who)
 
     @tool(READ, READ_ONLY, answers_offline=True)
     async def server_status(who: Principal) -> models.StatusResult:
         """Whether the memory works right now: the database, this tenant's graph, the embedding
         provider, and which tools are usable. Answers even when the database is down.
         """
-        return await s.status.check(who, list(tool.scopes))
+        return await services.status.check(who, list(tool.scopes))

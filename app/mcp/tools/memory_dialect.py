@@ -6,15 +6,15 @@ the native tools); read_graph, search_nodes and open_nodes are bounded and say s
 """
 
 # No `from __future__ import annotations`: the schemas use bounds known only at registration.
-from typing import Annotated
+from typing import Annotated, Any
 
 import orjson
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.auth.principal import READ, WRITE, Principal
-from app.mcp.context import ToolSet
 from app.mcp.tools import slices
+from app.mcp.toolset import ToolSet
 from app.services import Services, models
 from app.services.graph import Slice
 
@@ -99,13 +99,16 @@ class KnowledgeGraph(BaseModel):
 def _reply(model: BaseModel, shown: str | None = None) -> CallToolResult:
     """Structured content, and as text what the reference prints: the `shown` field's JSON (or all of it), indented."""
     data = model.model_dump(mode="json", by_alias=True, exclude_none=True)
-    text = orjson.dumps(data[shown] if shown else data, option=orjson.OPT_INDENT_2).decode()
-    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
+    return CallToolResult(content=[TextContent(type="text", text=_text(data, shown))], structured_content=data)
+
+
+def _text(data: dict[str, Any], shown: str | None = None) -> str:
+    return orjson.dumps(data[shown] if shown else data, option=orjson.OPT_INDENT_2).decode()
 
 
 def graph_text(graph: Slice) -> str:
     """A slice as the reference's `memory://knowledge-graph` resource shows the graph: read_graph's answer."""
-    return _reply(_graph(graph, "read_graph")).content[0].text  # type: ignore[union-attr]
+    return _text(_graph(graph, "read_graph").model_dump(mode="json", by_alias=True, exclude_none=True))
 
 
 def _done(message: str) -> CallToolResult:
@@ -141,46 +144,48 @@ def _fold(entities: list[EntityIn]) -> list[Entity]:
     return list(first.values())
 
 
-def register(tool: ToolSet, s: Services) -> None:
-    batch = s.limits.max_batch
+def register(tool: ToolSet, services: Services) -> None:
+    batch = services.limits.max_batch
     read_graph_name = tool.prefix + "read_graph"
 
     @tool(WRITE, _WRITE, title="Create Entities")
-    async def create_entities(who: Principal, entities: Annotated[list[EntityIn], Field(max_length=batch)]) -> Entities:
+    async def create_entities(
+        who: Principal, entities: Annotated[list[EntityIn], Field(max_length=batch)]
+    ) -> Annotated[CallToolResult, Entities]:
         """Create multiple new entities in the knowledge graph"""
         folded = _fold(entities)
-        done = await s.entities.upsert(
+        done = await services.entities.upsert(
             who, [models.EntityIn(name=e.name, type=e.entityType, observations=e.observations) for e in folded], "skip"
         )
         created = {r.name for r in done.results if r.status == "created"}
-        return _reply(Entities(entities=[e for e in folded if e.name in created]), "entities")  # type: ignore[return-value]
+        return _reply(Entities(entities=[e for e in folded if e.name in created]), "entities")
 
     @tool(WRITE, _WRITE, title="Create Relations")
     async def create_relations(
         who: Principal, relations: Annotated[list[RelationIn], Field(max_length=batch)]
-    ) -> Relations:
+    ) -> Annotated[CallToolResult, Relations]:
         """Create multiple new relations between entities in the knowledge graph. Relations should be in active voice"""
         new: list[Relation] = []
         if relations:
-            done = await s.relations.connect(
+            done = await services.relations.connect(
                 who, [models.RelationIn(from_=r.from_, to=r.to, type=r.relationType) for r in relations], exact=True
             )
             new = [_relation(item.relation) for item in done.results if item.status == "created"]
-        return _reply(Relations(relations=new), "relations")  # type: ignore[return-value]
+        return _reply(Relations(relations=new), "relations")
 
     @tool(WRITE, _WRITE, title="Add Observations")
     async def add_observations(
         who: Principal, observations: Annotated[list[ObservationAddition], Field(max_length=batch)]
-    ) -> AddedResults:
+    ) -> Annotated[CallToolResult, AddedResults]:
         """Add new observations to existing entities in the knowledge graph"""
-        changed = await s.entities.change_observations_by_name(
+        changed = await services.entities.change_observations_by_name(
             who, [(o.entityName, o.contents) for o in observations], add=True, missing_ok=False
         )
         results = [
             Added(entityName=o.entityName, addedObservations=c or [])
             for o, c in zip(observations, changed, strict=True)
         ]
-        return _reply(AddedResults(results=results), "results")  # type: ignore[return-value]
+        return _reply(AddedResults(results=results), "results")
 
     @tool(WRITE, _DELETE, title="Delete Entities")
     async def delete_entities(
@@ -188,43 +193,43 @@ def register(tool: ToolSet, s: Services) -> None:
         entityNames: Annotated[
             list[models.Name], Field(max_length=batch, description="An array of entity names to delete")
         ],
-    ) -> Done:
+    ) -> Annotated[CallToolResult, Done]:
         """Delete multiple entities and their associated relations from the knowledge graph"""
-        await s.entities.delete_by_name(who, entityNames)
-        return _done("Entities deleted successfully")  # type: ignore[return-value]
+        await services.entities.delete_by_name(who, entityNames)
+        return _done("Entities deleted successfully")
 
     @tool(WRITE, _DELETE, title="Delete Observations")
     async def delete_observations(
         who: Principal, deletions: Annotated[list[ObservationDeletion], Field(max_length=batch)]
-    ) -> Done:
+    ) -> Annotated[CallToolResult, Done]:
         """Delete specific observations from entities in the knowledge graph"""
-        await s.entities.change_observations_by_name(
+        await services.entities.change_observations_by_name(
             who, [(d.entityName, d.observations) for d in deletions], add=False, missing_ok=True
         )
-        return _done("Observations deleted successfully")  # type: ignore[return-value]
+        return _done("Observations deleted successfully")
 
     @tool(WRITE, _DELETE, title="Delete Relations")
     async def delete_relations(
         who: Principal,
         relations: Annotated[list[RelationIn], Field(max_length=batch, description="An array of relations to delete")],
-    ) -> Done:
+    ) -> Annotated[CallToolResult, Done]:
         """Delete multiple relations from the knowledge graph"""
         keys = [models.RelationKey(from_=r.from_, to=r.to, type=r.relationType) for r in relations]
         if keys:
-            await s.relations.disconnect(who, keys, [], exact=True)
-        return _done("Relations deleted successfully")  # type: ignore[return-value]
+            await services.relations.disconnect(who, keys, [], exact=True)
+        return _done("Relations deleted successfully")
 
     @tool(READ, _READ, title="Read Graph")
     async def read_graph(
         who: Principal,
         cursor: Annotated[models.Cursor | None, Field(description="From `nextCursor` of the previous page.")] = None,
-    ) -> KnowledgeGraph:
+    ) -> Annotated[CallToolResult, KnowledgeGraph]:
         """Read the entire knowledge graph
 
         A large graph comes in pages of whole entities, each with its outgoing relations: while the
         answer has `nextCursor`, call again with `cursor` set to it for the rest.
         """
-        return _reply(_graph(await s.graph.page(who, cursor), read_graph_name))  # type: ignore[return-value]
+        return _reply(_graph(await services.graph.page(who, cursor), read_graph_name))
 
     @tool(READ, _READ, title="Search Nodes")
     async def search_nodes(
@@ -233,9 +238,9 @@ def register(tool: ToolSet, s: Services) -> None:
             models.LongText,
             Field(description="The search query to match against entity names, types, and observation content"),
         ],
-    ) -> KnowledgeGraph:
+    ) -> Annotated[CallToolResult, KnowledgeGraph]:
         """Search for nodes in the knowledge graph based on a query"""
-        return _reply(_graph(await s.graph.matching(who, query), read_graph_name))  # type: ignore[return-value]
+        return _reply(_graph(await services.graph.matching(who, query), read_graph_name))
 
     @tool(READ, _READ, title="Open Nodes")
     async def open_nodes(
@@ -243,6 +248,6 @@ def register(tool: ToolSet, s: Services) -> None:
         names: Annotated[
             list[models.Name], Field(max_length=batch, description="An array of entity names to retrieve")
         ],
-    ) -> KnowledgeGraph:
+    ) -> Annotated[CallToolResult, KnowledgeGraph]:
         """Open specific nodes in the knowledge graph by their names"""
-        return _reply(_graph(await s.graph.named(who, names), read_graph_name))  # type: ignore[return-value]
+        return _reply(_graph(await services.graph.named(who, names), read_graph_name))

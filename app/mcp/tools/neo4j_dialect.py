@@ -13,8 +13,8 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from app.auth.principal import READ, WRITE, Principal
-from app.mcp.context import ToolSet
 from app.mcp.tools import slices
+from app.mcp.toolset import ToolSet
 from app.services import Services, models
 from app.services.graph import Slice
 
@@ -119,22 +119,22 @@ def _graph(graph: Slice, read_graph: str) -> CallToolResult:
     )
 
 
-def register(tool: ToolSet, s: Services) -> None:
-    batch = s.limits.max_batch
+def register(tool: ToolSet, services: Services) -> None:
+    batch = services.limits.max_batch
     read_graph_name = tool.prefix + "read_graph"
 
     @tool(READ, _hints("Read Graph", read_only=True))
     async def read_graph(
         who: Principal,
         cursor: Annotated[models.Cursor | None, Field(description="From `nextCursor` of the previous page.")] = None,
-    ) -> KnowledgeGraph:
+    ) -> Annotated[CallToolResult, KnowledgeGraph]:
         """Read the entire knowledge graph with all entities and relationships.
 
         Returns the memory graph: entities with their observations, and their relationships. A large
         graph comes in pages of whole entities, each with its outgoing relationships: while the answer
         has `nextCursor`, call again with `cursor` set to it for the rest.
         """
-        return _graph(await s.graph.page(who, cursor), read_graph_name)  # type: ignore[return-value]
+        return _graph(await services.graph.page(who, cursor), read_graph_name)
 
     @tool(WRITE, _hints("Create Entities"))
     async def create_entities(
@@ -143,15 +143,15 @@ def register(tool: ToolSet, s: Services) -> None:
             list[EntityIn],
             Field(max_length=batch, description="List of entities to create with name, type, and observations"),
         ],
-    ) -> Result:
+    ) -> Annotated[CallToolResult, Result]:
         """Create multiple new entities in the knowledge graph.
 
         An entity that already exists by name takes the given type and observations (they replace
         the stored ones). Returns the entities as given.
         """
         last = {e.name: e for e in entities}  # like the original's MERGE one by one: the last entry of a name wins
-        await s.entities.put(who, [(e.name, e.type, e.observations) for e in last.values()])
-        return _result([e.model_dump() for e in entities])  # type: ignore[return-value]
+        await services.entities.put(who, [(e.name, e.type, e.observations) for e in last.values()])
+        return _result([e.model_dump() for e in entities])
 
     @tool(WRITE, _hints("Create Relations"))
     async def create_relations(
@@ -160,19 +160,19 @@ def register(tool: ToolSet, s: Services) -> None:
             list[RelationIn],
             Field(max_length=batch, description="List of relations to create between existing entities"),
         ],
-    ) -> Result:
+    ) -> Annotated[CallToolResult, Result]:
         """Create multiple new relationships between existing entities in the knowledge graph.
 
         Both entities must exist (exact names), else nothing is created; an existing relationship is
         not created twice. Returns the relationships as given.
         """
         if relations:
-            await s.relations.connect(
+            await services.relations.connect(
                 who,
                 [models.RelationIn(from_=r.source, to=r.target, type=r.relationType) for r in relations],
                 exact=True,
             )
-        return _result([r.model_dump() for r in relations])  # type: ignore[return-value]
+        return _result([r.model_dump() for r in relations])
 
     @tool(WRITE, _hints("Add Observations"))
     async def add_observations(
@@ -181,13 +181,13 @@ def register(tool: ToolSet, s: Services) -> None:
             list[ObservationAddition],
             Field(max_length=batch, description="List of observations to add to existing entities"),
         ],
-    ) -> Result:
+    ) -> Annotated[CallToolResult, Result]:
         """Add new observations/facts to existing entities in the knowledge graph.
 
         Entities that do not exist are skipped; only observations not stored yet are added.
         Returns, per existing entity, the observations added.
         """
-        changed = await s.entities.change_observations_by_name(
+        changed = await services.entities.change_observations_by_name(
             who, [(o.entityName, o.observations) for o in observations], add=True, missing_ok=True
         )
         data = [
@@ -195,7 +195,7 @@ def register(tool: ToolSet, s: Services) -> None:
             for o, c in zip(observations, changed, strict=True)
             if c is not None  # like the original's MATCH, a missing entity yields no row
         ]
-        return _result(data)  # type: ignore[return-value]
+        return _result(data)
 
     @tool(WRITE, _hints("Delete Entities", destructive=True))
     async def delete_entities(
@@ -203,13 +203,13 @@ def register(tool: ToolSet, s: Services) -> None:
         entityNames: Annotated[
             list[models.Name], Field(max_length=batch, description="List of exact entity names to delete")
         ],
-    ) -> Result:
+    ) -> Annotated[CallToolResult, Result]:
         """Delete entities and all their associated relationships from the knowledge graph.
 
         Names must match exactly; unknown names are ignored.
         """
-        await s.entities.delete_by_name(who, entityNames)
-        return _result("Entities deleted successfully")  # type: ignore[return-value]
+        await services.entities.delete_by_name(who, entityNames)
+        return _result("Entities deleted successfully")
 
     @tool(WRITE, _hints("Delete Observations", destructive=True))
     async def delete_observations(
@@ -218,15 +218,15 @@ def register(tool: ToolSet, s: Services) -> None:
             list[ObservationDeletion],
             Field(max_length=batch, description="List of specific observations to remove from entities"),
         ],
-    ) -> Result:
+    ) -> Annotated[CallToolResult, Result]:
         """Delete specific observations from existing entities in the knowledge graph.
 
         Observation texts must match exactly (case-sensitive); unknown entities and texts are ignored.
         """
-        await s.entities.change_observations_by_name(
+        await services.entities.change_observations_by_name(
             who, [(d.entityName, d.observations) for d in deletions], add=False, missing_ok=True
         )
-        return _result("Observations deleted successfully")  # type: ignore[return-value]
+        return _result("Observations deleted successfully")
 
     @tool(WRITE, _hints("Delete Relations", destructive=True))
     async def delete_relations(
@@ -235,15 +235,15 @@ def register(tool: ToolSet, s: Services) -> None:
             list[RelationRef],
             Field(max_length=batch, description="List of specific relationships to delete from the graph"),
         ],
-    ) -> Result:
+    ) -> Annotated[CallToolResult, Result]:
         """Delete specific relationships between entities in the knowledge graph.
 
         Source, target and relationship type must match exactly; ones that do not exist are ignored.
         """
         keys = [models.RelationKey(from_=r.source, to=r.target, type=r.relationType) for r in relations]
         if keys:
-            await s.relations.disconnect(who, keys, [], exact=True)
-        return _result("Relations deleted successfully")  # type: ignore[return-value]
+            await services.relations.disconnect(who, keys, [], exact=True)
+        return _result("Relations deleted successfully")
 
     @tool(READ, _hints("Search Memories", read_only=True))
     async def search_memories(
@@ -253,13 +253,13 @@ def register(tool: ToolSet, s: Services) -> None:
             StringConstraints(min_length=1),
             Field(description="Text to find in entity names, types or observations (case-insensitive)"),
         ],
-    ) -> KnowledgeGraph:
+    ) -> Annotated[CallToolResult, KnowledgeGraph]:
         """Search for entities in the knowledge graph by name, type, or observation content.
 
         Matches entities whose name, type or an observation contains the query text, ignoring case,
         and returns them with the relationships that touch them.
         """
-        return _graph(await s.graph.matching(who, query), read_graph_name)  # type: ignore[return-value]
+        return _graph(await services.graph.matching(who, query), read_graph_name)
 
     @tool(READ, _hints("Find Memories by Name", read_only=True))
     async def find_memories_by_name(
@@ -267,6 +267,6 @@ def register(tool: ToolSet, s: Services) -> None:
         names: Annotated[
             list[models.Name], Field(max_length=batch, description="List of exact entity names to retrieve")
         ],
-    ) -> KnowledgeGraph:
+    ) -> Annotated[CallToolResult, KnowledgeGraph]:
         """Find specific entities by their exact names, with the relationships that touch them."""
-        return _graph(await s.graph.named(who, names), read_graph_name)  # type: ignore[return-value]
+        return _graph(await services.graph.named(who, names), read_graph_name)

@@ -7,12 +7,12 @@ from pydantic import Field
 
 from app.auth.principal import WRITE, Principal
 from app.errors import EngramError
-from app.mcp.context import ADDITIVE, DESTRUCTIVE, ToolSet
+from app.mcp.toolset import ADDITIVE, DESTRUCTIVE, ToolSet
 from app.services import Services, models
 
 
-def register(tool: ToolSet, s: Services) -> None:
-    batch = s.limits.max_batch
+def register(tool: ToolSet, services: Services) -> None:
+    batch = services.limits.max_batch
 
     @tool(WRITE, ADDITIVE)
     async def connect_entities(
@@ -24,7 +24,7 @@ def register(tool: ToolSet, s: Services) -> None:
         Write types in active voice; they are free text. An exact duplicate (same from, type, to),
         stored or repeated in the batch, is reported as `exists` with its id, not created twice.
         """
-        return await s.relations.connect(who, relations)
+        return await services.relations.connect(who, relations)
 
     @tool(WRITE, DESTRUCTIVE)
     async def disconnect_entities(
@@ -37,4 +37,4 @@ def register(tool: ToolSet, s: Services) -> None:
         """
         if not relations and not ids:
             raise EngramError("invalid", "give `relations` or `ids`")
-        return await s.relations.disconnect(who, relations, ids)
+        return await services.relations.disconnect(who, relations, ids)

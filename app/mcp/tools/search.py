@@ -8,7 +8,7 @@ from pydantic import Field
 
 from app.auth.principal import READ, Principal
 from app.errors import EngramError
-from app.mcp.context import READ_ONLY, ToolSet
+from app.mcp.toolset import READ_ONLY, ToolSet
 from app.services import Services
 from app.services.filters import SearchFilters
 from app.services.models import Certainty, Cursor, Label, LongText, TypeName
@@ -18,7 +18,7 @@ from app.services.search_models import Mode, SearchResult
 QueryText = Annotated[LongText, Field(min_length=1, description="What to look for, in any words.")]
 
 
-def register(tool: ToolSet, s: Services) -> None:
+def register(tool: ToolSet, services: Services) -> None:
     @tool(READ, READ_ONLY, name="search")
     async def search_tool(
         who: Principal,
@@ -49,7 +49,7 @@ def register(tool: ToolSet, s: Services) -> None:
             raise EngramError("invalid", "`min_certainty` must not exceed `max_certainty`")
         if not query.strip():
             raise EngramError("invalid", "`query` must contain more than white space")
-        return await s.search.search(
+        return await services.search.search(
             who,
             Query(
                 text=query.strip(),

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import inspect
 import logging
 import math
-import random
 import types
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
-import asyncpg
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
@@ -25,10 +22,9 @@ from pydantic.fields import FieldInfo
 
 from app.auth.principal import Principal, principal_from_token
 from app.errors import EngramError
-from app.observability import metrics
-from app.observability.context import CALL, Call, deadline
+from app.observability.context import CALL, Call
+from app.services.calls import retrying, within
 from app.services.fairness import Fairness
-from app.store.database import Unavailable, is_outage
 
 logger = logging.getLogger("engram.tools")
 T = TypeVar("T")
@@ -91,7 +87,7 @@ class ToolSet:
                     async with admit or contextlib.nullcontext():
                         result = await within(
                             self.deadline,
-                            functools.partial(_with_retries, fn, who, kwargs),
+                            functools.partial(retrying, fn, who, **kwargs),
                             writes=not annotations.read_only_hint,
                         )
                 except EngramError as exc:  # domain errors, and tenants the store refuses (`forbidden`)
@@ -186,13 +182,6 @@ def _aliases(signature: inspect.Signature) -> dict[str, str]:
 
 
 _OUTCOMES = {"invalid": "invalid", "limit": "limited", "forbidden": "unauthorized", "unavailable": "unavailable"}
-_RETRYABLE = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)
-ATTEMPTS = 3
-
-
-# Past the deadline, the database work has already failed (its connection is terminated then);
-# this margin bounds whatever else a call waits for.
-GRACE = 0.5
 
 
 def _ended(call: Call | None, outcome: str) -> None:
@@ -203,41 +192,3 @@ def _ended(call: Call | None, outcome: str) -> None:
 def warn_unavailable(what: str, tenant: str | None, exc: EngramError) -> None:
     """One line per call the database failed, not a traceback: the cause is outside this process."""
     logger.warning("%s unavailable: %s", what, exc.message, extra={"tool": what, "tenant": tenant, **exc.details})
-
-
-async def within(seconds: float, run: Callable[[], Awaitable[T]], *, writes: bool = False) -> T:
-    """Run a call's body within its deadline; every way the database fails to be there is `unavailable`."""
-    with deadline(seconds) as at:
-        try:
-            async with asyncio.timeout_at(at + GRACE if at != math.inf else None):
-                return await run()
-        except Unavailable as exc:
-            if writes and "committed" not in exc.details:
-                exc.details["committed"] = False  # failed before its transaction began
-            raise
-        except Exception as exc:
-            if not is_outage(exc):
-                raise
-            call = CALL.get()
-            committed = ("unknown" if call is not None and call.committing else False) if writes else None
-            if isinstance(exc, TimeoutError):
-                message = f"the call did not end within {seconds:g} s"
-                raise Unavailable("deadline", message, committed=committed) from None
-            message = f"the database is not reachable ({type(exc).__name__})"
-            raise Unavailable("database_unreachable", message, committed=committed) from None
-
-
-async def _with_retries(fn: Callable[..., Awaitable[Any]], who: Principal, kwargs: dict[str, Any]) -> Any:
-    """Run a tool body; a call whose transaction lost a deadlock or serialization race runs again.
-
-    Safe because each call is one transaction: the failed attempt left nothing behind.
-    """
-    for attempt in range(1, ATTEMPTS + 1):
-        try:
-            return await fn(who, **kwargs)
-        except _RETRYABLE:
-            if attempt == ATTEMPTS:
-                raise
-            metrics.DB_RETRIES.inc()
-            await asyncio.sleep(random.uniform(0.005, 0.05) * attempt)  # noqa: S311 - jitter, not security
-    raise AssertionError("unreachable")

@@ -119,3 +119,8 @@ def test_sql_and_cypher_live_in_the_store() -> None:
 def test_the_sql_check_sees_sql() -> None:
     assert _sql_literals(_sources()["app.store.entities"])
     assert _sql_literals(_sources()["app.store.relations"])  # Cypher included
+
+
+def test_the_authorization_servers_pages_do_not_reach_the_store() -> None:
+    pages = ("app.authserver.pages", "app.authserver.upstream")
+    assert not {m: v for m, v in _violations("app.authserver", ("app.store", "asyncpg")).items() if m in pages}

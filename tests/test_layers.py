@@ -124,3 +124,17 @@ def test_the_sql_check_sees_sql() -> None:
 def test_the_authorization_servers_pages_do_not_reach_the_store() -> None:
     pages = ("app.authserver.pages", "app.authserver.upstream")
     assert not {m: v for m, v in _violations("app.authserver", ("app.store", "asyncpg")).items() if m in pages}
+
+
+def test_every_store_function_is_timed() -> None:
+    """Each query function of the store carries `@timed`, so its latency is in engram_db_query_duration_seconds."""
+    untimed = [
+        f"{module}.{node.name}"
+        for module, tree in _sources().items()
+        if _in(module, "app.store") and module not in ("app.store.database", "app.store.migrate")
+        for node in tree.body
+        if isinstance(node, ast.AsyncFunctionDef)
+        and not node.name.startswith("_")
+        and not any(isinstance(d, ast.Name) and d.id == "timed" for d in node.decorator_list)
+    ]
+    assert not untimed

@@ -63,6 +63,7 @@ async def by_identity(db: Executor, provider: str, subject: str) -> User | None:
     return User.of(row) if row else None
 
 
+@timed
 async def create(db: Executor, username: str, display_name: str, password_hash: str | None) -> User:
     try:
         row = await db.fetchrow(
@@ -80,6 +81,7 @@ async def create(db: Executor, username: str, display_name: str, password_hash: 
     return User.of(row)
 
 
+@timed
 async def create_linked(conn: Executor, username: str, display_name: str, provider: str, subject: str) -> User:
     """A user who signs in through an upstream provider, with that identity linked."""
     async with conn.transaction():
@@ -93,10 +95,12 @@ async def create_linked(conn: Executor, username: str, display_name: str, provid
     return user
 
 
+@timed
 async def set_password(db: Executor, username: str, password_hash: str) -> None:
     await _one(db, "UPDATE engram.users SET password_hash = $2 WHERE username = $1", username, password_hash)
 
 
+@timed
 async def set_disabled(db: Executor, username: str, disabled: bool) -> None:
     await _one(
         db,
@@ -106,6 +110,7 @@ async def set_disabled(db: Executor, username: str, disabled: bool) -> None:
     )
 
 
+@timed
 async def list_users(db: Executor) -> list[tuple[User, datetime]]:
     rows = await db.fetch(
         "SELECT id, username, display_name, password_hash, disabled_at, created_at FROM engram.users ORDER BY username"
@@ -121,6 +126,7 @@ async def memberships(db: Executor, user_id: str) -> list[Membership]:
     return [Membership(r["tenant_key"], r["role"]) for r in rows]
 
 
+@timed
 async def add_membership(db: Executor, user_id: str, tenant: str, role: str) -> None:
     try:
         await db.execute(
@@ -136,6 +142,7 @@ async def add_membership(db: Executor, user_id: str, tenant: str, role: str) -> 
         ) from None
 
 
+@timed
 async def remove_membership(db: Executor, username: str, tenant: str) -> None:
     await _one(
         db,
@@ -146,6 +153,7 @@ async def remove_membership(db: Executor, username: str, tenant: str) -> None:
     )
 
 
+@timed
 async def list_memberships(db: Executor, tenant: str | None) -> list[tuple[str, str, str]]:
     rows = await db.fetch(
         "SELECT u.username, m.tenant_key, m.role FROM engram.memberships m JOIN engram.users u ON u.id = m.user_id"
@@ -177,10 +185,12 @@ async def session_user(db: Executor, id_hash: bytes) -> User | None:
     return User.of(row) if row else None
 
 
+@timed
 async def close_session(db: Executor, id_hash: bytes) -> None:
     await db.execute("DELETE FROM engram.web_sessions WHERE id_hash = $1", id_hash)
 
 
+@timed
 async def close_sessions_of(db: Executor, user_id: str) -> None:
     await db.execute("DELETE FROM engram.web_sessions WHERE user_id = $1::uuid", user_id)
 

@@ -71,6 +71,7 @@ async def tenant_count(conn: asyncpg.Connection) -> int:
 # --- administration, on an owner connection ------------------------------------------------
 
 
+@timed
 async def admin_page(
     conn: asyncpg.Connection, tenant_key: str | None, limit: int, since: datetime | None
 ) -> list[asyncpg.Record]:
@@ -86,11 +87,13 @@ async def admin_page(
     return list(rows)
 
 
+@timed
 async def cleanup(conn: asyncpg.Connection, days: int) -> int:
     done = await conn.execute("DELETE FROM engram.audit WHERE at < now() - make_interval(days => $1)", days)
     return int(done.split()[-1])
 
 
+@timed
 async def usage(conn: asyncpg.Connection, tenant_key: str | None, days: int) -> list[asyncpg.Record]:
     rows = await conn.fetch(
         """SELECT t.key AS tenant, u.day, u.tool, u.calls, u.errors

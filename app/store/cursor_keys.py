@@ -6,9 +6,10 @@ import secrets
 
 import asyncpg
 
-from app.store.database import CURSOR_KEY
+from app.store.database import CURSOR_KEY, timed
 
 
+@timed
 async def rotate(conn: asyncpg.Connection, retire_after_seconds: float) -> tuple[str, list[str]]:
     """Add a new signing key; remove the keys whose successor was added more than `retire_after_seconds` ago.
 

@@ -75,6 +75,7 @@ async def observation_totals(tx: Tx, entity_ids: list[str]) -> tuple[int, int]:
 # --- administration, on an owner connection (`engram tenant set-limits` / `show`) -------------------
 
 
+@timed
 async def set_overrides(conn: asyncpg.Connection, tenant_id: str, values: Mapping[str, float | int | None]) -> None:
     """Set some overrides of a tenant (None: back to the server's default); others stay."""
     columns = [c for c in COLUMNS if c in values]
@@ -90,6 +91,7 @@ async def set_overrides(conn: asyncpg.Connection, tenant_id: str, values: Mappin
     )
 
 
+@timed
 async def admin_view(conn: asyncpg.Connection, tenant_id: str, schema: str) -> tuple[dict[str, object], dict[str, int]]:
     """A tenant's overrides (column: value, NULL ones left out) and its usage totals."""
     row = await conn.fetchrow(

@@ -85,6 +85,7 @@ async def client(db: Executor, client_id: str) -> Client | None:
     return Client(row["client_id"], row["kind"], row["metadata"], row["secret_hash"]) if row else None
 
 
+@timed
 async def add_client(
     db: Executor, client_id: str, kind: str, metadata: dict[str, Any], secret_hash: bytes | None
 ) -> None:
@@ -97,6 +98,7 @@ async def add_client(
     )
 
 
+@timed
 async def list_clients(db: Executor) -> list[tuple[Client, datetime, datetime | None]]:
     rows = await db.fetch(
         "SELECT client_id, kind, metadata, secret_hash, created_at, last_used_at FROM engram.oauth_clients"
@@ -108,6 +110,7 @@ async def list_clients(db: Executor) -> list[tuple[Client, datetime, datetime | 
     ]
 
 
+@timed
 async def remove_client(db: Executor, client_id: str) -> bool:
     return not (await db.execute("DELETE FROM engram.oauth_clients WHERE client_id = $1", client_id)).endswith(" 0")
 
@@ -267,6 +270,7 @@ async def revoke_family(db: Executor, family_id: str, why: str) -> None:
     )
 
 
+@timed
 async def revoke_families(db: Executor, *, user_id: str | None = None, client_id: str | None = None) -> int:
     """Revokes every live grant of a user, of a client, or of both together."""
     done = await db.execute(
@@ -301,6 +305,7 @@ async def consents(db: Executor, user_id: str, client_id: str) -> list[tuple[str
     return [(r["tenant_key"], list(r["scopes"])) for r in rows]
 
 
+@timed
 async def remember_consent(db: Executor, user_id: str, client_id: str, tenant: str, scopes: Sequence[str]) -> None:
     await db.execute(
         "INSERT INTO engram.oauth_consents (user_id, client_id, tenant_key, scopes) VALUES ($1::uuid, $2, $3, $4)"
@@ -312,6 +317,7 @@ async def remember_consent(db: Executor, user_id: str, client_id: str, tenant: s
     )
 
 
+@timed
 async def forget_consents(db: Executor, *, user_id: str | None = None, client_id: str | None = None) -> None:
     await db.execute(
         "DELETE FROM engram.oauth_consents WHERE ($1::uuid IS NULL OR user_id = $1::uuid)"
@@ -334,6 +340,7 @@ async def signing_keys(db: Executor) -> list[SigningKey]:
     return [SigningKey(r["kid"], r["private_jwk"], r["activates_at"], r["retires_at"]) for r in rows]
 
 
+@timed
 async def add_signing_key(
     db: asyncpg.Pool | asyncpg.Connection,
     kid: str,
@@ -357,6 +364,7 @@ async def add_signing_key(
         )
 
 
+@timed
 async def add_first_signing_key(db: Executor, kid: str, private_jwk: dict[str, Any]) -> None:
     """The first key, unless another replica made one at the same moment."""
     await db.execute(
@@ -383,6 +391,7 @@ async def hit(db: Executor, bucket: str, window_no: int) -> int:
     )
 
 
+@timed
 async def hits(db: Executor, bucket: str, window_no: int) -> int:
     count = await db.fetchval(
         "SELECT hits FROM engram.rate_windows WHERE bucket = $1 AND window_no = $2", bucket, window_no
@@ -415,6 +424,7 @@ async def event(
     )
 
 
+@timed
 async def events(db: Executor, limit: int, since: datetime | None) -> list[asyncpg.Record]:
     return list(
         await db.fetch(
@@ -427,6 +437,7 @@ async def events(db: Executor, limit: int, since: datetime | None) -> list[async
     )
 
 
+@timed
 async def sweep(db: Executor, unused_client_age: timedelta) -> None:
     """Removes what has expired: requests, codes, refresh tokens, sessions, old rate windows, and
     dynamically registered clients never used within `unused_client_age`."""

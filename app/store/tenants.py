@@ -9,19 +9,22 @@ import asyncpg
 
 from app.errors import EngramError
 from app.store import limits
-from app.store.database import Tenant
+from app.store.database import Tenant, timed
 
 
+@timed
 async def create(conn: asyncpg.Connection, key: str) -> asyncpg.Record:
     row = await conn.fetchrow("SELECT tenant_id::text AS id, schema_name FROM engram.tenant_schema($1, true)", key)
     assert row is not None
     return row
 
 
+@timed
 async def list_all(conn: asyncpg.Connection) -> list[asyncpg.Record]:
     return list(await conn.fetch("SELECT id::text, key, schema_name, created_at FROM engram.tenants ORDER BY key"))
 
 
+@timed
 async def show(conn: asyncpg.Connection, key: str) -> dict[str, object]:
     row = await _get(conn, key)
     s = row["schema_name"]
@@ -37,12 +40,14 @@ async def show(conn: asyncpg.Connection, key: str) -> dict[str, object]:
     return {**dict(row), "id": str(row["id"]), **dict(counts or {}), "limits": overrides, "usage_totals": totals}
 
 
+@timed
 async def set_limits(conn: asyncpg.Connection, key: str, values: Mapping[str, float | int | None]) -> None:
     """Set some of a tenant's own limits (None: back to the server's default)."""
     row = await _get(conn, key)
     await limits.set_overrides(conn, str(row["id"]), values)
 
 
+@timed
 async def delete(conn: asyncpg.Connection, key: str) -> None:
     """Remove a tenant and everything it has: graph, tables, keys, its role."""
     row = await _get(conn, key)
@@ -61,6 +66,7 @@ async def _get(conn: asyncpg.Connection, key: str) -> asyncpg.Record:
     return row
 
 
+@timed
 async def add_key(
     conn: asyncpg.Connection,
     tenant_key: str,
@@ -83,6 +89,7 @@ async def add_key(
     )
 
 
+@timed
 async def list_keys(conn: asyncpg.Connection, tenant_key: str | None) -> list[asyncpg.Record]:
     return list(
         await conn.fetch(
@@ -94,6 +101,7 @@ async def list_keys(conn: asyncpg.Connection, tenant_key: str | None) -> list[as
     )
 
 
+@timed
 async def revoke_key(conn: asyncpg.Connection, key_id: str) -> bool:
     done = await conn.execute(
         "UPDATE engram.api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL", key_id

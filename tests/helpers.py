@@ -65,10 +65,15 @@ def server_env(settings: Settings, port: int, **extra: str) -> dict[str, str]:
     }
 
 
+# How long a test server may take to start: seconds on an idle machine, much longer on a loaded one
+# (the embedding model loads on start). A bound on waiting, not a timing assertion.
+START_SECONDS = 120
+
+
 def start_server(env: dict[str, str], stdout: Any = None) -> subprocess.Popen[bytes]:
     process = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], env=env, cwd=ROOT, stdout=stdout)
     base = f"http://127.0.0.1:{env['ENGRAM_PORT']}"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + START_SECONDS
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"engram serve exited with {process.returncode}")
@@ -78,7 +83,7 @@ def start_server(env: dict[str, str], stdout: Any = None) -> subprocess.Popen[by
         except httpx2.TransportError:
             time.sleep(0.1)
     process.kill()
-    raise RuntimeError("engram serve did not answer /healthz within 30 s")
+    raise RuntimeError(f"engram serve did not answer /healthz within {START_SECONDS} s")
 
 
 @contextmanager

@@ -134,7 +134,7 @@ def _verifier(settings: Settings, db: Database, http: httpx2.AsyncClient, auth: 
 
 def create_app(settings: Settings) -> Starlette:
     settings.check_serving()
-    db = Database(settings)
+    db = Database.from_settings(settings)
     indexer = Indexer.from_settings(db, settings)
     services = Services.create(
         db,

@@ -100,7 +100,7 @@ def tool_call(who: Principal, tool: str) -> Iterator[None]:
 def build(s: Settings) -> tuple[Database, Services]:
     """The Database and Services, built from `s` as `app.server.create_app` builds them: the
     embedding indexer of the configured provider, the limits and the vector search setting."""
-    db = Database(s)
+    db = Database.from_settings(s)
     indexer = Indexer.from_settings(db, s)
     limits = Limits(
         max_batch=s.max_batch,

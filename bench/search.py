@@ -229,7 +229,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     print(f"database {name!r} ...", flush=True)
     settings = (await bench_db(base, name, args.reuse)).model_copy(update={"pool_min_size": 1})
     owner_url = settings.admin_dsn()
-    db = Database(settings)
+    db = Database.from_settings(settings)
     await db.open()
     indexer = Indexer.from_settings(db, settings)
     await indexer.start(fill=False)

@@ -41,9 +41,9 @@ from app.observability.usage import Usage
 from app.services import Limits, Services
 from app.services.fairness import fairness_from_settings
 from app.services.indexing import Indexer
-from app.services.status import VERSION
 from app.store import audit, migrate
 from app.store.database import Database, Unavailable
+from app.version import VERSION
 
 logger = logging.getLogger("engram")
 

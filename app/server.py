@@ -18,7 +18,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.routing import Mount, Route
 from starlette.types import ASGIApp
 
 from app import health
@@ -89,7 +89,7 @@ def _mcp_endpoint(
     )
 
 
-def _resource_metadata(settings: Settings) -> list[BaseRoute]:
+def _resource_metadata(settings: Settings) -> list[Route]:
     """RFC 9728 protected resource metadata, at the path clients derive from the resource URL and at the root."""
     metadata = create_protected_resource_routes(
         resource_url=settings.resource_url,  # type: ignore[arg-type]

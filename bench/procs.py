@@ -79,12 +79,16 @@ class CpuWindow:
         }
 
 
+# A bound on waiting for a server to start (the embedding model loads first), not a measurement.
+START_SECONDS = 120
+
+
 @contextmanager
 def serve(cmd: list[str], port: int, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
     """Run a server until the block ends; ready once /healthz or /mcp answers at all."""
     process = subprocess.Popen(cmd, cwd=ROOT, env=env)
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + START_SECONDS
         while True:
             if process.poll() is not None:
                 raise RuntimeError(f"{' '.join(cmd[-3:])} exited with {process.returncode}")
@@ -93,7 +97,7 @@ def serve(cmd: list[str], port: int, env: dict[str, str] | None = None) -> Itera
                 break
             except httpx2.TransportError:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"{' '.join(cmd[-3:])} did not answer within 30 s") from None
+                    raise RuntimeError(f"{' '.join(cmd[-3:])} did not answer within {START_SECONDS} s") from None
                 time.sleep(0.1)
         yield process
     finally:

@@ -108,7 +108,7 @@ def test_metrics_exposition_passes_promtool(observed):
 @needs_prometheus
 def test_alert_rules_check_and_unit_tests():
     checked = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True, text=True)
-    assert checked.returncode == 0 and "SUCCESS: 7 rules found" in checked.stdout, checked.stdout + checked.stderr
+    assert checked.returncode == 0 and "SUCCESS: 10 rules found" in checked.stdout, checked.stdout + checked.stderr
     tested = subprocess.run(
         [PROMTOOL, "test", "rules", "alerts_test.yaml"], cwd=ROOT / "tests", capture_output=True, text=True
     )
@@ -165,11 +165,18 @@ async def test_real_prometheus_scrapes_tool_metrics_and_dashboard_panels_have_da
         assert not _query(api, '{__name__=~"engram_.*", tenant!=""}')  # no tenant labels unless allow-listed
 
         await asyncio.sleep(2.5)  # rate() needs two samples in its window
-        panels = orjson.loads(DASHBOARD.read_bytes())["panels"]
+        dashboard = orjson.loads(DASHBOARD.read_bytes())
+        # The namespace and job variables set to "All", as Grafana sends them.
+        variables = {v["name"]: v["allValue"] for v in dashboard["templating"]["list"] if v["type"] == "query"}
+        assert set(variables) == {"namespace", "job"}
+        panels = dashboard["panels"]
         assert len(panels) >= 8
         for panel in panels:
             for target_ in panel["targets"]:
-                assert _wait_for(api, target_["expr"], 30), (panel["title"], target_["expr"])
+                expr = target_["expr"]
+                for name, value in variables.items():
+                    expr = expr.replace(f"${name}", value)
+                assert _wait_for(api, expr, 30), (panel["title"], expr)
         rules = httpx2.get(f"{api}/api/v1/rules", timeout=10).json()["data"]["groups"][0]["rules"]
         assert {r["name"] for r in rules} >= {"EngramHighErrorRatio", "EngramDatabaseUnreachable"}
         assert all(r["health"] == "ok" for r in rules), rules

@@ -764,6 +764,8 @@ def test_http_route(name: str) -> None:
     http_port = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "http")
     assert rule["backendRefs"] == [{"name": service["metadata"]["name"], "port": http_port}]
     assert rule.get("timeouts", {}) == route.get("timeouts", {})
+    gateways = ", ".join(f"{ref.get('namespace', NAMESPACE)}/{ref['name']}" for ref in route["parentRefs"])
+    assert f"published by the HTTPRoute engram through {gateways}" in r.notes
 
 
 def expected_rules(name: str) -> dict[str, Any]:

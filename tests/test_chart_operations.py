@@ -14,6 +14,7 @@ from typing import Any
 
 import helm_python as helm
 import jsonschema
+import kubernetes_validate
 import pytest
 import yaml
 from helm_python import _native
@@ -21,6 +22,7 @@ from helm_python import _native
 from tests.test_deploy import (
     CHART,
     CNPG_EXAMPLE,
+    CUSTOM_GROUPS,
     EXTERNAL_DB,
     ISSUER,
     NAMESPACE,
@@ -72,6 +74,29 @@ def test_bundled_database_needs_its_passwords() -> None:
     with pytest.raises(helm.HelmError):
         render(_merge(values, {"postgresql": {"auth": {"adminPassword": "only-one"}}}))
     render(_merge(values, {"postgresql": {"auth": {"existingSecret": "engram-db-passwords"}}}))
+
+
+# --- every Kubernetes minor the chart supports -----------------------------------------------
+
+# tests/test_deploy.py lints and validates every value set for the oldest and newest; the minors
+# between get the value sets that render the most kinds of object.
+BETWEEN = [f"1.{minor}.0" for minor in range(29, 35)]
+RICHEST = ["ingress-bundled-monitoring-hpa", "extras", "httproute", "cloudnative-pg-example"]
+
+
+@pytest.mark.parametrize("kube", BETWEEN)
+@pytest.mark.parametrize("name", RICHEST)
+def test_lints_and_validates_for_every_minor(name: str, kube: str) -> None:
+    report = helm.lint(CHART, VALUE_SETS[name], strict=True, kube_version=f"v{kube}")
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert not problems and not report["errors"], problems or report["errors"]
+    for obj in rendered(name).objects:
+        if obj["apiVersion"].split("/")[0] in CUSTOM_GROUPS:
+            continue
+        try:
+            kubernetes_validate.validate(obj, kube, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{obj['kind']}/{obj['metadata']['name']} is not valid for {kube}: {exc.message}")
 
 
 # --- the chart as a subchart ---------------------------------------------------------------

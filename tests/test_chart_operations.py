@@ -102,6 +102,10 @@ def test_lints_and_validates_for_every_minor(name: str, kube: str) -> None:
 # --- the chart as a subchart ---------------------------------------------------------------
 
 
+def _chart_version() -> str:
+    return yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
+
+
 def test_renders_as_a_subchart_with_globals(tmp_path: Path) -> None:
     """A parent chart's `global` values reach every subchart; the schema must accept them."""
     parent = tmp_path / "platform"
@@ -112,7 +116,7 @@ def test_renders_as_a_subchart_with_globals(tmp_path: Path) -> None:
                 "apiVersion": "v2",
                 "name": "platform",
                 "version": "1.0.0",
-                "dependencies": [{"name": "engram", "version": "0.1.0"}],
+                "dependencies": [{"name": "engram", "version": _chart_version()}],
             }
         )
     )

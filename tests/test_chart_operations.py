@@ -289,6 +289,18 @@ def test_every_alert_links_to_its_runbook_section() -> None:
         for rule in group["rules"]:
             assert rule["annotations"]["runbook_url"] == f"{base}#{rule['alert'].lower()}"
     assert 'namespace="memory", job="engram-pods"' in _rule_groups("httproute")[0]["rules"][0]["expr"]
+    assert "runbook links point at a placeholder" not in rendered("httproute").notes
+    assert "runbook links point at a placeholder" in rendered("noingress-nobundled-monitoring-nohpa").notes
+
+
+def test_notes_warn_when_alerts_select_series_nothing_scrapes() -> None:
+    values = _merge(
+        VALUE_SETS["noingress-nobundled-monitoring-nohpa"], {"metrics": {"serviceMonitor": {"enabled": False}}}
+    )
+    assert 'the alerts select namespace="memory", job="engram"' in render(values).notes
+    assert "the alerts select" not in rendered("noingress-nobundled-monitoring-nohpa").notes
+    own = _merge(values, {"metrics": {"prometheusRule": {"selector": 'job="kubernetes-pods"'}}})
+    assert "the alerts select" not in render(own).notes
 
 
 _AGGREGATION = re.compile(r"\b(sum|min|max|avg|count|topk|bottomk|quantile|stddev)\b\s*(by\s*\(([^)]*)\))?\s*\(")

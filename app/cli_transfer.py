@@ -151,11 +151,15 @@ def describe(s: ImportSummary) -> str:
         f"{'dry run: ' if s.dry_run else ''}{s.lines:,} lines ({s.format} format)"
         + (f", resumed after line {s.resumed_at_line:,} of {2 * s.lines:,} read" if s.resumed_at_line else ""),
     ]
-    for name, t in (("entities", s.entities), ("relations", s.relations)):
-        out.append(
-            f"{name}: {t.created:,} created, {t.merged:,} merged, {t.unchanged:,} unchanged, "
-            f"{t.skipped:,} skipped, {t.refused:,} refused"
-        )
+    t = s.entities
+    out.append(
+        f"entities: {t.created:,} created, {t.merged:,} merged, {t.unchanged:,} unchanged, "
+        f"{t.skipped:,} skipped, {t.refused:,} refused"
+    )
+    t = s.relations
+    out.append(
+        f"relations: {t.created:,} created, {t.unchanged:,} existed, {t.skipped:,} skipped, {t.refused:,} refused"
+    )
     out.append(f"observations added: {s.observations_added:,}")
     if s.history.added or s.history.skipped:
         out.append(f"history: {s.history.added:,} added, {s.history.skipped:,} skipped")

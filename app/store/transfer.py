@@ -115,7 +115,7 @@ async def relation_page(tx: Tx, after: int | None, limit: int, *, deleted: bool)
     only with `deleted`."""
     rows = await tx.fetch(
         """
-        SELECT r.id::text::bigint AS gid, r.properties::text AS props, se.id::text, se.name, te.id::text, te.name
+        SELECT r.id::text::bigint AS gid, r.properties AS props, se.id::text, se.name, te.id::text, te.name
         FROM {s}."REL" r
         JOIN {s}.entities se ON se.gid = r.start_id
         JOIN {s}.entities te ON te.gid = r.end_id

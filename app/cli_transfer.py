@@ -139,6 +139,7 @@ def import_(settings: Settings, args: argparse.Namespace) -> None:
         sys.exit(f"import error: {exc.code}: {exc.message}")
     print(summary.model_dump_json(indent=2) if args.json else describe(summary))
     if not summary.complete:
+        print(f"import stopped: {summary.stopped}", file=sys.stderr)
         sys.exit(1)
     if summary.refused_total:
         sys.exit(2)

@@ -191,7 +191,10 @@ class Transfer(Service):
         counts = {"entities": 0, "relations": 0, "history": 0}
         yield formats.header(deleted, history) if fmt == "engram" else formats.NEO4J_OPEN if fmt == "neo4j" else b""
         after: Any = None
-        while page := await transfer.entity_page(tx, after, EXPORT_PAGE, deleted=deleted):
+        # Ids are kept by the engram format only: the others list entities by name, so that a file
+        # imported and exported again comes out the same.
+        by_name = fmt != "engram"
+        while page := await transfer.entity_page(tx, after, EXPORT_PAGE, deleted=deleted, by_name=by_name):
             if fmt == "engram":
                 yield b"".join(formats.engram_entity(e.row, e.observations) for e in page)
             elif fmt == "memory":
@@ -202,7 +205,7 @@ class Transfer(Service):
                     formats.neo4j_entity(e.row, e.observations, first and i == 0) for i, e in enumerate(page)
                 )
             counts["entities"] += len(page)
-            after = page[-1].row.id
+            after = page[-1].row.name if by_name else page[-1].row.id
         if fmt == "neo4j":
             yield formats.NEO4J_MIDDLE
         after = None

@@ -67,9 +67,14 @@ class ExportedEntity:
 
 
 @timed
-async def entity_page(tx: Tx, after: str | None, limit: int, *, deleted: bool) -> list[ExportedEntity]:
-    """Entities by id after `after`, each with all its observations (oldest first); deleted ones too
-    with `deleted`."""
+async def entity_page(
+    tx: Tx, after: str | None, limit: int, *, deleted: bool, by_name: bool = False
+) -> list[ExportedEntity]:
+    """Entities after `after` in id order (or, live ones only, in name order), each with all its
+    observations (oldest first); deleted ones too with `deleted`."""
+    key = "e.name" if by_name else "e.id"
+    if by_name and deleted:
+        raise ValueError("names are unique among live entities only")
     rows = await tx.fetch(
         f"""
         SELECT {COLUMNS}, o.texts, o.ats, o.bys FROM {{s}}.entities e
@@ -78,8 +83,8 @@ async def entity_page(tx: Tx, after: str | None, limit: int, *, deleted: bool) -
                    array_agg(created_by ORDER BY id) AS bys
             FROM {{s}}.observations WHERE entity_id = e.id
         ) o
-        WHERE ($1::uuid IS NULL OR e.id > $1::uuid) AND ($3 OR e.deleted_at IS NULL)
-        ORDER BY e.id LIMIT $2
+        WHERE ($1::text IS NULL OR {key} > $1::text::{"text" if by_name else "uuid"}) AND ($3 OR e.deleted_at IS NULL)
+        ORDER BY {key} LIMIT $2
         """,
         after,
         limit,

@@ -420,12 +420,16 @@ class _Run:
                     if isinstance(record, EntityRecord):
                         names = {record.name, *((record.id,) if record.id else ())}
                         full = len(entities_batch) >= BATCH_ENTITIES or texts + len(record.observations) > BATCH_ROWS
+                        full = full or len(pending.refused) >= BATCH_ROWS
                         if entities_batch and (full or names & keys):  # a name again: after the first is in
                             await self._flush_entities(entities_batch, last, pending)
                             pending, entities_batch, keys, texts = _Delta(), [], set(), 0
                         entities_batch.append(record)
                         keys |= names
                         texts += len(record.observations)
+                    elif len(pending.refused) >= BATCH_ROWS:  # a file of refusals: keep them few in memory
+                        await self._flush_entities(entities_batch, line, pending)
+                        pending, entities_batch, keys, texts = _Delta(), [], set(), 0
                 elif isinstance(record, RelationRecord | HistoryRecord):
                     if rows and (len(rows) >= BATCH_ROWS or type(rows[0]) is not type(record)):
                         await self._flush_rows(rows, last)

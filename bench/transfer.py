@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
-import os
 import subprocess
 import sys
 import tempfile
@@ -43,14 +42,28 @@ def _cli(s: Any, *args: str) -> dict[str, Any]:
             stdout=out,
             stderr=err,
         )
-        _, status, usage = os.wait4(process.pid, 0)
+        peak = 0
+        status_file = Path(f"/proc/{process.pid}/status")
+        while process.poll() is None:  # its own peak (VmHWM starts afresh at exec), read until it ends
+            try:
+                peak = max(peak, _high_water(status_file.read_text()))
+            except OSError:
+                pass
+            time.sleep(0.2)
         seconds = time.monotonic() - started
-        process.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
         if process.returncode != 0:
             raise RuntimeError(f"engram {' '.join(args[:2])} failed ({process.returncode}): {err.read()[-2000:]!r}")
-        return {"seconds": round(seconds, 2), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1), "stdout": out.read()}
+        return {"seconds": round(seconds, 2), "peak_rss_mib": round(peak / 1024, 1), "stdout": out.read()}
+
+
+def _high_water(status: str) -> int:
+    """VmHWM of a /proc/PID/status, in KiB (0 once the process is a zombie)."""
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
 
 
 def _rows(path: Path, fmt: str) -> dict[str, int]:

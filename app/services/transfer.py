@@ -12,6 +12,8 @@ as tool writes do. docs/import-export.md.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import io
 import time
@@ -38,8 +40,8 @@ from app.store.history import Event
 
 # Rows per export page, and per import batch (entities with their observations; relations; history).
 EXPORT_PAGE = 1000
-BATCH_ENTITIES = 500
-BATCH_ROWS = 5000  # observations of a batch's entities, or relations, or history rows
+BATCH_ENTITIES = 1000
+BATCH_ROWS = 10_000  # observations of a batch's entities, or relations, or history rows
 KEEP_REFUSED = 1000  # refused lines listed in a summary (all are counted)
 
 Progress = Callable[[str, int, int], None]  # (pass name, line reached, lines in all)
@@ -106,6 +108,7 @@ class ImportSummary(BaseModel):
     relations: Tally = Field(default_factory=Tally)
     history: HistoryTally = Field(default_factory=HistoryTally)
     invalid: int = Field(0, description="Lines that are not a valid record (refused before any database work).")
+    records: dict[str, int] = Field(default_factory=dict, description="Records in the file by kind, valid or not.")
     refused: list[RefusedLine] = Field(default_factory=list, description=f"The first {KEEP_REFUSED} refused lines.")
     refused_total: int = 0
     skipped_because: dict[str, int] = Field(default_factory=dict, description="Why existing ones were skipped.")
@@ -139,6 +142,9 @@ def _apply_delta(summary: ImportSummary, delta: _Delta) -> None:
             summary.invalid += n
         elif key == "observations_added":
             summary.observations_added += n
+        elif key.startswith("records."):
+            kind = key.split(".", 1)[1]
+            summary.records[kind] = summary.records.get(kind, 0) + n
         elif key.startswith("skipped_because."):
             because = key.split(".", 1)[1]
             summary.skipped_because[because] = summary.skipped_because.get(because, 0) + n
@@ -150,6 +156,9 @@ def _apply_delta(summary: ImportSummary, delta: _Delta) -> None:
         summary.refused_total += 1
         if len(summary.refused) < KEEP_REFUSED:
             summary.refused.append(r)
+
+
+_KINDS = {EntityRecord: "entity", RelationRecord: "relation", HistoryRecord: "history"}
 
 
 class _DryRun(Exception):
@@ -299,8 +308,9 @@ class _Run:
         self.summary = ImportSummary(format=fmt, dry_run=dry_run, lines=source.lines)
         self.dry_tx: Tx | None = None
         self.at = (1, 0)  # (pass, line) the checkpoint holds
-        self.seen = {"entity": 0, "relation": 0, "history": 0}
         self.end: Marker | None = None
+        self.written = 0  # rows this run wrote; statistics were refreshed at `analyzed`
+        self.analyzed = 0
 
     # -- the checkpoint
 
@@ -319,12 +329,11 @@ class _Run:
                 self.summary.lines = self.source.lines
                 self.summary.resumed_at_line = cp.line if cp.pass_ == 1 else self.source.lines + cp.line
                 self.summary.complete, self.summary.stopped = False, None
-                self.seen = cp.counts.get("_seen", self.seen)
                 return
             await self._save(tx, self.at, finished=False, restart=True)
 
     async def _save(self, tx: Tx, at: tuple[int, int], *, finished: bool, restart: bool = False) -> None:
-        counts = self.summary.model_dump(exclude={"refused", "format", "dry_run"}) | {"_seen": self.seen}
+        counts = self.summary.model_dump(exclude={"refused", "format", "dry_run"})
         refused = [r.model_dump() for r in self.summary.refused]
         await transfer.save_checkpoint(
             tx,
@@ -349,11 +358,13 @@ class _Run:
                 await work(self.dry_tx, delta)
             self._counted(delta)
             self.at = at
+            await self._analyze()
             return
 
         async def attempt() -> _Delta:
             delta = _Delta()
             async with self.service.tx(self.who) as tx:
+                await transfer.bulk_session(tx)
                 cp = await transfer.checkpoint(tx, self.source.digest, self.fmt, self.on_existing, lock=True)
                 if cp is None or (cp.pass_, cp.line) != self.at or cp.finished_at is not None:
                     raise _Moved
@@ -375,8 +386,24 @@ class _Run:
             ) from None
         self._counted(delta)
         self.at = at
+        await self._analyze()
+
+    async def _analyze(self, *, force: bool = False) -> None:
+        """Refresh the planner's statistics once the tables have grown a lot since the last time
+        (a new tenant's tables grow from nothing, and stale statistics turn lookups into scans)."""
+        if not force and self.written - self.analyzed < max(20_000, self.analyzed):
+            return
+        self.analyzed = self.written
+        if self.dry_run:
+            assert self.dry_tx is not None
+            await transfer.analyze(self.dry_tx, rough=True)
+            return
+        async with self.service.tx(self.who) as tx:
+            await transfer.analyze(tx, rough=not force)
 
     def _counted(self, delta: _Delta) -> None:
+        c = delta.counts
+        self.written += sum(c.get(k, 0) for k in ("entities.created", "observations_added", "relations.created"))
         _apply_delta(self.summary, delta)
         if self.on_refused is not None:
             for r in delta.refused:
@@ -397,21 +424,53 @@ class _Run:
             return
         self._check_end()
         self.summary.complete = True
+        if self.written > self.analyzed:
+            await self._analyze(force=True)
         if not self.dry_run:
             async with self.service.tx(self.who) as tx:
                 await self._save(tx, (2, self.source.lines), finished=True)
 
     async def _pass(self, pass_: int) -> None:
+        """Write the pass's batches in order. The file is read and checked in a thread, one batch
+        ahead: while the database writes a batch, the next one is being parsed."""
         start = self.at[1] if pass_ == self.at[0] else 0
+        batches = self._batches(pass_, start)
+        loop = asyncio.get_running_loop()
+        ahead = loop.run_in_executor(None, next, batches, None)
+        try:
+            while (item := await ahead) is not None:
+                ahead = loop.run_in_executor(None, next, batches, None)
+                records, last, pending = item
+                if pass_ == 1:
+                    await self._flush_entities(records, last, pending)  # type: ignore[arg-type]
+                else:
+                    await self._flush_rows(records, last)  # type: ignore[arg-type]
+        finally:
+            with contextlib.suppress(Exception):
+                await ahead  # the reader thread is done with the generator before it is closed
+            batches.close()
+        if self.progress is not None:
+            self.progress("entities" if pass_ == 1 else "relations", self.source.lines, self.source.lines)
+        if pass_ == 1:
+            if self.written > self.analyzed:
+                await self._analyze(force=True)  # the relations pass looks its entities up
+            if not self.dry_run:
+                async with self.service.tx(self.who) as tx:
+                    await self._save(tx, (2, 0), finished=False)
+            self.at = (2, 0)
+
+    def _batches(self, pass_: int, start: int) -> Iterator[tuple[list[Any], int, _Delta]]:
+        """The pass's batches after line `start`: (records, the last line they cover, refusals found
+        while reading them). Pass 1 takes entities (and refuses invalid lines), pass 2 relations and
+        history; the last batch covers the file's last line (and may be empty)."""
         name = "entities" if pass_ == 1 else "relations"
-        entities_batch: list[EntityRecord] = []
+        batch: list[Any] = []
         keys: set[str] = set()
-        rows: list[RelationRecord | HistoryRecord] = []
         texts = read = 0
         last = start
         pending = _Delta()  # refusals found while reading, counted with the next batch
         with self.source.open() as stream:
-            for record in formats.records(stream, self.fmt, self.source.head):
+            for record in formats.records(stream, self.fmt, self.source.head, entities=pass_ == 1):
                 line = record.line
                 if line <= start:
                     continue
@@ -419,47 +478,34 @@ class _Run:
                     self._read(record, pending)
                     if isinstance(record, EntityRecord):
                         names = {record.name, *((record.id,) if record.id else ())}
-                        full = len(entities_batch) >= BATCH_ENTITIES or texts + len(record.observations) > BATCH_ROWS
-                        full = full or len(pending.refused) >= BATCH_ROWS
-                        if entities_batch and (full or names & keys):  # a name again: after the first is in
-                            await self._flush_entities(entities_batch, last, pending)
-                            pending, entities_batch, keys, texts = _Delta(), [], set(), 0
-                        entities_batch.append(record)
+                        full = len(batch) >= BATCH_ENTITIES or texts + len(record.observations) > BATCH_ROWS
+                        if batch and (full or names & keys or len(pending.refused) >= BATCH_ROWS):
+                            yield batch, last, pending  # a name again goes in after the first is in
+                            pending, batch, keys, texts = _Delta(), [], set(), 0
+                        batch.append(record)
                         keys |= names
                         texts += len(record.observations)
                     elif len(pending.refused) >= BATCH_ROWS:  # a file of refusals: keep them few in memory
-                        await self._flush_entities(entities_batch, line, pending)
-                        pending, entities_batch, keys, texts = _Delta(), [], set(), 0
+                        yield batch, line, pending
+                        pending, batch, keys, texts = _Delta(), [], set(), 0
                 elif isinstance(record, RelationRecord | HistoryRecord):
-                    if rows and (len(rows) >= BATCH_ROWS or type(rows[0]) is not type(record)):
-                        await self._flush_rows(rows, last)
-                        rows = []
-                    rows.append(record)
+                    if batch and (len(batch) >= BATCH_ROWS or type(batch[0]) is not type(record)):
+                        yield batch, last, pending
+                        batch = []
+                    batch.append(record)
                 elif isinstance(record, Marker) and record.kind == "end":
                     self.end = record
                 last = line
                 read += 1
                 if self.progress is not None and read % 256 == 0:
                     self.progress(name, line, self.source.lines)
-        if pass_ == 1:
-            await self._flush_entities(entities_batch, self.source.lines, pending)
-        else:
-            await self._flush_rows(rows, self.source.lines)
-        if self.progress is not None:
-            self.progress(name, self.source.lines, self.source.lines)
-        if pass_ == 1:
-            self.at = (2, 0) if self.dry_run else self.at
-            if not self.dry_run:
-                async with self.service.tx(self.who) as tx:
-                    await self._save(tx, (2, 0), finished=False)
-                self.at = (2, 0)
+        yield batch, self.source.lines, pending
 
     def _read(self, record: Any, pending: _Delta) -> None:
         """Pass 1 sees every line: it refuses the invalid ones and checks the engram markers."""
         if isinstance(record, Bad):
-            kind = record.kind if record.kind in self.seen else None
-            if kind is not None:
-                self.seen[kind] += 1
+            if record.kind in ("entity", "relation", "history"):
+                pending.add(f"records.{record.kind}")
             pending.refuse(record.line, "invalid", record.reason, "lines")
         elif isinstance(record, Marker):
             if record.kind == "end":
@@ -467,7 +513,7 @@ class _Run:
             elif record.line != 1:
                 pending.refuse(record.line, "invalid", "a header belongs on the first line", "lines")
         else:
-            self.seen[{EntityRecord: "entity", RelationRecord: "relation", HistoryRecord: "history"}[type(record)]] += 1
+            pending.add(f"records.{_KINDS[type(record)]}")
 
     def _check_end(self) -> None:
         if self.fmt != "engram":
@@ -477,8 +523,9 @@ class _Run:
             return
         for kind, key in (("entity", "entities"), ("relation", "relations"), ("history", "history")):
             said = self.end.data.get(key)
-            if isinstance(said, int) and said != self.seen[kind]:
-                self.summary.warnings.append(f"the end line counts {said} {key}, the file holds {self.seen[kind]}")
+            held = self.summary.records.get(kind, 0)
+            if isinstance(said, int) and said != held:
+                self.summary.warnings.append(f"the end line counts {said} {key}, the file holds {held}")
 
     async def _flush_entities(self, batch: list[EntityRecord], last: int, pending: _Delta) -> None:
         async def work(tx: Tx, delta: _Delta) -> None:
@@ -582,17 +629,11 @@ class _Run:
         await history.record(tx, events, self.actor)
 
     async def _relations(self, tx: Tx, batch: list[RelationRecord], delta: _Delta) -> None:
-        ids = list({i for r in batch for i in (r.source_id, r.target_id) if i})
-        by_id = await entities.by_ids(tx, ids) if ids else {}
-        names = {
-            n
-            for r in batch
-            for n, i in ((r.source, r.source_id), (r.target, r.target_id))
-            if i is None or i not in by_id
-        }
-        by_name = await entities.live_by_names(tx, sorted(names)) if names else {}
+        ids = {i for r in batch for i in (r.source_id, r.target_id) if i}
+        names = {n for r in batch for n in (r.source, r.target)}
+        by_id, by_name = await transfer.ends(tx, sorted(ids), sorted(names))
         rows: list[tuple[str, str, dict[str, Any]]] = []
-        ends: list[tuple[RelationRecord, entities.EntityRow, entities.EntityRow, str]] = []
+        ends: list[tuple[RelationRecord, transfer.End, transfer.End, str]] = []
         for r in batch:
             source = by_id.get(r.source_id) if r.source_id else None
             source = source or by_name.get(r.source)

@@ -262,11 +262,14 @@ def detect(head: bytes) -> Format | None:
     return None
 
 
-def records(stream: BinaryIO, fmt: Format, head: bytes) -> Iterator[Record | Bad]:
+def records(stream: BinaryIO, fmt: Format, head: bytes, *, entities: bool = True) -> Iterator[Record | Bad]:
     """Every record of the stream in order, each checked, or `Bad` with the reason; `head` is the
-    stream's first bytes (a neo4j file may be a document)."""
+    stream's first bytes (a neo4j file may be a document). Without `entities`, entity records are
+    passed over unread where that is cheap to tell (a pass that has no use for them)."""
     if fmt == "neo4j" and is_document(head):
         for line, key, raw in document_items(stream):
+            if key == "entities" and not entities:
+                continue
             if key == "end":
                 yield Bad(line, "the document ends before it is closed")
             elif raw is None:
@@ -277,6 +280,8 @@ def records(stream: BinaryIO, fmt: Format, head: bytes) -> Iterator[Record | Bad
     for line, raw in lines(stream):
         if raw is None:
             yield Bad(line, f"a line over {MAX_RECORD_BYTES} bytes")
+        elif not entities and raw.startswith(b'{"type":"entity"'):
+            continue
         elif raw.strip() and raw.strip() not in (b"[", b"]", b","):
             yield _parse(line, raw, fmt, None)
 

@@ -336,6 +336,55 @@ async def insert_history(tx: Tx, items: Sequence[ImportedChange]) -> int:
     return int(done.split()[-1])
 
 
+@timed
+async def analyze(tx: Tx, *, rough: bool) -> None:
+    """Fresh planner statistics for the tables an import looks rows up in (the tenant role may:
+    MAINTAIN); `rough` samples a tenth as many rows, enough to plan the import's own lookups."""
+    if rough:
+        await tx.execute("SELECT set_config('default_statistics_target', '10', true)")
+    await tx.execute("ANALYZE {s}.entities, {s}.observations, {s}.search_docs, {s}.history")
+
+
+@timed
+async def bulk_session(tx: Tx) -> None:
+    """Settings for an import batch's transaction: its commit does not wait for the write-ahead log
+    to reach the disk (a crash may lose the last batches, never half of one: their checkpoint goes
+    with them, and the import redoes them), and search-index insertions queue up longer before they
+    are merged (fewer, larger merges)."""
+    await tx.execute(
+        "SELECT set_config('synchronous_commit', 'off', true), set_config('gin_pending_list_limit', '65536', true)"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    """An entity as a relation's end: what an import needs of it."""
+
+    id: str
+    gid: str
+    name: str
+    deleted: bool
+
+
+@timed
+async def ends(tx: Tx, ids: Sequence[str], names: Sequence[str]) -> tuple[dict[str, End], dict[str, End]]:
+    """Entities by id (deleted ones too), and live entities by exact name."""
+    rows = await tx.fetch(
+        """
+        SELECT e.id::text, e.gid::text, e.name, e.deleted_at IS NOT NULL, true
+        FROM unnest($1::uuid[]) AS k(id) JOIN {s}.entities e ON e.id = k.id
+        UNION ALL
+        SELECT e.id::text, e.gid::text, e.name, false, false
+        FROM unnest($2::text[]) AS k(name) JOIN {s}.entities e ON e.name = k.name AND e.deleted_at IS NULL
+        """,
+        list(ids),
+        list(names),
+    )
+    by_id = {r[0]: End(r[0], r[1], r[2], r[3]) for r in rows if r[4]}
+    by_name = {r[2]: End(r[0], r[1], r[2], r[3]) for r in rows if not r[4]}
+    return by_id, by_name
+
+
 # --- where an import has got to --------------------------------------------------------------
 
 

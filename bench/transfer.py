@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import subprocess
 import sys
@@ -45,10 +46,8 @@ def _cli(s: Any, *args: str) -> dict[str, Any]:
         peak = 0
         status_file = Path(f"/proc/{process.pid}/status")
         while process.poll() is None:  # its own peak (VmHWM starts afresh at exec), read until it ends
-            try:
+            with contextlib.suppress(OSError):
                 peak = max(peak, _high_water(status_file.read_text()))
-            except OSError:
-                pass
             time.sleep(0.2)
         seconds = time.monotonic() - started
         out.seek(0)

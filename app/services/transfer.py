@@ -629,9 +629,15 @@ class _Run:
         await history.record(tx, events, self.actor)
 
     async def _relations(self, tx: Tx, batch: list[RelationRecord], delta: _Delta) -> None:
+        # By id where the file gives ids (engram), by name for the rest and for ids not found here.
         ids = {i for r in batch for i in (r.source_id, r.target_id) if i}
-        names = {n for r in batch for n in (r.source, r.target)}
+        names = {n for r in batch for n, i in ((r.source, r.source_id), (r.target, r.target_id)) if not i}
         by_id, by_name = await transfer.ends(tx, sorted(ids), sorted(names))
+        names = {
+            n for r in batch for n, i in ((r.source, r.source_id), (r.target, r.target_id)) if i and i not in by_id
+        }
+        if names:
+            by_name |= (await transfer.ends(tx, (), sorted(names)))[1]
         rows: list[tuple[str, str, dict[str, Any]]] = []
         ends: list[tuple[RelationRecord, transfer.End, transfer.End, str]] = []
         for r in batch:

@@ -272,15 +272,14 @@ async def insert_observations(tx: Tx, items: Sequence[ImportedObservation], acto
 async def insert_relations(tx: Tx, items: Sequence[tuple[str, str, dict[str, Any]]]) -> set[str]:
     """Insert edges (source gid, target gid, properties with `id` and `type`); an edge whose id or
     (source, target, type) is taken already is skipped. Returns the ids inserted. Properties without
-    `created_at` get now."""
+    `created_at` get the transaction's time, as JSON writes it (as a tool's relation has it)."""
     if not items:
         return set()
+    now = orjson.loads(await tx.fetchval("SELECT to_json(now())::text"))
     rows = await tx.fetch(
         f"""
         INSERT INTO {{s}}."REL" (start_id, end_id, properties)
-        SELECT a::ag_catalog.graphid, b::ag_catalog.graphid,
-               (CASE WHEN p::jsonb ? 'created_at' THEN p::jsonb
-                     ELSE p::jsonb || jsonb_build_object('created_at', now()) END)::text::ag_catalog.agtype
+        SELECT a::ag_catalog.graphid, b::ag_catalog.graphid, p::ag_catalog.agtype
         FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS u(a, b, p, n)
         ORDER BY u.n
         ON CONFLICT DO NOTHING
@@ -288,7 +287,7 @@ async def insert_relations(tx: Tx, items: Sequence[tuple[str, str, dict[str, Any
         """,
         [i[0] for i in items],
         [i[1] for i in items],
-        [orjson.dumps(i[2]).decode() for i in items],
+        [orjson.dumps(i[2] if "created_at" in i[2] else {**i[2], "created_at": now}).decode() for i in items],
     )
     return {r[0] for r in rows}
 
@@ -371,17 +370,17 @@ async def ends(tx: Tx, ids: Sequence[str], names: Sequence[str]) -> tuple[dict[s
     """Entities by id (deleted ones too), and live entities by exact name."""
     rows = await tx.fetch(
         """
-        SELECT e.id::text, e.gid::text, e.name, e.deleted_at IS NOT NULL, true
+        SELECT true, e.id::text, e.gid::text, e.name, e.deleted_at IS NOT NULL
         FROM unnest($1::uuid[]) AS k(id) JOIN {s}.entities e ON e.id = k.id
         UNION ALL
-        SELECT e.id::text, e.gid::text, e.name, false, false
+        SELECT false, e.id::text, e.gid::text, e.name, false
         FROM unnest($2::text[]) AS k(name) JOIN {s}.entities e ON e.name = k.name AND e.deleted_at IS NULL
         """,
         list(ids),
         list(names),
     )
-    by_id = {r[0]: End(r[0], r[1], r[2], r[3]) for r in rows if r[4]}
-    by_name = {r[2]: End(r[0], r[1], r[2], r[3]) for r in rows if not r[4]}
+    by_id = {r[1]: End(r[1], r[2], r[3], r[4]) for r in rows if r[0]}
+    by_name = {r[3]: End(r[1], r[2], r[3], r[4]) for r in rows if not r[0]}
     return by_id, by_name
 
 

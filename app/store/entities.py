@@ -255,6 +255,22 @@ async def set_deleted(tx: Tx, ids: Sequence[str], deleted: bool, actor: str) -> 
     return {r[0]: r[1] for r in rows}
 
 
+# A write that adds at least this many rows to a table looks for tables whose planner statistics it
+# left far behind (`refresh_statistics`); smaller writes never do.
+BULK_ROWS = 50
+
+
+@timed
+async def refresh_statistics(tx: Tx) -> list[str]:
+    """Fresh planner statistics for the tenant's tables that have more than doubled in size since
+    they were last analyzed (`engram.analyze_outgrown_tables`, migration 0010), so that the reads
+    right after an import are not planned for the nearly empty tables autovacuum last saw. Cheap
+    when nothing outgrew its statistics (a look at the tables' sizes); bounded when something did
+    (ANALYZE reads a sample, and a table is analyzed again only once it has doubled again).
+    Returns the tables analyzed."""
+    return list(await tx.fetchval("SELECT engram.analyze_outgrown_tables()"))
+
+
 @timed
 async def live_names_taken(tx: Tx, names: Sequence[str]) -> list[str]:
     rows = await tx.fetch(

@@ -24,7 +24,7 @@ from app.auth.principal import Principal
 from app.config import Settings
 from app.services import Services, graph, models, refs
 from app.services.filters import EntityFilters
-from app.store import entities, history, relations
+from app.store import entities, history, relations, traversal
 from app.store.database import Database, Tenant, Tx
 from app.store.history import Event
 from bench import env
@@ -169,9 +169,8 @@ async def _get_entity(b: Bench) -> list[Case]:
         sizes.append(len(e.relations or ()))
 
     async def floor(i: int) -> None:
-        row = (await refs.resolve(raw, [picks[i]]))[picks[i]]
-        await entities.observations(raw, [row.id], 100)
-        await relations.touching(raw, row.id, s.limits.max_results + 1)
+        found = await relations.detail(raw, picks[i], observations=100, relations=s.limits.max_results + 1)
+        refs.choose([picks[i]], [d.entity for d in found])
 
     async def lookup(i: int) -> None:
         await refs.resolve(raw, [picks[i]])
@@ -182,7 +181,7 @@ async def _get_entity(b: Bench) -> list[Case]:
     case = Case("get_entity by name (with relations and observations)", ("p50_ms", 2))
     got = await paired({"service": service, "floor": floor, "lookup": lookup, "ping": ping}, r.get_entity, r.warmup)
     case.service, case.floor, case.query_only, ping_latency = got["service"], got["floor"], got["lookup"], got["ping"]
-    case.floor_what = "resolve + observations + touching (the 3 statements get_entity sends), one connection"
+    case.floor_what = "relations.detail (the one statement get_entity sends) and the reference rule, one connection"
     case.extra = {
         "relations_per_answer_mean": round(sum(sizes) / len(sizes), 1),
         "select_1_roundtrip": ping_latency.as_dict(),
@@ -210,13 +209,12 @@ async def _walk(b: Bench, depth: int, limit: int, target: float | None) -> Case:
     async def floor(i: int) -> None:
         start = (await refs.resolve(raw, [picks[i]]))[picks[i]]
         reached, _ = await graph.walk(raw, [start.gid], depth, "both", None, limit + 1, graph.Bounds())
-        ends = [g for x in reached[:limit] for g in (x.via.source, x.via.target)]
-        await entities.by_gids(raw, [start.gid, *ends])
+        await traversal.reached(raw, [(start.gid, None), *((x.gid, x.via) for x in reached[:limit])], None)
 
     case = Case(f"neighbors depth {depth}, both directions, limit {limit}", ("p50_ms", target) if target else None)
     got = await paired({"service": service, "floor": floor}, r.neighbors, r.warmup)
     case.service, case.floor = got["service"], got["floor"]
-    case.floor_what = "resolve + one expand per level + by_gids, one connection"
+    case.floor_what = "resolve + one expand per level + traversal.reached, one connection"
     case.extra = {"neighbors_mean": round(sum(found) / len(found), 1), "truncated_share": round(cut / len(found), 2)}
     return case
 
@@ -233,14 +231,19 @@ async def _path(b: Bench) -> list[Case]:
     async def floor(i: int) -> None:
         ends = await refs.resolve(raw, list(pairs[i]))
         start, end = ends[pairs[i][0]].gid, ends[pairs[i][1]].gid
-        steps, _ = await graph.shortest(raw, start, end, 6, "both", None, graph.Bounds())
+        steps, _ = await graph.shortest(raw, start, end, 6, "both", None, graph.Bounds(), joins=True)
         if steps:
-            await entities.by_gids(raw, [x for st in steps for x in (st.source, st.target)])
+            order = [start]
+            for st in steps:
+                order.append(st.other if st.node == order[-1] else st.node)
+            await traversal.reached(raw, [(start, None), *zip(order[1:], steps, strict=True)], None)
 
     case = Case("shortest_path between random entities, max depth 6, both directions", ("p50_ms", 20))
     got = await paired({"service": service, "floor": floor}, r.path, r.warmup)
     case.service, case.floor = got["service"], got["floor"]
-    case.floor_what = "resolve + bidirectional BFS (one expand per level) + by_gids, one connection"
+    case.floor_what = (
+        "resolve + bidirectional BFS (one statement per level, joining edge first) + traversal.reached, one connection"
+    )
     found = [n for n in lengths if n >= 0]
     case.extra = {
         "found_share": round(len(found) / len(lengths), 2),

@@ -195,7 +195,9 @@ async def detail(tx: Tx, ref: str, *, observations: int, relations: int | None) 
 
 @timed
 async def touching(tx: Tx, entity_id: str, limit: int) -> list[Relation]:
-    """Live relations of one entity, by two directed Cypher matches (never an undirected one)."""
+    """Live relations of one entity, by two directed Cypher matches (never an undirected one), in
+    `detail`'s order. `get_entity` reads them with `detail` (by graph id, in the same statement as
+    the entity); this form stays as the Cypher reference the tests hold `detail` to."""
     rows = await tx.fetch(
         _SELECT
         + """

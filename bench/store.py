@@ -223,10 +223,13 @@ async def _path(b: Bench) -> list[Case]:
     s, raw, r = b.s, b.raw, b.r
     pairs = [tuple(b.rng.sample(b.names, 2)) for _ in range(r.path + r.warmup)]
     lengths: list[int] = []
+    cut = 0
 
     async def service(i: int) -> None:
+        nonlocal cut
         res = await s.graph.path(b.who, pairs[i][0], pairs[i][1], max_depth=6, direction="both", types=None)
         lengths.append(res.length if res.found else -1)
+        cut += res.truncated
 
     async def floor(i: int) -> None:
         ends = await refs.resolve(raw, list(pairs[i]))
@@ -248,6 +251,7 @@ async def _path(b: Bench) -> list[Case]:
     case.extra = {
         "found_share": round(len(found) / len(lengths), 2),
         "length_mean": round(sum(found) / len(found), 2) if found else None,
+        "truncated_share": round(cut / len(lengths), 2),
     }
     return [case]
 

@@ -200,6 +200,15 @@ async def _join_round(
         side = (0 if len(fronts[0]) <= len(fronts[1]) else 1) if large[1 - side] else 1 - side
 
 
+def path_nodes(start: str, steps: Sequence[Step]) -> list[str]:
+    """The nodes a path visits from `start`: a step was taken from whichever of its ends the search
+    reached first, so each next node is the end the previous one is not."""
+    order = [start]
+    for step in steps:
+        order.append(step.other if step.node == order[-1] else step.node)
+    return order
+
+
 def _unwind(tree: dict[str, tuple[int, Step | None]], node: str) -> list[Step]:
     """The steps from `node` back to the root of one search tree, nearest first."""
     steps = []
@@ -260,9 +269,7 @@ class Graph(Service):
             steps, cut = await shortest(tx, a.gid, b.gid, max_depth, direction, types, self._bounds, joins=True)
             if steps is None:
                 return models.PathResult(found=False, truncated=_truncated("path", cut))
-            order = [a.gid]
-            for s in steps:  # a step was taken from whichever of its ends was reached first
-                order.append(s.other if s.node == order[-1] else s.node)
+            order = path_nodes(a.gid, steps)
             # The entities and the path's edges with their properties, read once the search is over.
             rows = await traversal.reached(tx, [(a.gid, None), *zip(order[1:], steps, strict=True)], types)
             if not all(_shown(s, g, rows) for s, g in zip(steps, order[1:], strict=True)):  # deleted meanwhile

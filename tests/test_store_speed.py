@@ -38,7 +38,7 @@ async def _as_before(db_settings: Any, tenant: str, ref: str, max_observations: 
     the observations, and the relations by two directed Cypher matches (`relations.touching`)."""
     from app.services.refs import resolve
 
-    db = Database(db_settings)
+    db = Database.from_settings(db_settings)
     await db.open()
     try:
         async with db.transaction(await db.tenant(tenant), readonly=True) as tx:

@@ -24,6 +24,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -237,28 +238,176 @@ def _summary(runs: dict[tuple[str, str], list[dict[str, Any]]]) -> list[dict[str
     return out
 
 
-def serve() -> None:
-    """`engram serve`, with one more tool in the native set: `bench_echo`, which returns its
-    argument. It is registered through the same ToolSet as every tool (scope check, admission,
-    deadline, error mapping, metrics and log line) but does no database work."""
-    from app import cli
+def add_bench_tools() -> None:
+    """Register, beside the native tools, the tools the benchmark measures Engram's parts with:
+
+    - `bench_echo`: returns its argument; no database work (the plumbing of every call: token,
+      scope check, admission, deadline, error mapping, metrics and log line).
+    - `bench_tx`: one read-only tenant transaction with `k` `SELECT 1` (the transaction's own cost).
+    - `bench_db_only`: get_entity's service call, answering "ok" (its database work, not its answer).
+    - `bench_cached`: get_entity's answer for `name`, read once and then kept (the answer, not the database).
+
+    Each goes through the same ToolSet as every tool."""
     from app.auth.principal import READ, Principal
     from app.mcp.tools import admin
     from app.mcp.toolset import READ_ONLY, ToolSet
-    from app.services import Services
+    from app.services import Services, models
 
     register = admin.register
 
-    def with_echo(tool: ToolSet, services: Services) -> None:
+    def with_bench_tools(tool: ToolSet, services: Services) -> None:
         register(tool, services)
+        kept: dict[str, models.Entity] = {}
 
         @tool(READ, READ_ONLY, name=ECHO_TOOL)
         async def echo(who: Principal, text: str = "pong") -> str:
             """Answer at once with `text`."""
             return text
 
-    admin.register = with_echo  # type: ignore[assignment]
+        @tool(READ, READ_ONLY, name="bench_tx")
+        async def tx(who: Principal, k: int = 0) -> str:
+            """One read-only transaction in the caller's tenant with `k` SELECT 1."""
+            db = services.entities.db
+            async with db.transaction(await db.tenant(who.tenant), readonly=True) as t:
+                for _ in range(k):
+                    await t.fetchval("SELECT 1")
+            return "ok"
+
+        @tool(READ, READ_ONLY, name="bench_db_only")
+        async def db_only(who: Principal, name: str) -> str:
+            """get_entity's database work; a small answer."""
+            await services.entities.get(who, name)
+            return "ok"
+
+        @tool(READ, READ_ONLY, name="bench_cached")
+        async def cached(who: Principal, name: str) -> models.Entity:
+            """get_entity's answer, read once and then kept."""
+            if name not in kept:
+                kept[name] = await services.entities.get(who, name)
+            return kept[name]
+
+    admin.register = with_bench_tools  # type: ignore[assignment]
+
+
+def serve() -> None:
+    """`engram serve` with the benchmark's tools (`add_bench_tools`) beside the native ones."""
+    from app import cli
+
+    add_bench_tools()
     cli.main(["serve"])
+
+
+async def breakdown(
+    settings: Settings, g: Generated, mode: str, blocks: int = 40, per: int = 20, say: Any = print
+) -> dict[str, Any]:
+    """Server CPU per call of Engram's parts, without HTTP: the app runs in this process, each
+    request is recorded once from a real SDK client (through an in-process ASGI transport) and
+    then replayed straight into the ASGI app, so only the server's work is timed (this thread's
+    CPU time). The targets take turns in blocks of `per` calls, `blocks` times, so each sees the
+    same background load."""
+    from app.observability.logging import configure
+    from app.server import create_app
+    from bench import floors
+
+    configure("WARNING")
+    add_bench_tools()
+    unlimited = {"tenant_rate": 1e6, "tenant_burst": 10**6, "token_rate": 1e6, "token_burst": 10**6}
+    s = settings.model_copy(
+        update={"dev_key_file": bench_dir() / "dev-signing-key.json", "metrics_port": 0, **unlimited}
+    )
+    app, bare = create_app(s), floors.mcp_app()
+    token = mint_token(s, tenant=g.tenant)
+    base = f"http://127.0.0.1:{s.port}"
+    rng = random.Random(9)
+    names = [rng.choice(g.sample_names) for _ in range(100)]
+    async with app.router.lifespan_context(app), bare.router.lifespan_context(bare):
+        targets = {
+            BARE_SDK: (bare, await _record(bare, base, None, mode, "ping", [{"text": "pong"}])),
+            NO_DATABASE: (app, await _record(app, base, token, mode, ECHO_TOOL, [{"text": "hi"}])),
+            "engram, a transaction and nothing else": (
+                app,
+                await _record(app, base, token, mode, "bench_tx", [{"k": 0}]),
+            ),
+            "engram, a transaction with 10 SELECT 1": (
+                app,
+                await _record(app, base, token, mode, "bench_tx", [{"k": 10}]),
+            ),
+            "engram, get_entity's answer without the database": (
+                app,
+                await _record(app, base, token, mode, "bench_cached", [{"name": n} for n in names]),
+            ),
+            "engram, get_entity's database work without its answer": (
+                app,
+                await _record(app, base, token, mode, "bench_db_only", [{"name": n} for n in names]),
+            ),
+            GET_ENTITY: (app, await _record(app, base, token, mode, "get_entity", [{"name": n} for n in names])),
+        }
+        for target, (asgi, requests) in targets.items():  # warm-up, and every answer must be a success
+            for request in requests[:20]:
+                status, body = await _replay(asgi, *request)
+                if status != 200 or b'"isError":true' in body:
+                    raise RuntimeError(f"{target}: {status} {body[:300]!r}")
+        cpu = dict.fromkeys(targets, 0.0)
+        for b in range(blocks):
+            for target, (asgi, requests) in targets.items():
+                started = time.thread_time()
+                for i in range(per):
+                    await _replay(asgi, *requests[(b * per + i) % len(requests)])
+                cpu[target] += time.thread_time() - started
+    ms = {t: cpu[t] * 1000 / (blocks * per) for t in targets}
+    say("  " + ", ".join(f"{t}: {v:.3f} ms" for t, v in ms.items()))
+    return {"era": next(e for e, m in ERAS.items() if m == mode), "calls": blocks * per, "cpu_ms_per_call": ms}
+
+
+async def _record(
+    app: Any, base: str, token: str | None, mode: str, tool: str, calls: list[dict[str, Any]]
+) -> list[Any]:
+    """The raw tools/call requests (ASGI scope and body) a real SDK client sends for `calls`."""
+    from mcp.client.streamable_http import streamable_http_client
+
+    seen: list[tuple[dict[str, Any], bytes]] = []
+
+    async def recording(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+        if b'"tools/call"' in body:
+            seen.append((dict(scope), body))
+        await _replay(app, scope, body, send)
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    transport = httpx2.ASGITransport(recording)  # type: ignore[arg-type]
+    async with (
+        httpx2.AsyncClient(headers=headers, transport=transport, base_url=base) as http,
+        Client(streamable_http_client(f"{base}/mcp", http_client=http), mode=mode) as client,
+    ):
+        for arguments in calls:
+            if (await client.call_tool(tool, arguments)).is_error:
+                raise RuntimeError(f"{tool} failed while recording")
+    return seen
+
+
+async def _replay(app: Any, scope: dict[str, Any], body: bytes, send: Any = None) -> tuple[int, bytes]:
+    status, out = 0, []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def collect(message: dict[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        elif message["type"] == "http.response.body":
+            out.append(message.get("body", b""))
+        if send is not None:
+            await send(message)
+
+    await app(dict(scope), receive, collect)
+    return status, b"".join(out)
 
 
 def main() -> None:
@@ -270,18 +419,40 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument(
+        "--breakdown", action="store_true", help="CPU per call of Engram's parts, in this process, without HTTP"
+    )
     args = parser.parse_args()
     from bench import env, generate, report
 
     async def measure() -> dict[str, Any]:
         s = env.settings()
         g = await generate.ensure(s, generate.Shape(), keep=True)
+        if args.breakdown:
+            return {"breakdown": [await breakdown(s, g, mode) for mode in ERAS.values()]}
         if args.profile:
             args.profile.mkdir(parents=True, exist_ok=True)
         http = await run(s, g, args.seconds, 1, args.rounds, args.clients, profile=args.profile)
         return {"http": http}
 
-    print(report.http(asyncio.run(measure())))
+    result = asyncio.run(measure())
+    print(breakdown_table(result["breakdown"]) if args.breakdown else report.http(result))
+
+
+def breakdown_table(rows: list[dict[str, Any]]) -> str:
+    """Markdown: CPU per call of each part, per era, and its share of the bare SDK's."""
+    eras = [r["era"] for r in rows]
+    lines = [
+        "| target | " + " | ".join(f"{e}: ms CPU per call (x bare SDK)" for e in eras) + " |",
+        "|---" * (len(eras) + 1) + "|",
+    ]
+    for target in rows[0]["cpu_ms_per_call"]:
+        cells = []
+        for r in rows:
+            ms, bare = r["cpu_ms_per_call"][target], r["cpu_ms_per_call"][BARE_SDK]
+            cells.append(f"{ms:.3f} ({ms / bare:.2f}x)")
+        lines.append(f"| {target} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

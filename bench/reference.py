@@ -18,6 +18,7 @@ are skipped, and the report says so.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import shutil
@@ -147,6 +148,20 @@ async def _call(c: Client, tool: str, args: dict[str, Any]) -> None:
         raise RuntimeError(f"{tool} failed: {result.content}")
 
 
+async def _seed_call(c: Client, tool: str, args: dict[str, Any], retried: list[str]) -> None:
+    """A seeding call; one answered `unavailable` (a missed deadline on a loaded machine) is made
+    again after its retry_after, up to 3 times, and counted in `retried`."""
+    for attempt in range(4):
+        result = await c.call_tool(tool, args)
+        if not result.is_error:
+            return
+        text = str(result.content)
+        if "unavailable" not in text or attempt == 3:
+            raise RuntimeError(f"{tool} failed: {text}")
+        retried.append(text[:200])
+        await asyncio.sleep(5)
+
+
 async def _seed(c: Client, n: int, seconds: float = float("inf"), file: Path | None = None) -> dict[str, Any]:
     """Write the size's data through create_entities / create_relations in batches of 100. Past
     `seconds`, the rest is written into `file` directly (the reference only)."""
@@ -154,17 +169,18 @@ async def _seed(c: Client, n: int, seconds: float = float("inf"), file: Path | N
     started = time.monotonic()
     stop_at = started + seconds
     done_entities = done_relations = 0
+    retried: list[str] = []
     for lo in range(0, len(entities), 100):
         if time.monotonic() > stop_at:
             break
-        await _call(c, "create_entities", {"entities": entities[lo : lo + 100]})
+        await _seed_call(c, "create_entities", {"entities": entities[lo : lo + 100]}, retried)
         done_entities = min(lo + 100, len(entities))
     mid = time.monotonic()
     if done_entities == len(entities):
         for lo in range(0, len(relations), 100):
             if time.monotonic() > stop_at:
                 break
-            await _call(c, "create_relations", {"relations": relations[lo : lo + 100]})
+            await _seed_call(c, "create_relations", {"relations": relations[lo : lo + 100]}, retried)
             done_relations = min(lo + 100, len(relations))
     end = time.monotonic()
     out: dict[str, Any] = {
@@ -173,6 +189,8 @@ async def _seed(c: Client, n: int, seconds: float = float("inf"), file: Path | N
         "relations": len(relations),
         "seconds": round(end - started, 1),
     }
+    if retried:
+        out["retried_calls"] = {"count": len(retried), "first": retried[0]}
     if done_entities < len(entities) or done_relations < len(relations):
         if file is None:
             raise RuntimeError(f"seeding stopped at {done_entities} entities, {done_relations} relations")
@@ -285,30 +303,10 @@ async def run(
             }
             row: dict[str, Any] = {}
             try:
-                for side, client in sides.items():
-                    say(f"  {side}, {n:,} entities: seeding ...")
-                    async with client as c:
-                        if side == REFERENCE:
-                            seeded = await _seed(c, n, seed_seconds, memory)
-                        else:
-                            seeded = await _seed(c, n)
-                        if "bounded" in seeded:
-                            b = seeded["bounded"]
-                            done = f"{b['entities_by_calls']:,} entities, {b['relations_by_calls']:,} relations"
-                            say(f"  {side}: seeding stopped at {b['seconds']:g} s ({done} by calls); the rest filed")
-                        say(f"  {side}, {n:,} entities: nine tools x {iterations} ...")
-                        bound = tool_seconds if side == REFERENCE else float("inf")
-                        tools = await _tools(c, n, iterations, bound)
-                        if "bounded" in tools:
-                            say(f"  {side}: tools bounded at {bound:g} s after {tools['bounded']['rounds']} rounds")
-                        row[side] = {"seed": seeded, "tools": tools["latency"], "tools_bounded": tools.get("bounded")}
-                        if side == ENGRAM:
-                            tool, slowest = _slowest(tools)
-                            row[side]["slowest_just_imported"] = {"tool": tool, "ms": slowest}
-                            # Right after an import the new tables have no planner statistics until
-                            # autovacuum's next round (up to a minute): measure again once they have.
-                            await analyze(settings, tenant)
-                            row[side]["tools_analyzed"] = (await _tools(c, n, iterations))["latency"]
+                await _size(row, sides, n, iterations, settings, tenant, memory, say, seed_seconds, tool_seconds)
+            except Exception as exc:  # one size failing does not lose the others' figures
+                say(f"  {n:,} entities failed: {type(exc).__name__}: {exc}")
+                row["error"] = f"{type(exc).__name__}: {exc}"
             finally:
                 await drop_tenant(settings, tenant)
             if memory.exists():
@@ -316,6 +314,45 @@ async def run(
             row["ratios"] = _ratios(row)
             out["sizes"][str(n)] = row
     return out
+
+
+async def _size(
+    row: dict[str, Any],
+    sides: dict[str, AbstractAsyncContextManager[Client]],
+    n: int,
+    iterations: int,
+    settings: Settings,
+    tenant: str,
+    memory: Path,
+    say: Any,
+    seed_seconds: float,
+    tool_seconds: float,
+) -> None:
+    """One size: each side seeded, then the nine tools (Engram's twice: just imported, and with statistics)."""
+    for side, client in sides.items():
+        say(f"  {side}, {n:,} entities: seeding ...")
+        async with client as c:
+            if side == REFERENCE:
+                seeded = await _seed(c, n, seed_seconds, memory)
+            else:
+                seeded = await _seed(c, n)
+            if "bounded" in seeded:
+                b = seeded["bounded"]
+                done = f"{b['entities_by_calls']:,} entities, {b['relations_by_calls']:,} relations"
+                say(f"  {side}: seeding stopped at {b['seconds']:g} s ({done} by calls); the rest filed")
+            say(f"  {side}, {n:,} entities: nine tools x {iterations} ...")
+            bound = tool_seconds if side == REFERENCE else float("inf")
+            tools = await _tools(c, n, iterations, bound)
+            if "bounded" in tools:
+                say(f"  {side}: tools bounded at {bound:g} s after {tools['bounded']['rounds']} rounds")
+            row[side] = {"seed": seeded, "tools": tools["latency"], "tools_bounded": tools.get("bounded")}
+            if side == ENGRAM:
+                tool, slowest = _slowest(tools)
+                row[side]["slowest_just_imported"] = {"tool": tool, "ms": slowest}
+                # Right after an import the new tables have no planner statistics until
+                # autovacuum's next round (up to a minute): measure again once they have.
+                await analyze(settings, tenant)
+                row[side]["tools_analyzed"] = (await _tools(c, n, iterations))["latency"]
 
 
 def _ratios(row: dict[str, Any]) -> dict[str, float]:

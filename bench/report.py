@@ -141,6 +141,9 @@ def reference(r: dict[str, Any]) -> str:
     ref = r["reference"]
     out = []
     for n, row in ref["sizes"].items():
+        if "tools_analyzed" not in row.get(ENGRAM, {}) or REFERENCE not in row:
+            out.append(f"{int(n):,} entities: **failed**: {row.get('error', 'incomplete')}")
+            continue
         rows = []
         ref_tools, eng = row[REFERENCE]["tools"], row[ENGRAM]
         for tool, fresh in eng["tools"].items():
@@ -167,6 +170,11 @@ def reference(r: dict[str, Any]) -> str:
                 f"The reference's seeding through its create calls was stopped at its bound of {b['seconds']:g} s, "
                 f"after {b['entities_by_calls']:,} entities and {b['relations_by_calls']:,} relations; the rest of "
                 "the same data was written into its file directly, in its own format."
+            )
+        if retried := seed_e.get("retried_calls"):
+            notes.append(
+                f"{retried['count']} of Engram's seeding calls answered `unavailable` (a missed call deadline) and "
+                "were made again."
             )
         if b := row[REFERENCE].get("tools_bounded"):
             notes.append(

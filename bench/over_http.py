@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import random
-import re
 import shutil
 import statistics
 import subprocess
@@ -135,24 +133,16 @@ async def run(
     n_clients: int = 16,
     say: Any = print,
     profile: Path | None = None,
-    baseline: Path | None = None,
 ) -> dict[str, Any]:
-    """`baseline`: another checkout of Engram (its bench/over_http.py with `serve`), served beside
-    this one and measured in the same rounds, for a before/after comparison taken in turns."""
     rng = random.Random(5)
     names = g.sample_names
     engram_port, mcp_port, bare_port = free_port(), free_port(), free_port()
     s = settings.model_copy(update={"port": engram_port, "dev_key_file": bench_dir() / "dev-signing-key.json"})
     database = s.runtime_dsn().rsplit("/", 1)[1].split("?", 1)[0]
-    old_port = free_port()
-    old_env = {**engram_env(s, old_port, n_clients), "PYTHONPATH": str(baseline)}
     with (
         procs.serve(
             procs.python("-m", "bench.over_http", "serve"), engram_port, engram_env(s, engram_port, n_clients)
         ) as engram,
-        procs.serve(procs.python("-m", "bench.over_http", "serve"), old_port, old_env, cwd=baseline)
-        if baseline
-        else contextlib.nullcontext() as old,
         procs.serve(procs.python("-m", "bench.floors", "mcp", str(mcp_port)), mcp_port) as bare_mcp,
         procs.serve(procs.python("-m", "bench.floors", "starlette", str(bare_port)), bare_port) as bare,
     ):
@@ -182,25 +172,6 @@ async def run(
                     lambda mode=mode: mcp_calls(mcp_url, None, mode, n_clients, "ping", lambda: {"text": "pong"}),
                 ),
             ]
-        if old is not None:
-            old_url = f"http://127.0.0.1:{old_port}/mcp"
-            for era, mode in ERAS.items():
-                targets += [
-                    Target(
-                        f"{GET_ENTITY} (baseline code)",
-                        era,
-                        old.pid,
-                        lambda mode=mode: mcp_calls(
-                            old_url, token, mode, n_clients, "get_entity", lambda: {"name": rng.choice(names)}
-                        ),
-                    ),
-                    Target(
-                        f"{NO_DATABASE} (baseline code)",
-                        era,
-                        old.pid,
-                        lambda mode=mode: mcp_calls(old_url, token, mode, n_clients, ECHO_TOOL, lambda: {"text": "hi"}),
-                    ),
-                ]
         targets.append(
             Target(BARE_STARLETTE, "-", bare.pid, lambda: post_calls(f"http://127.0.0.1:{bare_port}/mcp", n_clients))
         )
@@ -210,10 +181,7 @@ async def run(
             for t in targets:
                 svg = None
                 if profile is not None and t.label.startswith("engram") and r == rounds - 1:
-                    svg = (
-                        profile
-                        / f"{re.sub('[^a-z0-9_]+', '-', t.label.removeprefix('engram ')).strip('-')}-{t.era}.svg"
-                    )
+                    svg = profile / f"{t.label.removeprefix('engram ').replace(' ', '-')}-{t.era}.svg"
                 async with t.calls() as calls:
                     if warmup:
                         await saturate(calls, warmup, 0)
@@ -230,8 +198,8 @@ async def run(
         "database": database,
         # The targets compared with the bare SDK (docs/benchmarks.md, "Over HTTP"), then the
         # Engram tool without database work, which tells the plumbing's share from the tool's own work.
-        "runs": [x for x in summary if x["target"] in (GET_ENTITY, BARE_SDK, BARE_STARLETTE)],
-        "engram_without_database": [x for x in summary if x["target"] not in (GET_ENTITY, BARE_SDK, BARE_STARLETTE)],
+        "runs": [x for x in summary if x["target"] != NO_DATABASE],
+        "engram_without_database": [x for x in summary if x["target"] == NO_DATABASE],
     }
 
 
@@ -451,7 +419,6 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", type=int, default=16)
-    parser.add_argument("--baseline", type=Path, help="another checkout to serve and measure in the same rounds")
     parser.add_argument(
         "--breakdown", action="store_true", help="CPU per call of Engram's parts, in this process, without HTTP"
     )
@@ -465,7 +432,7 @@ def main() -> None:
             return {"breakdown": [await breakdown(s, g, mode) for mode in ERAS.values()]}
         if args.profile:
             args.profile.mkdir(parents=True, exist_ok=True)
-        http = await run(s, g, args.seconds, 1, args.rounds, args.clients, profile=args.profile, baseline=args.baseline)
+        http = await run(s, g, args.seconds, 1, args.rounds, args.clients, profile=args.profile)
         return {"http": http}
 
     result = asyncio.run(measure())

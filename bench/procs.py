@@ -103,12 +103,9 @@ class CpuWindow:
 
 
 @contextmanager
-def serve(
-    cmd: list[str], port: int, env: dict[str, str] | None = None, cwd: Path | None = None
-) -> Iterator[subprocess.Popen[bytes]]:
-    """Run a server until the block ends; ready once /healthz or /mcp answers at all. `cwd`: another
-    checkout whose code it runs (default: this one)."""
-    process = subprocess.Popen(cmd, cwd=cwd or ROOT, env=env)
+def serve(cmd: list[str], port: int, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """Run a server until the block ends; ready once /healthz or /mcp answers at all."""
+    process = subprocess.Popen(cmd, cwd=ROOT, env=env)
     try:
         deadline = time.monotonic() + START_SECONDS
         while True:

@@ -94,15 +94,16 @@ class RequestLog:
             metrics.HTTP_IN_FLIGHT.dec()
             elapsed = time.perf_counter() - started
             route = route_of(scope["path"])
-            metrics.HTTP_REQUESTS.labels(route, scope["method"], f"{status // 100}xx").inc()
+            metrics.child(metrics.HTTP_REQUESTS, route, scope["method"], f"{status // 100}xx").inc()
             if status == 401 and not any(k == b"authorization" for k, _ in scope["headers"]):
                 metrics.AUTH_FAILURES.labels("missing").inc()
-            metrics.HTTP_LATENCY.labels(route).observe(elapsed)
-            access_log.info(
-                "%s %s %s",
-                scope["method"],
-                scope["path"],
-                status,
-                extra={"status": status, "duration_ms": round(elapsed * 1000, 2), "route": route},
-            )
+            metrics.child(metrics.HTTP_LATENCY, route).observe(elapsed)
+            if access_log.isEnabledFor(logging.INFO):
+                access_log.info(
+                    "%s %s %s",
+                    scope["method"],
+                    scope["path"],
+                    status,
+                    extra={"status": status, "duration_ms": round(elapsed * 1000, 2), "route": route},
+                )
             REQUEST_ID.reset(token)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -470,6 +472,47 @@ def cmd_reindex(args: argparse.Namespace) -> None:
         sys.exit(f"reindex error: {exc}")
 
 
+def cmd_export(args: argparse.Namespace) -> None:
+    from app import cli_transfer
+
+    cli_transfer.export(_with_database(_settings()), args)
+
+
+def cmd_import(args: argparse.Namespace) -> None:
+    from app import cli_transfer
+
+    cli_transfer.import_(_with_database(_settings()), args)
+
+
+_FORMATS = ["engram", "memory", "neo4j"]
+
+
+def _transfer_commands(sub: Any) -> None:
+    export = sub.add_parser("export", help="write a tenant's memory to a file (or standard output)")
+    export.add_argument("--tenant", required=True)
+    export.add_argument(
+        "--format", choices=_FORMATS, default="engram", help="engram (default, lossless), memory, neo4j"
+    )
+    export.add_argument("--include-deleted", action="store_true", help="engram: soft-deleted entities too")
+    export.add_argument("--history", action="store_true", help="engram: the history of changes too")
+    export.add_argument("-o", "--output", type=Path, help="the file to write (default: standard output)")
+    export.set_defaults(func=cmd_export)
+    imp = sub.add_parser("import", help="read a file into a tenant's memory; run again to resume")
+    imp.add_argument("--tenant", required=True)
+    imp.add_argument("file", type=Path)
+    imp.add_argument("--format", choices=_FORMATS, help="default: told by the file's first line")
+    imp.add_argument(
+        "--on-existing",
+        choices=["merge", "skip", "error"],
+        default="merge",
+        help="an entity that exists: merge the file's fields and observations into it (default), leave it, "
+        "or refuse the line",
+    )
+    imp.add_argument("--dry-run", action="store_true", help="check and count everything, write nothing")
+    imp.add_argument("--json", action="store_true", help="print the summary as JSON")
+    imp.set_defaults(func=cmd_import)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="engram", description="Engram: knowledge-graph memory over MCP.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -554,6 +597,7 @@ def main(argv: list[str] | None = None) -> None:
     reindex.add_argument("--tenant", action="append", help="only this tenant (repeat for several)")
     reindex.add_argument("--max-texts", type=int, help="stop after embedding this many texts (resume later)")
     reindex.set_defaults(func=cmd_reindex)
+    _transfer_commands(sub)
     args = parser.parse_args(argv)
     if args.command == "tenant" and args.action != "list" and not args.tenant:
         parser.error("tenant: give the tenant id")

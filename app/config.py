@@ -153,6 +153,12 @@ class Settings(BaseSettings):
         100, ge=1, le=10_000, description="Areas, topics per area, subtopics per topic."
     )
     hierarchy_max_nodes: int = Field(1000, ge=1, le=100_000, description="(area, topic, subtopic) rows in one tree.")
+    transfer_max_bytes: int = Field(
+        10 * 1024 * 1024, ge=1024, le=1024**3, description="Largest file POST /admin/import takes; larger: the CLI."
+    )
+    transfer_deadline_seconds: float = Field(
+        600, gt=0, le=86400, description="Database work of one /admin/export or /admin/import request."
+    )
 
     # fair sharing (docs/security.md); 0 switches a rate or a quota off
     tenant_rate: float = Field(50, ge=0, le=1_000_000, description="Tool calls per second per tenant (refill).")

@@ -22,6 +22,7 @@ from starlette.routing import Mount, Route
 from starlette.types import ASGIApp
 
 from app import health
+from app.admin_routes import AdminRoutes
 from app.auth.verifier import TokenVerifier
 from app.auth_mode import authorization_server, token_verifier
 from app.config import Settings
@@ -55,6 +56,7 @@ def create_app(settings: Settings) -> Starlette:
         *([Route("/metrics", metrics_page)] if settings.metrics_port == 0 else []),
         *(auth.routes() if auth is not None else []),
         *_resource_metadata(settings),
+        *AdminRoutes(settings, services.transfer, verifier, _metadata_url(settings)).routes(),
         Mount("/", app=_mcp_endpoint(settings, mcp, verifier, tools.scopes)),
     ]
     lifespan = Lifespan(settings, db, indexer=indexer, usage=usage, mcp=mcp, auth=auth, http=http)
@@ -84,9 +86,13 @@ def _mcp_endpoint(
         verifier,
         tool_scopes,
         settings.scope_names,
-        str(build_resource_metadata_url(settings.resource_url)),  # type: ignore[arg-type]
+        _metadata_url(settings),
         settings.max_request_bytes,
     )
+
+
+def _metadata_url(settings: Settings) -> str:
+    return str(build_resource_metadata_url(settings.resource_url))  # type: ignore[arg-type]
 
 
 def _resource_metadata(settings: Settings) -> list[Route]:

@@ -47,3 +47,16 @@ def test_search_benchmark_runs_quick() -> None:
     done = _run("bench.search", "--quick")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert "bench-large vector ranking: recall@10" in done.stdout
+
+
+def test_transfer_benchmark_runs_quick(tmp_path: Path) -> None:
+    results = tmp_path / "transfer.json"
+    done = _run("bench.transfer", "--quick", "--results", str(results))
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    r = orjson.loads(results.read_bytes())
+    assert r["machine"]["quick"] is True
+    for fmt in ("engram", "memory"):
+        f = r["transfer"]["formats"][fmt]
+        assert f["round_trip_identical"] and f["import"]["rows_per_s"] > 0 and f["export"]["rows_per_s"] > 0
+        assert f["summary"]["refused_total"] == 0
+    assert "## Export and import" in done.stdout

@@ -14,6 +14,7 @@ from app.services.indexing import Indexer
 from app.services.relations import Relations
 from app.services.search import Search
 from app.services.status import Status
+from app.services.transfer import Transfer
 from app.store.database import Database
 from app.store.errors import DATABASE_ERRORS, RETRYABLE
 
@@ -28,6 +29,7 @@ class Services:
     graph: Graph
     status: Status
     search: Search
+    transfer: Transfer
     indexer: Indexer
     limits: Limits
     cursors: Cursors
@@ -52,6 +54,7 @@ class Services:
             graph=Graph(*shared),
             status=Status(*shared),
             search=Search(*shared, ef_search=ef_search),
+            transfer=Transfer(*shared),
             indexer=indexer,
             limits=limits,
             cursors=cursors,

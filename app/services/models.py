@@ -70,6 +70,11 @@ def _check_json(value: Any, depth: int = 1) -> None:
         raise ValueError(f"properties hold JSON values only, not {type(value).__name__}")
 
 
+def storable_json(value: Any) -> None:
+    """Refuse JSON that the stores would not keep exactly (see `_check_json`), nested at most 32 levels."""
+    _check_json(value)
+
+
 def bounded_properties(value: dict[str, Any] | None) -> dict[str, Any] | None:
     """Free-form JSON, but small and storable: at most 50 keys, 32 levels and 8 KiB once encoded."""
     if value is None:

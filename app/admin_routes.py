@@ -1,0 +1,179 @@
+"""The tenant administrators' HTTP routes: `GET /admin/export` and `POST /admin/import`.
+
+They take the bearer token the MCP endpoint takes, checked by the same verifier; the tenant is the
+token's, and the token must carry `memory:admin`. Cookies never authorize them (a request with a
+cookie and no bearer token is refused like any other without a token), so a page a signed-in
+person visits cannot make their browser export or import. Both run through the same service as
+`engram export` / `engram import`; an import's body is bounded by ENGRAM_TRANSFER_MAX_BYTES (larger
+files: the CLI). docs/import-export.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import AsyncIterator, Sequence
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from app.auth.principal import ADMIN, Principal, principal_from_token
+from app.auth.verifier import TokenVerifier
+from app.config import Settings
+from app.errors import EngramError
+from app.observability.context import deadline
+from app.services.fairness import Buckets
+from app.services.transfer import Source, Transfer
+from app.services.transfer_formats import FORMATS
+
+_STATUS = {"invalid": 400, "forbidden": 403, "not_found": 404, "conflict": 409, "limit": 429, "unavailable": 503}
+_MEDIA = {"engram": "application/x-ndjson", "memory": "application/x-ndjson", "neo4j": "application/json"}
+
+
+class AdminRoutes:
+    def __init__(self, settings: Settings, transfer: Transfer, verifier: TokenVerifier, metadata_url: str) -> None:
+        self.transfer = transfer
+        self.verifier = verifier
+        self.claims: Sequence[str] = [settings.tenant_claim, *settings.tenant_fallback_claims]
+        self.admin_scope = settings.scope_names[ADMIN]
+        self.metadata_url = metadata_url
+        self.max_bytes = settings.transfer_max_bytes
+        self.seconds = settings.transfer_deadline_seconds
+        self.failure_rate = settings.auth_failure_rate
+        self.failure_burst = settings.auth_failure_burst
+        self._failures = Buckets()  # refused credentials by client address, as on /mcp
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/admin/export", self.export, methods=["GET"]),
+            Route("/admin/import", self.import_, methods=["POST"]),
+        ]
+
+    # --- who is asking
+
+    async def _caller(self, request: Request) -> Principal | Response:
+        address = request.client.host if request.client else "-"
+        if wait := self._failures.waiting(address, self.failure_rate, self.failure_burst):
+            return _error(429, "too many refused credentials", {"Retry-After": str(max(1, math.ceil(wait)))})
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            why = "cookies do not authorize this endpoint; " if "cookie" in request.headers else ""
+            return self._unauthorized(f"{why}send an access token as `Authorization: Bearer ...`")
+        access = await self.verifier.verify_token(token.strip())
+        if access is None:
+            self._failures.take(address, self.failure_rate, self.failure_burst)
+            return self._unauthorized("the access token is not valid")
+        try:
+            who = principal_from_token(access, self.claims)
+        except EngramError as exc:
+            return _error(403, exc.message)
+        if ADMIN not in who.scopes:
+            challenge = (
+                f'Bearer error="insufficient_scope", scope="{self.admin_scope}", '
+                f'resource_metadata="{self.metadata_url}"'
+            )
+            return JSONResponse(
+                {"error": "insufficient_scope", "scope": self.admin_scope},
+                status_code=403,
+                headers={"WWW-Authenticate": challenge},
+            )
+        return who
+
+    def _unauthorized(self, description: str) -> Response:
+        challenge = f'Bearer error="invalid_token", resource_metadata="{self.metadata_url}"'
+        return JSONResponse(
+            {"error": "invalid_token", "error_description": description},
+            status_code=401,
+            headers={"WWW-Authenticate": challenge},
+        )
+
+    # --- the routes
+
+    async def export(self, request: Request) -> Response:
+        who = await self._caller(request)
+        if isinstance(who, Response):
+            return who
+        q = request.query_params
+        fmt = q.get("format", "engram")
+        if fmt not in FORMATS:
+            return _error(400, f"format: one of {', '.join(FORMATS)}")
+        try:
+            deleted, history = _flag(q.get("include_deleted")), _flag(q.get("history"))
+        except ValueError as exc:
+            return _error(400, str(exc))
+        lines = self.transfer.export(who, fmt, deleted=deleted, history=history)  # type: ignore[arg-type]
+        try:
+            with deadline(self.seconds):
+                first = await anext(lines)  # refusals (format, tenant, database) answer before any byte
+        except EngramError as exc:
+            return _error(_STATUS.get(exc.code, 500), f"{exc.code}: {exc.message}")
+        name = f"engram-export.{'json' if fmt == 'neo4j' else 'jsonl'}"
+        return StreamingResponse(
+            self._rest(first, lines),
+            media_type=_MEDIA[fmt],
+            headers={"Content-Disposition": f'attachment; filename="{name}"', "Cache-Control": "no-store"},
+        )
+
+    async def _rest(self, first: bytes, lines: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        yield first
+        with deadline(self.seconds):
+            async for chunk in lines:
+                yield chunk
+
+    async def import_(self, request: Request) -> Response:
+        who = await self._caller(request)
+        if isinstance(who, Response):
+            return who
+        q = request.query_params
+        fmt = q.get("format")
+        on_existing = q.get("on_existing", "merge")
+        if fmt is not None and fmt not in FORMATS:
+            return _error(400, f"format: one of {', '.join(FORMATS)}")
+        if on_existing not in ("merge", "skip", "error"):
+            return _error(400, "on_existing: one of merge, skip, error")
+        try:
+            dry_run = _flag(q.get("dry_run"))
+        except ValueError as exc:
+            return _error(400, str(exc))
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
+            return self._too_large()
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > self.max_bytes:
+                return self._too_large()
+        try:
+            with deadline(self.seconds):
+                summary = await self.transfer.import_(
+                    who,
+                    Source(data=bytes(body)),
+                    fmt,  # type: ignore[arg-type]
+                    on_existing=on_existing,  # type: ignore[arg-type]
+                    dry_run=dry_run,
+                )
+        except EngramError as exc:
+            return _error(_STATUS.get(exc.code, 500), f"{exc.code}: {exc.message}")
+        return Response(
+            orjson.dumps(summary.model_dump(mode="json")),
+            media_type="application/json",
+            headers={"X-Content-SHA256": hashlib.sha256(body).hexdigest()},
+        )
+
+    def _too_large(self) -> Response:
+        return _error(413, f"at most {self.max_bytes} bytes over HTTP; import larger files with `engram import`")
+
+
+def _flag(value: str | None) -> bool:
+    if value is None or value in ("", "0", "false"):
+        return False
+    if value in ("1", "true"):
+        return True
+    raise ValueError("flags are true or false")
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)

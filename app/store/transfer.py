@@ -1,0 +1,452 @@
+"""Export and import of a tenant's memory: keyset pages read from one snapshot, and set-based
+writes that keep what a file says (ids, versions, authors, timestamps).
+
+Imports also keep their place here: one row per imported file in ``imports``, moved forward by
+each batch in that batch's own transaction (docs/import-export.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+import orjson
+
+from app.store.database import Database, InvalidTenant, Tenant, Tx, timed
+from app.store.entities import COLUMNS, EntityRow, name_key
+from app.store.history import Change
+from app.store.relations import REL_ID
+
+_ENTITY_WIDTH = len(EntityRow.__dataclass_fields__)
+
+
+def snapshot(db: Database, tenant: Tenant) -> AbstractAsyncContextManager[Tx]:
+    """A read-only transaction in the tenant's context that sees one snapshot from its first query
+    to its end (REPEATABLE READ), so every page of an export belongs to the same moment.
+
+    The tenant context is set as `Database.transaction` sets it: the tenant's own role and the
+    setting row-level security reads, both ending with the transaction.
+    """
+    return _snapshot(db, tenant)
+
+
+@asynccontextmanager
+async def _snapshot(db: Database, tenant: Tenant) -> AsyncIterator[Tx]:
+    async with db.connection() as lease:
+        conn = lease.conn
+        async with conn.transaction(isolation="repeatable_read", readonly=True):
+            try:
+                await conn.execute(
+                    "SELECT set_config('engram.tenant_id', $1, true), set_config('role', $2, true)",
+                    tenant.id,
+                    tenant.schema,
+                )
+            except asyncpg.InvalidParameterValueError:  # the tenant's role is gone: deleted meanwhile
+                raise InvalidTenant(f"tenant {tenant.key!r} was deleted") from None
+            yield Tx(conn, tenant)
+
+
+# --- export -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoredObservation:
+    text: str
+    created_at: datetime
+    created_by: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExportedEntity:
+    row: EntityRow
+    observations: list[StoredObservation]
+
+
+@timed
+async def entity_page(
+    tx: Tx, after: str | None, limit: int, *, deleted: bool, by_name: bool = False
+) -> list[ExportedEntity]:
+    """Entities after `after` in id order (or, live ones only, in name order), each with all its
+    observations (oldest first); deleted ones too with `deleted`."""
+    key = "e.name" if by_name else "e.id"
+    if by_name and deleted:
+        raise ValueError("names are unique among live entities only")
+    rows = await tx.fetch(
+        f"""
+        SELECT {COLUMNS}, o.texts, o.ats, o.bys FROM {{s}}.entities e
+        CROSS JOIN LATERAL (
+            SELECT array_agg(content ORDER BY id) AS texts, array_agg(created_at ORDER BY id) AS ats,
+                   array_agg(created_by ORDER BY id) AS bys
+            FROM {{s}}.observations WHERE entity_id = e.id
+        ) o
+        WHERE ($1::text IS NULL OR {key} > $1::text::{"text" if by_name else "uuid"}) AND ($3 OR e.deleted_at IS NULL)
+        ORDER BY {key} LIMIT $2
+        """,
+        after,
+        limit,
+        deleted,
+    )
+    out = []
+    for r in rows:
+        texts, ats, bys = r["texts"] or [], r["ats"] or [], r["bys"] or []
+        out.append(
+            ExportedEntity(
+                EntityRow(*r[:_ENTITY_WIDTH]),
+                [StoredObservation(t, a, b) for t, a, b in zip(texts, ats, bys, strict=True)],
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ExportedRelation:
+    """A stored relation with both ends' ids and names; `gid` is its place in the keyset."""
+
+    gid: int
+    props: dict[str, Any]
+    source_id: str
+    source: str
+    target_id: str
+    target: str
+
+
+@timed
+async def relation_page(tx: Tx, after: int | None, limit: int, *, deleted: bool) -> list[ExportedRelation]:
+    """Relations in the order they were written (edge id) after `after`; those with a deleted end
+    only with `deleted`."""
+    rows = await tx.fetch(
+        """
+        SELECT r.id::text::bigint AS gid, r.properties AS props, se.id::text, se.name, te.id::text, te.name
+        FROM {s}."REL" r
+        JOIN {s}.entities se ON se.gid = r.start_id
+        JOIN {s}.entities te ON te.gid = r.end_id
+        WHERE ($1::bigint IS NULL OR r.id > $1::bigint::text::ag_catalog.graphid)
+          AND ($3 OR (se.deleted_at IS NULL AND te.deleted_at IS NULL))
+        ORDER BY r.id LIMIT $2
+        """,
+        after,
+        limit,
+        deleted,
+    )
+    return [ExportedRelation(r[0], orjson.loads(r[1]), r[2], r[3], r[4], r[5]) for r in rows]
+
+
+@timed
+async def history_page(tx: Tx, after: int | None, limit: int, *, deleted: bool) -> list[Change]:
+    """History rows oldest first after `after`; those of deleted entities only with `deleted`."""
+    rows = await tx.fetch(
+        """
+        SELECT h.id, h.entity_id::text, h.other_id::text, h.relation_id::text, h.action, h.changes, h.actor, h.at
+        FROM {s}.history h
+        WHERE ($1::bigint IS NULL OR h.id > $1) AND ($3 OR EXISTS (
+            SELECT 1 FROM {s}.entities e WHERE e.id = h.entity_id AND e.deleted_at IS NULL))
+        ORDER BY h.id LIMIT $2
+        """,
+        after,
+        limit,
+        deleted,
+    )
+    return [Change(*r) for r in rows]
+
+
+# --- import -----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ImportedEntity:
+    """An entity as a file gives it: its id and fields, and (engram format) its record."""
+
+    id: str
+    name: str
+    type: str
+    description: str = ""
+    area: str | None = None
+    topic: str | None = None
+    subtopic: str | None = None
+    certainty: int | None = None
+    properties: dict[str, Any] | None = None
+    version: int = 1
+    created_at: datetime | None = None  # None: now
+    updated_at: datetime | None = None
+    created_by: str | None = None  # None: the importer
+    updated_by: str | None = None
+    deleted_at: datetime | None = None
+
+
+@timed
+async def insert_entities(tx: Tx, items: Sequence[ImportedEntity], actor: str) -> None:
+    """Insert entities (and their vertices) with every field as given; what is not given takes the
+    defaults a tool write would (now, the importer, version 1)."""
+    if not items:
+        return
+    await tx.execute(
+        """
+        WITH u AS (
+            SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                                 $7::text[], $8::text[], $9::smallint[], $10::jsonb[], $11::int[],
+                                 $12::timestamptz[], $13::timestamptz[], $14::text[], $15::text[], $16::timestamptz[])
+                AS u(id, name, name_key, type, description, area, topic, subtopic, certainty, properties,
+                     version, created_at, updated_at, created_by, updated_by, deleted_at)
+        ), v AS (
+            INSERT INTO {s}."Entity" (properties)
+            SELECT ag_catalog.agtype_build_map('id', u.id::text, 'name', u.name, 'type', u.type) FROM u
+            RETURNING id AS gid,
+                ag_catalog.agtype_access_operator(VARIADIC ARRAY[properties, '"id"'::ag_catalog.agtype])
+                    ::text::uuid AS eid
+        )
+        INSERT INTO {s}.entities (id, gid, name, name_key, type, description, area, topic, subtopic, certainty,
+                                  properties, version, created_at, updated_at, created_by, updated_by, deleted_at)
+        SELECT u.id, v.gid, u.name, u.name_key, u.type, u.description, u.area, u.topic, u.subtopic, u.certainty,
+               coalesce(u.properties, '{}'), u.version, coalesce(u.created_at, now()),
+               coalesce(u.updated_at, u.created_at, now()), coalesce(u.created_by, $17),
+               coalesce(u.updated_by, u.created_by, $17), u.deleted_at
+        FROM u JOIN v ON v.eid = u.id
+        """,
+        [i.id for i in items],
+        [i.name for i in items],
+        [name_key(i.name) for i in items],
+        [i.type for i in items],
+        [i.description for i in items],
+        [i.area for i in items],
+        [i.topic for i in items],
+        [i.subtopic for i in items],
+        [i.certainty for i in items],
+        [i.properties for i in items],
+        [i.version for i in items],
+        [i.created_at for i in items],
+        [i.updated_at for i in items],
+        [i.created_by for i in items],
+        [i.updated_by for i in items],
+        [i.deleted_at for i in items],
+        actor,
+    )
+    tx.growth.entities += sum(1 for i in items if i.deleted_at is None)
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedObservation:
+    entity_id: str
+    text: str
+    created_at: datetime | None = None  # None: now
+    created_by: str | None = None  # None: the importer
+    live: bool = True  # its entity is live (what quotas count)
+
+
+@timed
+async def insert_observations(tx: Tx, items: Sequence[ImportedObservation], actor: str) -> dict[str, list[str]]:
+    """Insert observations in order, skipping texts their entity holds already; returns what each
+    entity gained."""
+    if not items:
+        return {}
+    rows = await tx.fetch(
+        """
+        INSERT INTO {s}.observations (entity_id, content, created_at, created_by)
+        SELECT p.entity_id, p.content, coalesce(p.created_at, now()), coalesce(p.created_by, $5)
+        FROM unnest($1::uuid[], $2::text[], $3::timestamptz[], $4::text[]) WITH ORDINALITY
+            AS p(entity_id, content, created_at, created_by, n)
+        ORDER BY p.n
+        ON CONFLICT (entity_id, md5(content)) DO NOTHING
+        RETURNING entity_id::text, content
+        """,
+        [i.entity_id for i in items],
+        [i.text for i in items],
+        [i.created_at for i in items],
+        [i.created_by for i in items],
+        actor,
+    )
+    dead = {i.entity_id for i in items if not i.live}
+    out: dict[str, list[str]] = {}
+    for eid, text in rows:
+        out.setdefault(eid, []).append(text)
+        if eid not in dead:
+            tx.growth.observations += 1
+            tx.growth.text_bytes += len(text.encode())
+    return out
+
+
+@timed
+async def insert_relations(tx: Tx, items: Sequence[tuple[str, str, dict[str, Any]]]) -> set[str]:
+    """Insert edges (source gid, target gid, properties with `id` and `type`); an edge whose id or
+    (source, target, type) is taken already is skipped. Returns the ids inserted. Properties without
+    `created_at` get now."""
+    if not items:
+        return set()
+    rows = await tx.fetch(
+        f"""
+        INSERT INTO {{s}}."REL" (start_id, end_id, properties)
+        SELECT a::ag_catalog.graphid, b::ag_catalog.graphid,
+               (CASE WHEN p::jsonb ? 'created_at' THEN p::jsonb
+                     ELSE p::jsonb || jsonb_build_object('created_at', now()) END)::text::ag_catalog.agtype
+        FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS u(a, b, p, n)
+        ORDER BY u.n
+        ON CONFLICT DO NOTHING
+        RETURNING {REL_ID.replace("r.properties", "properties")}
+        """,
+        [i[0] for i in items],
+        [i[1] for i in items],
+        [orjson.dumps(i[2]).decode() for i in items],
+    )
+    return {r[0] for r in rows}
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedChange:
+    """A history row as a file gives it."""
+
+    entity_id: str
+    other_id: str | None
+    relation_id: str | None
+    action: str
+    changes: dict[str, Any]
+    actor: str
+    at: datetime
+
+
+@timed
+async def insert_history(tx: Tx, items: Sequence[ImportedChange]) -> int:
+    """Add history rows as given, except those the tenant holds already (same entity, time, action,
+    actor, relation and changes), and those of entities it does not hold. Returns how many were added."""
+    if not items:
+        return 0
+    done = await tx.execute(
+        """
+        INSERT INTO {s}.history (entity_id, other_id, relation_id, action, changes, actor, at)
+        SELECT h.entity_id, h.other_id, h.relation_id, h.action, h.changes, h.actor, h.at
+        FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::jsonb[], $6::text[], $7::timestamptz[])
+            WITH ORDINALITY AS h(entity_id, other_id, relation_id, action, changes, actor, at, n)
+        WHERE EXISTS (SELECT 1 FROM {s}.entities e WHERE e.id = h.entity_id)
+          AND NOT EXISTS (SELECT 1 FROM {s}.history o
+                          WHERE o.entity_id = h.entity_id AND o.at = h.at AND o.action = h.action
+                            AND o.actor = h.actor AND o.relation_id IS NOT DISTINCT FROM h.relation_id
+                            AND o.changes = h.changes)
+        ORDER BY h.n
+        """,
+        [i.entity_id for i in items],
+        [i.other_id for i in items],
+        [i.relation_id for i in items],
+        [i.action for i in items],
+        [i.changes for i in items],
+        [i.actor for i in items],
+        [i.at for i in items],
+    )
+    return int(done.split()[-1])
+
+
+@timed
+async def analyze(tx: Tx, *, rough: bool) -> None:
+    """Fresh planner statistics for the tables an import looks rows up in (the tenant role may:
+    MAINTAIN); `rough` samples a tenth as many rows, enough to plan the import's own lookups."""
+    if rough:
+        await tx.execute("SELECT set_config('default_statistics_target', '10', true)")
+    await tx.execute("ANALYZE {s}.entities, {s}.observations, {s}.search_docs, {s}.history")
+
+
+@timed
+async def bulk_session(tx: Tx) -> None:
+    """Settings for an import batch's transaction: its commit does not wait for the write-ahead log
+    to reach the disk (a crash may lose the last batches, never half of one: their checkpoint goes
+    with them, and the import redoes them), and search-index insertions queue up longer before they
+    are merged (fewer, larger merges)."""
+    await tx.execute(
+        "SELECT set_config('synchronous_commit', 'off', true), set_config('gin_pending_list_limit', '65536', true)"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    """An entity as a relation's end: what an import needs of it."""
+
+    id: str
+    gid: str
+    name: str
+    deleted: bool
+
+
+@timed
+async def ends(tx: Tx, ids: Sequence[str], names: Sequence[str]) -> tuple[dict[str, End], dict[str, End]]:
+    """Entities by id (deleted ones too), and live entities by exact name."""
+    rows = await tx.fetch(
+        """
+        SELECT e.id::text, e.gid::text, e.name, e.deleted_at IS NOT NULL, true
+        FROM unnest($1::uuid[]) AS k(id) JOIN {s}.entities e ON e.id = k.id
+        UNION ALL
+        SELECT e.id::text, e.gid::text, e.name, false, false
+        FROM unnest($2::text[]) AS k(name) JOIN {s}.entities e ON e.name = k.name AND e.deleted_at IS NULL
+        """,
+        list(ids),
+        list(names),
+    )
+    by_id = {r[0]: End(r[0], r[1], r[2], r[3]) for r in rows if r[4]}
+    by_name = {r[2]: End(r[0], r[1], r[2], r[3]) for r in rows if not r[4]}
+    return by_id, by_name
+
+
+# --- where an import has got to --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """How far an import of one file went: the last line of `pass_` whose batch committed."""
+
+    pass_: int
+    line: int
+    counts: dict[str, Any]
+    refused: list[Any]
+    actor: str
+    started_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+@timed
+async def checkpoint(tx: Tx, digest: bytes, fmt: str, on_existing: str, *, lock: bool = False) -> Checkpoint | None:
+    row = await tx.fetchrow(
+        "SELECT pass, line, counts, refused, actor, started_at, updated_at, finished_at FROM {s}.imports"
+        " WHERE digest = $1 AND format = $2 AND on_existing = $3" + (" FOR UPDATE" if lock else ""),
+        digest,
+        fmt,
+        on_existing,
+    )
+    return Checkpoint(*row) if row else None
+
+
+@timed
+async def save_checkpoint(
+    tx: Tx,
+    digest: bytes,
+    fmt: str,
+    on_existing: str,
+    *,
+    pass_: int,
+    line: int,
+    counts: dict[str, Any],
+    refused: list[Any],
+    actor: str,
+    finished: bool,
+    restart: bool = False,
+) -> None:
+    """Record how far the import got; `restart` begins the record anew (a new import of the file)."""
+    await tx.execute(
+        """
+        INSERT INTO {s}.imports AS i (digest, format, on_existing, pass, line, counts, refused, actor, finished_at)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, CASE WHEN $9 THEN now() END)
+        ON CONFLICT (digest, format, on_existing) DO UPDATE
+        SET pass = excluded.pass, line = excluded.line, counts = excluded.counts, refused = excluded.refused,
+            actor = excluded.actor, updated_at = now(), finished_at = excluded.finished_at,
+            started_at = CASE WHEN $10 THEN now() ELSE i.started_at END
+        """,
+        digest,
+        fmt,
+        on_existing,
+        pass_,
+        line,
+        counts,
+        refused,
+        actor,
+        finished,
+        restart,
+    )

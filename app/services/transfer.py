@@ -396,10 +396,10 @@ class _Run:
         self.analyzed = self.written
         if self.dry_run:
             assert self.dry_tx is not None
-            await transfer.analyze(self.dry_tx, rough=True)
+            await transfer.analyze(self.dry_tx)
             return
         async with self.service.tx(self.who) as tx:
-            await transfer.analyze(tx, rough=not force)
+            await transfer.analyze(tx)
 
     def _counted(self, delta: _Delta) -> None:
         c = delta.counts

@@ -67,7 +67,7 @@ _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{1
 
 
 @functools.lru_cache(maxsize=4096)
-def _opening(tenant: Tenant, readonly: bool) -> str:
+def _opening(tenant: Tenant, readonly: bool, snapshot: bool = False) -> str:
     """BEGIN and the tenant context as one simple-protocol statement (one round trip instead of two).
 
     Simple-protocol text has no bind parameters, so the two values are written into it: both are
@@ -77,7 +77,7 @@ def _opening(tenant: Tenant, readonly: bool) -> str:
     if not _UUID.fullmatch(tenant.id) or not _SCHEMA.fullmatch(tenant.schema):
         raise InvalidTenant(f"refusing tenant context {tenant.id!r} / {tenant.schema!r}")
     return (
-        f"BEGIN{' READ ONLY' if readonly else ''};"
+        f"BEGIN{' ISOLATION LEVEL REPEATABLE READ' if snapshot else ''}{' READ ONLY' if readonly else ''};"
         f" SELECT set_config('engram.tenant_id', '{tenant.id}', true), set_config('role', '{tenant.schema}', true)"
     )
 
@@ -408,18 +408,19 @@ class Database:
         return [(r[0], r[1], r[2]) for r in rows]
 
     @asynccontextmanager
-    async def transaction(self, tenant: Tenant, *, readonly: bool = False) -> AsyncIterator[Tx]:
+    async def transaction(self, tenant: Tenant, *, readonly: bool = False, snapshot: bool = False) -> AsyncIterator[Tx]:
         """One transaction in the tenant's context; commits on success.
 
         The context is the tenant's own role (the only one with privileges on its schema) and the
         setting that row-level security on shared tables reads; both end with the transaction. They
-        are set in the same round trip as BEGIN (`_opening`).
+        are set in the same round trip as BEGIN (`_opening`). `snapshot`: REPEATABLE READ, so every
+        query sees the database as of the first one (an export's pages belong to one moment).
 
         It is bound by the current deadline (`connection`): if that passes before COMMIT is sent,
         the connection is terminated and the server rolls the transaction back, so a call answered
         `unavailable` cannot commit later.
         """
-        opening = _opening(tenant, readonly)
+        opening = _opening(tenant, readonly, snapshot)
         async with self.connection(writes=not readonly) as lease:
             conn = lease.conn
             try:

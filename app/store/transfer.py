@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from app.store.database import Database, Tenant, Tx, timed
-from app.store.entities import COLUMNS, EntityRow, name_key
+from app.store.entities import COLUMNS, EntityRow, NewEntity, name_key
 from app.store.history import Change
 from app.store.relations import REL_ID
 
@@ -136,18 +136,9 @@ async def history_page(tx: Tx, after: int | None, limit: int, *, deleted: bool) 
 
 
 @dataclass(slots=True)
-class ImportedEntity:
+class ImportedEntity(NewEntity):
     """An entity as a file gives it: its id and fields, and (engram format) its record."""
 
-    id: str
-    name: str
-    type: str
-    description: str = ""
-    area: str | None = None
-    topic: str | None = None
-    subtopic: str | None = None
-    certainty: int | None = None
-    properties: dict[str, Any] | None = None
     version: int = 1
     created_at: datetime | None = None  # None: now
     updated_at: datetime | None = None

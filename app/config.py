@@ -212,6 +212,12 @@ class Settings(BaseSettings):
     metrics_tenants: CommaList = Field(default_factory=list, description="Tenants given their own metric label.")
     audit_retention_days: int = Field(365, ge=1, le=36500)
     usage_flush_seconds: float = Field(10, ge=0.1, le=3600)
+    otlp_endpoint: str | None = Field(
+        None, max_length=500, pattern=r"^https?://", description="OTLP/HTTP collector for traces; unset: no tracing."
+    )
+    trace_sample_ratio: float = Field(
+        1.0, ge=0, le=1, description="Share of new traces kept (a sampled parent is followed)."
+    )
 
     _normalise_lists = field_validator(
         "allowed_hosts",

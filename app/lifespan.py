@@ -16,6 +16,7 @@ from wsgiref.simple_server import WSGIServer
 import asyncpg
 import httpx2
 from mcp.server import MCPServer
+from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import start_http_server
 from starlette.applications import Starlette
 
@@ -23,7 +24,7 @@ from app.authserver.server import AuthServer
 from app.config import Settings
 from app.errors import EngramError
 from app.health import readiness
-from app.observability import metrics
+from app.observability import metrics, tracing
 from app.observability.context import deadline
 from app.observability.usage import Usage
 from app.services.indexing import Indexer
@@ -58,6 +59,7 @@ class Lifespan:
         self._http = http
         self._metrics_server: WSGIServer | None = None
         self._background: list[asyncio.Task[None]] = []
+        self._tracing: TracerProvider | None = None
 
     @asynccontextmanager
     async def __call__(self, app: Starlette) -> AsyncIterator[None]:
@@ -80,6 +82,10 @@ class Lifespan:
             raise  # a schema this code does not know: refuse to serve
         _watch_pool(db)
         self._metrics_server = _serve_metrics(settings.metrics_port, settings.host)
+        if settings.otlp_endpoint:
+            self._tracing = tracing.start(
+                settings.otlp_endpoint, version=VERSION, sample_ratio=settings.trace_sample_ratio
+            )
         try:
             if self._auth is not None:
                 await self._auth.start()
@@ -111,6 +117,8 @@ class Lifespan:
             await self._auth.stop()
         await self._http.aclose()
         await self._db.close()
+        if self._tracing is not None:
+            self._tracing.shutdown()  # sends what is still batched
 
     def _stop_metrics(self) -> None:
         if self._metrics_server is not None:

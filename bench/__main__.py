@@ -58,7 +58,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             print(f"  skipped: {skip}")
             results["reference"] = {"skipped": skip}
         else:
-            sizes = [200] if args.quick else [1_000, 10_000]
+            sizes = list(reference.QUICK_SIZES if args.quick else args.reference_sizes)
             results["reference"] = await _section(reference.run(s, sizes, args.tool_rounds))
     results["machine"]["load_average_after"] = os.getloadavg()
     return results
@@ -108,11 +108,15 @@ def problems(r: dict[str, Any], only: list[str], tool_rounds: int) -> list[str]:
                 found.append(f"http: {x['target']} ({x['era']}): {x['per_second']} calls/s, {x['errors']} errors")
     if "reference" in only and "sizes" in r.get("reference", {}):
         for n, row in r["reference"]["sizes"].items():
-            for side, figures in row.items():
-                if not isinstance(figures, dict):
-                    continue
-                for part in ("tools", "tools_analyzed") if side.startswith("engram") else ("tools",):
-                    done = {t for t, lat in figures.get(part, {}).items() if lat.get("n") == tool_rounds}
+            for side in (reference.REFERENCE, reference.ENGRAM):
+                figures = row.get(side, {})
+                for part in ("tools", "tools_analyzed") if side == reference.ENGRAM else ("tools",):
+                    # The reference's rounds may stop at its time bound (reported); each tool ran in every round.
+                    rounds = (
+                        (figures.get("tools_bounded") or {}).get("rounds", tool_rounds) if part == "tools" else None
+                    )
+                    want = tool_rounds if rounds is None else rounds
+                    done = {t for t, lat in figures.get(part, {}).items() if lat.get("n") == want and want > 0}
                     if done != set(reference.TOOLS):
                         found.append(f"reference {n}: {side}: {part} lacks {sorted(set(reference.TOOLS) - done)}")
     return found
@@ -129,6 +133,12 @@ def cli() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="timed seconds per HTTP target and round")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of HTTP targets, taken in turn")
     parser.add_argument("--tool-rounds", type=int, help="calls per tool against the reference (default 20; quick 3)")
+    parser.add_argument(
+        "--reference-sizes",
+        type=lambda v: [int(x) for x in v.split(",")],
+        default=list(reference.SIZES),
+        help="entity counts of the reference comparison (default 1000,10000,100000; quick 200)",
+    )
     parser.add_argument("--results", type=Path, help="where to keep the raw figures (JSON)")
     args = parser.parse_args()
     args.only = [x.strip() for x in args.only.split(",") if x.strip()]

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import httpx2
 
-from app.provision import Chroot
 from bench.env import ROOT
 
 _TICK = os.sysconf("SC_CLK_TCK")
+# A server loads the embedding model before it answers: on two shared, busy cores that can take a minute.
+START_SECONDS = 120
 
 
 def cpu_seconds(pid: int) -> float:
@@ -25,17 +26,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
-def _database_pids() -> list[int]:
-    """The local PostgreSQL's processes (they run inside its cached root)."""
-    root = str(Chroot().root.resolve())
+def database_backends(database: str) -> list[int]:
+    """The PostgreSQL backends connected to `database`, found by their process title
+    (``postgres: user database host(port) state``): other databases' work on the same server is
+    not counted."""
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if os.readlink(entry / "root") == root:
-                    pids.append(int(entry.name))
+                title = (entry / "cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
             except OSError:
                 continue
+            words = title.split()
+            if len(words) >= 3 and words[0] == "postgres:" and words[2] == database:
+                pids.append(int(entry.name))
     return pids
 
 
@@ -46,35 +50,54 @@ def _machine_busy() -> tuple[float, float]:
     return (sum(values) - idle) / _TICK, sum(values) / _TICK
 
 
+def _cpu_or_none(pid: int) -> float | None:
+    try:
+        return cpu_seconds(pid)
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 @dataclass
 class CpuWindow:
-    """Cores busy during a measured window: the server, the database, this process, the whole machine."""
+    """CPU used during a measured window: the server process, the database's backends (of the
+    benchmark's database only), this process (the clients), and the whole machine.
+
+    `seconds` holds CPU seconds (for the cost per call), `cores` the same divided by the wall time.
+    A backend that starts during the window counts from zero; one that exits counts up to its
+    last reading (none are lost to a negative delta).
+    """
 
     server_pid: int | None
+    database: str | None = None
+
+    def _backends(self) -> dict[int, float]:
+        found = {}
+        for pid in database_backends(self.database) if self.database else []:
+            if (cpu := _cpu_or_none(pid)) is not None:
+                found[pid] = cpu
+        return found
 
     def __enter__(self) -> CpuWindow:
         self._t = time.monotonic()
-        self._db_pids = _database_pids()
+        self._db = self._backends()
         self._server = cpu_seconds(self.server_pid) if self.server_pid else 0.0
-        self._db = sum(self._safe(p) for p in self._db_pids)
         self._me = time.process_time()
         self._busy = _machine_busy()
         return self
 
-    @staticmethod
-    def _safe(pid: int) -> float:
-        try:
-            return cpu_seconds(pid)
-        except OSError:
-            return 0.0
-
     def __exit__(self, *exc: object) -> None:
         wall = time.monotonic() - self._t
         busy, total = _machine_busy()
+        server = cpu_seconds(self.server_pid) - self._server if self.server_pid else None
+        now = self._backends()
+        database = sum(now.get(pid, before) - before for pid, before in self._db.items())
+        database += sum(cpu for pid, cpu in now.items() if pid not in self._db)
+        self.wall = wall
+        self.seconds = {"server": server, "database": database, "clients": time.process_time() - self._me}
         self.cores = {
-            "server": round((cpu_seconds(self.server_pid) - self._server) / wall, 2) if self.server_pid else None,
-            "database": round((sum(self._safe(p) for p in self._db_pids) - self._db) / wall, 2),
-            "clients": round((time.process_time() - self._me) / wall, 2),
+            "server": round(server / wall, 2) if server is not None else None,
+            "database": round(database / wall, 2),
+            "clients": round(self.seconds["clients"] / wall, 2),
             "machine": round((busy - self._busy[0]) / (total - self._busy[1]) * (os.cpu_count() or 1), 2),
         }
 

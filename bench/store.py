@@ -5,6 +5,7 @@ with the service call on the same input."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import random
@@ -16,16 +17,18 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import asyncpg
 import orjson
 
 from app.auth.principal import Principal
 from app.config import Settings
 from app.services import Services, graph, models, refs
-from app.store import entities, history, relations
+from app.services.filters import EntityFilters
+from app.store import entities, history, relations, traversal
 from app.store.database import Database, Tenant, Tx
 from app.store.history import Event
 from bench import env
-from bench.generate import Generated
+from bench.generate import WORDS, Generated
 from bench.stats import Latency, paired, timed
 
 
@@ -166,9 +169,8 @@ async def _get_entity(b: Bench) -> list[Case]:
         sizes.append(len(e.relations or ()))
 
     async def floor(i: int) -> None:
-        row = (await refs.resolve(raw, [picks[i]]))[picks[i]]
-        await entities.observations(raw, [row.id], 100)
-        await relations.touching(raw, row.id, s.limits.max_results + 1)
+        found = await relations.detail(raw, picks[i], observations=100, relations=s.limits.max_results + 1)
+        refs.choose([picks[i]], [d.entity for d in found])
 
     async def lookup(i: int) -> None:
         await refs.resolve(raw, [picks[i]])
@@ -179,7 +181,7 @@ async def _get_entity(b: Bench) -> list[Case]:
     case = Case("get_entity by name (with relations and observations)", ("p50_ms", 2))
     got = await paired({"service": service, "floor": floor, "lookup": lookup, "ping": ping}, r.get_entity, r.warmup)
     case.service, case.floor, case.query_only, ping_latency = got["service"], got["floor"], got["lookup"], got["ping"]
-    case.floor_what = "resolve + observations + touching (the 3 statements get_entity sends), one connection"
+    case.floor_what = "relations.detail (the one statement get_entity sends) and the reference rule, one connection"
     case.extra = {
         "relations_per_answer_mean": round(sum(sizes) / len(sizes), 1),
         "select_1_roundtrip": ping_latency.as_dict(),
@@ -207,13 +209,12 @@ async def _walk(b: Bench, depth: int, limit: int, target: float | None) -> Case:
     async def floor(i: int) -> None:
         start = (await refs.resolve(raw, [picks[i]]))[picks[i]]
         reached, _ = await graph.walk(raw, [start.gid], depth, "both", None, limit + 1, graph.Bounds())
-        ends = [g for x in reached[:limit] for g in (x.via.source, x.via.target)]
-        await entities.by_gids(raw, [start.gid, *ends])
+        await traversal.reached(raw, [(start.gid, None), *((x.gid, x.via) for x in reached[:limit])], None)
 
     case = Case(f"neighbors depth {depth}, both directions, limit {limit}", ("p50_ms", target) if target else None)
     got = await paired({"service": service, "floor": floor}, r.neighbors, r.warmup)
     case.service, case.floor = got["service"], got["floor"]
-    case.floor_what = "resolve + one expand per level + by_gids, one connection"
+    case.floor_what = "resolve + one expand per level + traversal.reached, one connection"
     case.extra = {"neighbors_mean": round(sum(found) / len(found), 1), "truncated_share": round(cut / len(found), 2)}
     return case
 
@@ -222,26 +223,35 @@ async def _path(b: Bench) -> list[Case]:
     s, raw, r = b.s, b.raw, b.r
     pairs = [tuple(b.rng.sample(b.names, 2)) for _ in range(r.path + r.warmup)]
     lengths: list[int] = []
+    cut = 0
 
     async def service(i: int) -> None:
+        nonlocal cut
         res = await s.graph.path(b.who, pairs[i][0], pairs[i][1], max_depth=6, direction="both", types=None)
         lengths.append(res.length if res.found else -1)
+        cut += res.truncated
 
     async def floor(i: int) -> None:
         ends = await refs.resolve(raw, list(pairs[i]))
         start, end = ends[pairs[i][0]].gid, ends[pairs[i][1]].gid
-        steps, _ = await graph.shortest(raw, start, end, 6, "both", None, graph.Bounds())
+        steps, _ = await graph.shortest(raw, start, end, 6, "both", None, graph.Bounds(), joins=True)
         if steps:
-            await entities.by_gids(raw, [x for st in steps for x in (st.source, st.target)])
+            order = [start]
+            for st in steps:
+                order.append(st.other if st.node == order[-1] else st.node)
+            await traversal.reached(raw, [(start, None), *zip(order[1:], steps, strict=True)], None)
 
     case = Case("shortest_path between random entities, max depth 6, both directions", ("p50_ms", 20))
     got = await paired({"service": service, "floor": floor}, r.path, r.warmup)
     case.service, case.floor = got["service"], got["floor"]
-    case.floor_what = "resolve + bidirectional BFS (one expand per level) + by_gids, one connection"
+    case.floor_what = (
+        "resolve + bidirectional BFS (one statement per level, joining edge first) + traversal.reached, one connection"
+    )
     found = [n for n in lengths if n >= 0]
     case.extra = {
         "found_share": round(len(found) / len(lengths), 2),
         "length_mean": round(sum(found) / len(found), 2) if found else None,
+        "truncated_share": round(cut / len(lengths), 2),
     }
     return [case]
 
@@ -334,3 +344,94 @@ async def _connects(b: Bench) -> list[Case]:
     one = await timed(single, r.write_batches * 5, 2)
     case.extra = {"single_relation_call": one.as_dict()}
     return [case]
+
+
+# --- a new tenant's first reads -------------------------------------------------------------
+
+
+async def fresh_tenant(settings: Settings, size: int = 10_000, queries: int = 20, say: Any = print) -> dict[str, Any]:
+    """`search_nodes` and `find_entities` right after an import into an empty tenant: `size` entities
+    (two observations each) and as many relations, written through the services in batches of 100
+    as an import tool call would, then the reads at once, before autovacuum has had its minute.
+    Autovacuum is held off for the tenant's tables, so the reads see only the statistics the
+    writes themselves gave; the answer says which tables had them (`reltuples` -1: none)."""
+    rng = random.Random(3)
+    key = f"bench-fresh-{uuid.uuid4().hex[:8]}"
+    async with env.services(settings) as (db, s):
+        who = env.principal(key)
+        tenant = await db.tenant(key)
+        await _hold_off_autovacuum(settings, tenant.schema)
+        names = [f"{rng.choice(WORDS).capitalize()} {rng.choice(WORDS)} {i}" for i in range(size)]
+        started = time.monotonic()
+        for lo in range(0, size, 100):
+            items = [
+                models.EntityIn(
+                    name=n,
+                    type=rng.choice(["person", "project", "note"]),
+                    observations=[f"{rng.choice(WORDS)} {rng.choice(WORDS)} {k}" for k in range(2)],
+                )
+                for n in names[lo : lo + 100]
+            ]
+            with env.tool_call(who, "create_entities"):
+                await s.entities.upsert(who, items, "skip")
+        for lo in range(0, size, 100):
+            rels = [
+                models.RelationIn(**{"from": names[i], "to": rng.choice(names)}, type="mentions")
+                for i in range(lo, min(lo + 100, size))
+            ]
+            with env.tool_call(who, "create_relations"):
+                await s.relations.connect(who, [r for r in rels if r.from_ != r.to], exact=True)
+        written = time.monotonic() - started
+        async with db.transaction(tenant, readonly=True) as tx:
+            analyzed = await tx.fetch(
+                "SELECT relname::text, reltuples::bigint FROM pg_class"
+                " WHERE relnamespace = $1::text::regnamespace AND relkind = 'r' ORDER BY relname",
+                tenant.schema,
+            )
+        words = [rng.choice(WORDS) for _ in range(queries)]
+
+        async def search(i: int) -> None:
+            await s.graph.matching(who, words[i] if i >= 0 else "amber")
+
+        async def find(i: int) -> None:
+            filters = EntityFilters(text_contains=words[i] if i >= 0 else "amber")
+            await s.entities.find(who, filters, "recent", 20, None)
+
+        got = {"search_nodes": await timed(search, queries, 1), "find_entities": await timed(find, queries, 1)}
+    say(f"  {size:,} entities written in {written:.1f} s; reads: {got}")
+    return {
+        "entities": size,
+        "written_s": round(written, 1),
+        "reltuples_at_read": {r[0]: r[1] for r in analyzed},
+        **{k: v.as_dict() for k, v in got.items()},
+    }
+
+
+async def _hold_off_autovacuum(settings: Settings, schema: str) -> None:
+    """No autovacuum on the tenant's tables, as its owner: the reads then see what a tenant sees
+    in the minute (or more, on a busy server) before autovacuum gets to its new tables."""
+    conn = await asyncpg.connect(settings.admin_dsn())
+    try:
+        tables = await conn.fetch(
+            "SELECT quote_ident(relname) FROM pg_class WHERE relnamespace = $1::text::regnamespace AND relkind = 'r'",
+            schema,
+        )
+        for (table,) in tables:
+            await conn.execute(f"ALTER TABLE {schema}.{table} SET (autovacuum_enabled = false)")
+    finally:
+        await conn.close()
+
+
+def cli() -> None:
+    """`python -m bench.store fresh [SIZE]`: the new tenant's first reads (`fresh_tenant`), on the
+    configured database, in a tenant of its own."""
+    parser = argparse.ArgumentParser(prog="python -m bench.store", description=cli.__doc__)
+    parser.add_argument("what", choices=["fresh"])
+    parser.add_argument("size", type=int, nargs="?", default=10_000)
+    args = parser.parse_args()
+    out = asyncio.run(fresh_tenant(env.settings(), args.size))
+    print(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode())
+
+
+if __name__ == "__main__":
+    cli()

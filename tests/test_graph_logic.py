@@ -38,14 +38,6 @@ def edges(monkeypatch: pytest.MonkeyPatch) -> Edges:
     return held
 
 
-def _nodes(path: list[Step], start: str) -> list[str]:
-    """The nodes a path visits from `start`, as Graph.path orders them."""
-    order = [start]
-    for step in path:
-        order.append(step.other if step.node == order[-1] else step.node)
-    return order
-
-
 async def _shortest(start: str, end: str, depth: int = 6, direction: str = "both", bounds: Any = None) -> Any:
     return await graph.shortest(None, start, end, depth, direction, None, bounds or graph.Bounds())  # type: ignore[arg-type]
 
@@ -53,22 +45,22 @@ async def _shortest(start: str, end: str, depth: int = 6, direction: str = "both
 async def test_a_chain_is_found_whole_and_in_order(edges: Edges) -> None:
     edges += [("a", "b"), ("b", "c"), ("c", "d"), ("d", "e")]
     path, cut = await _shortest("a", "e")
-    assert _nodes(path, "a") == ["a", "b", "c", "d", "e"] and not cut
+    assert graph.path_nodes("a", path) == ["a", "b", "c", "d", "e"] and not cut
     back, _ = await _shortest("e", "a")  # against the edges' direction: "both" walks them either way
-    assert _nodes(back, "e") == ["e", "d", "c", "b", "a"]
+    assert graph.path_nodes("e", back) == ["e", "d", "c", "b", "a"]
 
 
 async def test_the_shortest_of_several_paths_wins(edges: Edges) -> None:
     edges += [("a", "x1"), ("x1", "x2"), ("x2", "x3"), ("x3", "z"), ("a", "y"), ("y", "z")]
     path, _ = await _shortest("a", "z")
-    assert _nodes(path, "a") == ["a", "y", "z"]
+    assert graph.path_nodes("a", path) == ["a", "y", "z"]
 
 
 async def test_direction_is_respected(edges: Edges) -> None:
     edges += [("a", "b"), ("c", "b")]  # a → b ← c
     assert (await _shortest("a", "c", direction="out"))[0] is None
     assert (await _shortest("a", "b", direction="in"))[0] is None
-    assert _nodes((await _shortest("a", "c", direction="both"))[0], "a") == ["a", "b", "c"]
+    assert graph.path_nodes("a", (await _shortest("a", "c", direction="both"))[0]) == ["a", "b", "c"]
 
 
 async def test_max_depth_bounds_the_path(edges: Edges) -> None:
@@ -86,7 +78,7 @@ async def test_a_level_over_its_bound_says_the_search_was_cut(edges: Edges) -> N
     path, cut = await _shortest("hub", "end", bounds=graph.Bounds(level_edges=3, frontier=100))
     assert cut  # a path may exist beyond what was read
     path, cut = await _shortest("hub", "end", bounds=graph.Bounds(level_edges=100, frontier=100))
-    assert _nodes(path, "hub") == ["hub", "leaf9", "end"] and not cut
+    assert graph.path_nodes("hub", path) == ["hub", "leaf9", "end"] and not cut
 
 
 async def test_a_walk_reaches_each_node_once_at_its_shortest_distance(edges: Edges) -> None:

@@ -50,9 +50,9 @@ class Observe:
             try:
                 result = await call_next(ctx)
             except Exception:
-                metrics.MCP_REQUESTS.labels(method, "error").inc()
+                metrics.child(metrics.MCP_REQUESTS, method, "error").inc()
                 raise
-            metrics.MCP_REQUESTS.labels(method, "ok").inc()
+            metrics.child(metrics.MCP_REQUESTS, method, "ok").inc()
             return result
         name = ctx.params.get("name") if isinstance(ctx.params, dict) else None
         tool = name if name in self.tools else "unknown"
@@ -71,17 +71,19 @@ class Observe:
         finally:
             CALL.reset(token)
             self._record(call, outcome)
-        metrics.MCP_REQUESTS.labels(method, "ok").inc()
+        metrics.child(metrics.MCP_REQUESTS, method, "ok").inc()
         return result
 
     def _record(self, call: Call, outcome: str) -> None:
         elapsed = time.perf_counter() - call.started
-        metrics.TOOL_CALLS.labels(call.tool, outcome).inc()
-        metrics.TOOL_LATENCY.labels(call.tool, outcome).observe(elapsed)
+        metrics.child(metrics.TOOL_CALLS, call.tool, outcome).inc()
+        metrics.child(metrics.TOOL_LATENCY, call.tool, outcome).observe(elapsed)
         if call.tenant:
             self.usage.count(call.tenant, call.tool, ok=outcome == "ok")
         if call.tenant in self.tenant_labels:
             metrics.TENANT_TOOL_CALLS.labels(call.tenant, call.tool, outcome).inc()
+        if not logger.isEnabledFor(logging.INFO):
+            return
         logger.info(
             "tool call %s %s",
             call.tool,

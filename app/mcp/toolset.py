@@ -77,7 +77,8 @@ class ToolSet:
 
             @functools.wraps(fn)
             async def run(**kwargs: Any) -> Any:
-                kwargs = {renamed.get(k, k): v for k, v in kwargs.items()}  # the SDK passes aliases ("from")
+                if renamed:  # the SDK passes aliases ("from")
+                    kwargs = {renamed.get(k, k): v for k, v in kwargs.items()}
                 call = CALL.get()
                 try:
                     who = caller(self.tenant_claims, scope)

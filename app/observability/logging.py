@@ -1,7 +1,8 @@
 """JSON-lines logs on stdout, an access log in the same format, and request ids.
 
-What is logged: time, level, logger, message, request id, and per line the fields a caller adds
-(tenant, tool, duration_ms, outcome, ...). Never tokens, keys, passwords or observation text.
+What is logged: time, level, logger, message, request id, the trace id inside a trace, and per
+line the fields a caller adds (tenant, tool, duration_ms, outcome, ...). Never tokens, keys,
+passwords or observation text.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.observability import metrics
+from app.observability import metrics, tracing
 from app.observability.context import REQUEST_ID, accept_request_id
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "color_message"}
@@ -31,6 +32,8 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
             "request_id": REQUEST_ID.get(),
         }
+        if (trace_id := tracing.current_trace_id()) is not None:
+            line["trace_id"] = trace_id
         line.update({k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")})
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
@@ -91,15 +94,16 @@ class RequestLog:
             metrics.HTTP_IN_FLIGHT.dec()
             elapsed = time.perf_counter() - started
             route = route_of(scope["path"])
-            metrics.HTTP_REQUESTS.labels(route, scope["method"], f"{status // 100}xx").inc()
+            metrics.child(metrics.HTTP_REQUESTS, route, scope["method"], f"{status // 100}xx").inc()
             if status == 401 and not any(k == b"authorization" for k, _ in scope["headers"]):
                 metrics.AUTH_FAILURES.labels("missing").inc()
-            metrics.HTTP_LATENCY.labels(route).observe(elapsed)
-            access_log.info(
-                "%s %s %s",
-                scope["method"],
-                scope["path"],
-                status,
-                extra={"status": status, "duration_ms": round(elapsed * 1000, 2), "route": route},
-            )
+            metrics.child(metrics.HTTP_LATENCY, route).observe(elapsed)
+            if access_log.isEnabledFor(logging.INFO):
+                access_log.info(
+                    "%s %s %s",
+                    scope["method"],
+                    scope["path"],
+                    status,
+                    extra={"status": status, "duration_ms": round(elapsed * 1000, 2), "route": route},
+                )
             REQUEST_ID.reset(token)

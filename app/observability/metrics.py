@@ -3,7 +3,9 @@ users or entities (a tenant label exists only for tenants listed in ENGRAM_METRI
 
 from __future__ import annotations
 
+import functools
 import platform
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -134,6 +136,12 @@ for _kind, _reasons in {
         AUTH_FETCH_FAILURES.labels(_kind, _reason)
 TENANTS = Gauge("engram_tenants", "Tenants in the database.", registry=REGISTRY)
 DB_UP = Gauge("engram_database_up", "1 when the last database check succeeded.", registry=REGISTRY)
+
+
+@functools.lru_cache(maxsize=4096)
+def child(metric: Counter | Histogram, *values: str) -> Any:
+    """`metric.labels(*values)`, looked up once per label set rather than on every request."""
+    return metric.labels(*values)
 
 
 def set_build_info(version: str) -> None:

@@ -19,7 +19,7 @@ from app.errors import EngramError
 from app.services import models
 from app.services.base import Service
 from app.services.filters import EntityFilters
-from app.services.refs import resolve
+from app.services.refs import choose, resolve
 from app.services.shapes import audit_entry, entity, history_entry, relation, summary
 from app.store import audit, entities, history, index, relations
 from app.store.database import Tx
@@ -106,8 +106,11 @@ class Entities(Service):
         writable = [m for m in folded if m.name not in existing or on_existing == "merge"]
         added = await entities.add_observations(tx, [(ids[m.name], o) for m in writable for o in m.observations], actor)
         events += [Event(eid, "observations_added", {"observations": texts}) for eid, texts in added.items()]
-        versions = await entities.touch(tx, (changed | set(added)) - {e.id for e in new}, actor)
+        touched = (changed | set(added)) - {e.id for e in new}
+        versions = await entities.touch(tx, touched, actor) if touched else {}
         await history.record(tx, events, actor)
+        if len(new) >= entities.BULK_ROWS:  # an import: the tables may have outgrown their statistics
+            await entities.refresh_statistics(tx)
 
         out = []
         for m in folded:
@@ -134,23 +137,25 @@ class Entities(Service):
         include_history: bool = False,
         max_observations: int = 100,
     ) -> models.Entity:
+        cap = self.limits.max_results
         async with self.tx(who, readonly=True) as tx:
-            row = (await resolve(tx, [ref]))[ref]
-            obs = (await entities.observations(tx, [row.id], max_observations))[row.id]
-            rels = truncated = None
-            if include_relations:
-                found = await relations.touching(tx, row.id, self.limits.max_results + 1)
-                truncated = len(found) > self.limits.max_results
-                rels = [relation(r) for r in found[: self.limits.max_results]]
+            # One statement: every candidate for the reference with its observations and relations;
+            # the rule picks the one meant (an exact match, most often the only candidate).
+            found = await relations.detail(
+                tx, ref, observations=max_observations, relations=cap + 1 if include_relations else None
+            )
+            row = choose([ref], [d.entity for d in found])[ref]
+            got = next(d for d in found if d.entity.id == row.id)
             entries = None
             if include_history:
                 entries = [history_entry(h) for h in await history.of_entity(tx, row.id, 20, None)]
+        rels = None if got.relations is None else [relation(r) for r in got.relations[:cap]]
         return entity(
             row,
-            observations=obs.texts,
-            observations_total=obs.total,
+            observations=got.observations,
+            observations_total=got.observations_total,
             relations=rels,
-            relations_truncated=bool(truncated),
+            relations_truncated=got.relations is not None and len(got.relations) > cap,
             history=entries,
         )
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -42,6 +43,9 @@ class Bounds:
 
     level_edges: int = 5000
     frontier: int = 1000
+    # A shortest-path level with more edges than this (a hub's) is put off while the other side's
+    # next level is smaller: it may never be needed.
+    probe_edges: int = 1000
 
 
 async def _level(
@@ -95,26 +99,51 @@ async def walk(
 
 
 async def shortest(
-    tx: Tx, start: str, end: str, max_depth: int, direction: str, types: Sequence[str] | None, bounds: Bounds
+    tx: Tx,
+    start: str,
+    end: str,
+    max_depth: int,
+    direction: str,
+    types: Sequence[str] | None,
+    bounds: Bounds,
+    *,
+    joins: bool = False,
 ) -> tuple[list[Step] | None, bool]:
     """The steps of a shortest path from `start` to `end`, by bidirectional breadth-first search; and
-    whether `bounds` cut the search (then a path, or a shorter one, may exist beyond what was read)."""
+    whether `bounds` cut the search (then a path, or a shorter one, may exist beyond what was read).
+
+    Each round expands the frontier of the side with fewer nodes by one level. With `joins` (what
+    `Graph.path` uses), each round first asks whether one edge joins the two frontiers, in the
+    same statement as the level: the path is then complete without reading that level, which is
+    usually the largest of the search. And a level found to hold more than `bounds.probe_edges`
+    edges (a hub's) is put off while the other side's is smaller: only when both sides are that
+    large is the one with fewer nodes read whole, and a side known to be large is not asked again
+    until its frontier changes. Without `joins`, a plain search over `traversal.expand`. Either way
+    the same path length.
+    """
     if start == end:
         return [], False
     forward, backward = _sides(direction)
-    # node -> (depth, the step that reached it); the start and end have no step
-    near: dict[str, tuple[int, Step | None]] = {start: (0, None)}
-    far: dict[str, tuple[int, Step | None]] = {end: (0, None)}
-    near_front, far_front = [start], [end]
-    near_depth = far_depth = 0
+    # per side (0: from the start, 1: from the end): node -> (depth, the step that reached it)
+    trees: tuple[dict[str, tuple[int, Step | None]], ...] = ({start: (0, None)}, {end: (0, None)})
+    fronts, depths = [[start], [end]], [0, 0]
+    large = [False, False]  # the side's frontier has more than `probe_edges` edges
     cut = False
-    while near_front and far_front and near_depth + far_depth < max_depth:
-        from_start = len(near_front) <= len(far_front)
-        front, mine, other = (near_front, near, far) if from_start else (far_front, far, near)
-        out, inc = (forward, backward) if from_start else (backward, forward)
-        steps, more = await _level(tx, front, out, inc, types, bounds.level_edges)
+    while fronts[0] and fronts[1] and depths[0] + depths[1] < max_depth:
+        side = 0 if len(fronts[0]) <= len(fronts[1]) else 1
+        if joins:
+            found = await _join_round(tx, fronts, large, side, depths, max_depth, direction, types, bounds)
+            if isinstance(found, Step):
+                return [*_unwind(trees[0], found.node)[::-1], found, *_unwind(trees[1], found.other)], cut
+            if found is None:
+                break
+            side, steps, more = found
+        else:
+            out, inc = (forward, backward) if side == 0 else (backward, forward)
+            steps, more = await _level(tx, fronts[side], out, inc, types, bounds.level_edges)
         cut = cut or more
-        level = (near_depth if from_start else far_depth) + 1
+        mine, other = trees[side], trees[1 - side]
+        level = depths[side] + 1
         next_front, meets = [], []
         for step in steps:
             if step.other in mine:
@@ -123,16 +152,61 @@ async def shortest(
             next_front.append(step.other)
             if step.other in other:
                 meets.append(step.other)
+        if meets:
+            meet = min(meets, key=lambda n: trees[0][n][0] + trees[1][n][0])
+            return _unwind(trees[0], meet)[::-1] + _unwind(trees[1], meet), cut
         if len(next_front) > bounds.frontier:
             next_front, cut = next_front[: bounds.frontier], True
-        if from_start:
-            near_front, near_depth = next_front, level
-        else:
-            far_front, far_depth = next_front, level
-        if meets:
-            meet = min(meets, key=lambda n: near[n][0] + far[n][0])
-            return _unwind(near, meet)[::-1] + _unwind(far, meet), cut
+        fronts[side], depths[side], large[side] = next_front, level, False
     return None, cut
+
+
+async def _join_round(
+    tx: Tx,
+    fronts: list[list[str]],
+    large: list[bool],
+    side: int,
+    depths: list[int],
+    max_depth: int,
+    direction: str,
+    types: Sequence[str] | None,
+    bounds: Bounds,
+) -> Step | tuple[int, list[Step], bool] | None:
+    """One round of `shortest` with `joins`: an edge joining the two frontiers (oriented from the
+    start's side), or the side expanded with its level and whether the bound cut it, or None when no
+    path within `max_depth` remains. `large` is kept up to date."""
+    forward, backward = _sides(direction)
+    # No node is on both sides yet, so no path is shorter than the two depths and one edge.
+    last = depths[0] + depths[1] + 1 >= max_depth  # then only a joining edge can help
+    if large[side] and not large[1 - side]:
+        side = 1 - side
+    while True:
+        out, inc = (forward, backward) if side == 0 else (backward, forward)
+        whole = last or large[side]  # no other side to turn to: read the level whole
+        limit = 0 if last else (bounds.level_edges if whole else bounds.probe_edges) + 1
+        joined, steps = await traversal.expand_or_join(
+            tx, fronts[side], fronts[1 - side], outgoing=out, incoming=inc, types=types, limit=limit
+        )
+        if joined is not None:  # written from this side's node: the start's side comes first
+            return joined if side == 0 else joined._replace(node=joined.other, other=joined.node)
+        if last:
+            return None
+        if whole:
+            return side, steps[: bounds.level_edges], len(steps) > bounds.level_edges
+        if len(steps) <= bounds.probe_edges:
+            return side, steps, False
+        large[side] = True
+        # The other side, unless it is large too: then the one with fewer nodes, whole.
+        side = (0 if len(fronts[0]) <= len(fronts[1]) else 1) if large[1 - side] else 1 - side
+
+
+def path_nodes(start: str, steps: Sequence[Step]) -> list[str]:
+    """The nodes a path visits from `start`: a step was taken from whichever of its ends the search
+    reached first, so each next node is the end the previous one is not."""
+    order = [start]
+    for step in steps:
+        order.append(step.other if step.node == order[-1] else step.node)
+    return order
 
 
 def _unwind(tree: dict[str, tuple[int, Step | None]], node: str) -> list[Step]:
@@ -173,11 +247,15 @@ class Graph(Service):
             start = (await resolve(tx, [ref]))[ref]
             reached, cut = await walk(tx, [start.gid], depth, direction, types, limit + 1, self._bounds)
             kept = reached[:limit]
-            rows = await entities.by_gids(tx, [start.gid, *(g for r in kept for g in (r.via.source, r.via.target))])
+            # Each node's parent was reached before it: the start and the kept nodes are every end.
+            rows = await traversal.reached(tx, [(start.gid, None), *((r.gid, r.via) for r in kept)], types)
+        rows[start.gid] = (start, None)
         return models.NeighborsResult(
             start=summary(start),
             neighbors=[
-                models.Neighbor(entity=summary(rows[r.gid]), depth=r.depth, via=_step(r.via, rows)) for r in kept
+                models.Neighbor(entity=summary(rows[r.gid][0]), depth=r.depth, via=_step(r.via, r.gid, rows))
+                for r in kept
+                if _shown(r.via, r.gid, rows)
             ],
             truncated=_truncated("walk", cut or len(reached) > limit),
         )
@@ -188,18 +266,19 @@ class Graph(Service):
         async with self.tx(who, readonly=True) as tx:
             ends = await resolve(tx, list(dict.fromkeys([source, target])))
             a, b = ends[source], ends[target]
-            steps, cut = await shortest(tx, a.gid, b.gid, max_depth, direction, types, self._bounds)
+            steps, cut = await shortest(tx, a.gid, b.gid, max_depth, direction, types, self._bounds, joins=True)
             if steps is None:
                 return models.PathResult(found=False, truncated=_truncated("path", cut))
-            order = [a.gid]
-            for s in steps:  # a step was taken from whichever of its ends was reached first
-                order.append(s.other if s.node == order[-1] else s.node)
-            rows = await entities.by_gids(tx, order)
+            order = path_nodes(a.gid, steps)
+            # The entities and the path's edges with their properties, read once the search is over.
+            rows = await traversal.reached(tx, [(a.gid, None), *zip(order[1:], steps, strict=True)], types)
+            if not all(_shown(s, g, rows) for s, g in zip(steps, order[1:], strict=True)):  # deleted meanwhile
+                return models.PathResult(found=False, truncated=_truncated("path", cut))
         return models.PathResult(
             found=True,
             length=len(steps),
-            nodes=[summary(rows[g]) for g in order],
-            relations=[_step(s, rows) for s in steps],
+            nodes=[summary(rows[g][0]) for g in order],
+            relations=[_step(s, g, rows) for s, g in zip(steps, order[1:], strict=True)],
             truncated=_truncated("path", cut),
         )
 
@@ -334,8 +413,17 @@ def _truncated(what: str, cut: bool) -> bool:
     return cut
 
 
-def _step(step: Step, rows: dict[str, EntityRow]) -> models.Relation:
-    source, target = rows[step.source], rows[step.target]
-    return relation(
-        relations.Relation(step.props, source.id, source.name, target.id, target.name, step.source, step.target)
-    )
+# traversal.reached: graph id -> (the entity, the properties of the edge it was reached by)
+Ends = dict[str, tuple[EntityRow, dict[str, Any] | None]]
+
+
+def _shown(step: Step, reached_by: str, rows: Ends) -> bool:
+    """Whether a step's ends and edge are still there: a write may have removed one since the walk read it."""
+    return step.source in rows and step.target in rows and reached_by in rows and rows[reached_by][1] is not None
+
+
+def _step(step: Step, reached_by: str, rows: Ends) -> models.Relation:
+    """The relation of a step, whose properties `traversal.reached` read with the node `reached_by`."""
+    (source, _), (target, _), (_, props) = rows[step.source], rows[step.target], rows[reached_by]
+    assert props is not None
+    return relation(relations.Relation(props, source.id, source.name, target.id, target.name, step.source, step.target))

@@ -9,7 +9,7 @@ from app.services import models
 from app.services.base import Service
 from app.services.refs import resolve
 from app.services.shapes import relation
-from app.store import history, relations
+from app.store import entities, history, relations
 from app.store.database import Tx
 from app.store.history import Event
 
@@ -58,6 +58,8 @@ class Relations(Service):
         created = {key(i) for i, new_id in zip(batch, ids, strict=True) if new_id}
         stored = await relations.by_keys(tx, [key(i) for i in batch])
         await history.record(tx, [_event("related", stored[k]) for k in created], actor)
+        if len(created) >= entities.BULK_ROWS:  # an import: the tables may have outgrown their statistics
+            await entities.refresh_statistics(tx)
         out, seen = [], set()
         for i in items:
             k = key(i)

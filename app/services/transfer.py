@@ -388,7 +388,7 @@ class _Run:
         self.at = at
         await self._analyze()
 
-    async def _analyze(self, *, force: bool = False, full: bool = False) -> None:
+    async def _analyze(self, *, force: bool = False) -> None:
         """Refresh the planner's statistics once the tables have grown a lot since the last time
         (a new tenant's tables grow from nothing, and stale statistics turn lookups into scans)."""
         if not force and self.written - self.analyzed < max(20_000, self.analyzed):
@@ -396,10 +396,10 @@ class _Run:
         self.analyzed = self.written
         if self.dry_run:
             assert self.dry_tx is not None
-            await transfer.analyze(self.dry_tx, rough=True)
+            await transfer.analyze(self.dry_tx)
             return
         async with self.service.tx(self.who) as tx:
-            await transfer.analyze(tx, rough=not full)
+            await transfer.analyze(tx)
 
     def _counted(self, delta: _Delta) -> None:
         c = delta.counts
@@ -425,7 +425,7 @@ class _Run:
         self._check_end()
         self.summary.complete = True
         if self.written > self.analyzed:
-            await self._analyze(force=True, full=True)  # for the tools' queries from now on
+            await self._analyze(force=True)  # for the tools' queries from now on
         if not self.dry_run:
             async with self.service.tx(self.who) as tx:
                 await self._save(tx, (2, self.source.lines), finished=True)

@@ -48,7 +48,8 @@ COLUMNS = ", ".join(
 _WIDTH = len(fields(EntityRow))
 
 
-def _row(record: asyncpg.Record) -> EntityRow:
+def entity_row(record: asyncpg.Record) -> EntityRow:
+    """The EntityRow at the start of a record that selected `COLUMNS` first."""
     return EntityRow(*record[:_WIDTH])
 
 
@@ -104,7 +105,7 @@ async def live_by_names(tx: Tx, names: Sequence[str], *, lock: bool = False) -> 
         " ORDER BY e.name" + (" FOR UPDATE" if lock else ""),
         list(names),
     )
-    return {(e := _row(r)).name: e for r in rows}
+    return {(e := entity_row(r)).name: e for r in rows}
 
 
 @timed
@@ -114,7 +115,7 @@ async def by_ids(tx: Tx, ids: Sequence[str], *, lock: bool = False) -> dict[str,
         f"SELECT {COLUMNS} FROM {{s}}.entities e WHERE e.id = ANY($1::uuid[])" + (" FOR UPDATE" if lock else ""),
         list(ids),
     )
-    return {(e := _row(r)).id: e for r in rows}
+    return {(e := entity_row(r)).id: e for r in rows}
 
 
 @timed
@@ -123,7 +124,7 @@ async def live_by_ids(tx: Tx, ids: Sequence[str]) -> dict[str, EntityRow]:
     rows = await tx.fetch(
         f"SELECT {COLUMNS} FROM {{s}}.entities e WHERE e.id = ANY($1::uuid[]) AND e.deleted_at IS NULL", list(ids)
     )
-    return {(e := _row(r)).id: e for r in rows}
+    return {(e := entity_row(r)).id: e for r in rows}
 
 
 @timed
@@ -134,7 +135,7 @@ async def by_gids(tx: Tx, gids: Sequence[str]) -> dict[str, EntityRow]:
         " WHERE e.gid = ANY($1::text[]::ag_catalog.graphid[]) AND e.deleted_at IS NULL",
         list(gids),
     )
-    return {(e := _row(r)).gid: e for r in rows}
+    return {(e := entity_row(r)).gid: e for r in rows}
 
 
 @timed
@@ -150,7 +151,7 @@ async def resolve(tx: Tx, refs: Sequence[str], *, lock: bool = False) -> list[En
         list(refs),
         [name_key(r) for r in refs],
     )
-    return [_row(r) for r in rows]
+    return [entity_row(r) for r in rows]
 
 
 @timed
@@ -252,6 +253,22 @@ async def set_deleted(tx: Tx, ids: Sequence[str], deleted: bool, actor: str) -> 
     tx.growth.observations += sign * sum(r[2] for r in rows)
     tx.growth.text_bytes += sign * sum(r[3] for r in rows)
     return {r[0]: r[1] for r in rows}
+
+
+# A write that adds at least this many rows to a table looks for tables whose planner statistics it
+# left far behind (`refresh_statistics`); smaller writes never do.
+BULK_ROWS = 50
+
+
+@timed
+async def refresh_statistics(tx: Tx) -> list[str]:
+    """Fresh planner statistics for the tenant's tables that have more than doubled in size since
+    they were last analyzed (`engram.analyze_outgrown_tables`, migration 0010), so that the reads
+    right after an import are not planned for the nearly empty tables autovacuum last saw. Cheap
+    when nothing outgrew its statistics (a look at the tables' sizes); bounded when something did
+    (ANALYZE reads a sample, and a table is analyzed again only once it has doubled again).
+    Returns the tables analyzed."""
+    return list(await tx.fetchval("SELECT engram.analyze_outgrown_tables()"))
 
 
 @timed
@@ -433,7 +450,7 @@ async def find(
         limit,
     )
     total = await tx.fetchval(f"SELECT count(*) FROM {{s}}.entities e WHERE {where}", *args)
-    return [(_row(r), r["sort_key"]) for r in rows], total
+    return [(entity_row(r), r["sort_key"]) for r in rows], total
 
 
 def _key_type(sort: str) -> str:
@@ -448,7 +465,7 @@ async def page_by_name(tx: Tx, limit: int, after: str | None) -> list[EntityRow]
         after,
         limit,
     )
-    return [_row(r) for r in rows]
+    return [entity_row(r) for r in rows]
 
 
 @timed
@@ -469,4 +486,4 @@ async def matching_text(tx: Tx, text: str, limit: int) -> list[EntityRow]:
         like_pattern(text),
         limit,
     )
-    return [_row(r) for r in rows]
+    return [entity_row(r) for r in rows]

@@ -7,16 +7,15 @@ each batch in that batch's own transaction (docs/import-export.md).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import asyncpg
 import orjson
 
-from app.store.database import Database, InvalidTenant, Tenant, Tx, timed
+from app.store.database import Database, Tenant, Tx, timed
 from app.store.entities import COLUMNS, EntityRow, NewEntity, name_key
 from app.store.history import Change
 from app.store.relations import REL_ID
@@ -26,28 +25,8 @@ _ENTITY_WIDTH = len(EntityRow.__dataclass_fields__)
 
 def snapshot(db: Database, tenant: Tenant) -> AbstractAsyncContextManager[Tx]:
     """A read-only transaction in the tenant's context that sees one snapshot from its first query
-    to its end (REPEATABLE READ), so every page of an export belongs to the same moment.
-
-    The tenant context is set as `Database.transaction` sets it: the tenant's own role and the
-    setting row-level security reads, both ending with the transaction.
-    """
-    return _snapshot(db, tenant)
-
-
-@asynccontextmanager
-async def _snapshot(db: Database, tenant: Tenant) -> AsyncIterator[Tx]:
-    async with db.connection() as lease:
-        conn = lease.conn
-        async with conn.transaction(isolation="repeatable_read", readonly=True):
-            try:
-                await conn.execute(
-                    "SELECT set_config('engram.tenant_id', $1, true), set_config('role', $2, true)",
-                    tenant.id,
-                    tenant.schema,
-                )
-            except asyncpg.InvalidParameterValueError:  # the tenant's role is gone: deleted meanwhile
-                raise InvalidTenant(f"tenant {tenant.key!r} was deleted") from None
-            yield Tx(conn, tenant)
+    to its end (REPEATABLE READ), so every page of an export belongs to the same moment."""
+    return db.transaction(tenant, readonly=True, snapshot=True)
 
 
 # --- export -----------------------------------------------------------------------------------
@@ -158,7 +137,7 @@ async def history_page(tx: Tx, after: int | None, limit: int, *, deleted: bool) 
 
 @dataclass(slots=True)
 class ImportedEntity(NewEntity):
-    """An entity as a file gives it: the fields a caller may set and (engram format) its record."""
+    """An entity as a file gives it: its id and fields, and (engram format) its record."""
 
     version: int = 1
     created_at: datetime | None = None  # None: now
@@ -327,19 +306,10 @@ async def insert_history(tx: Tx, items: Sequence[ImportedChange]) -> int:
 
 
 @timed
-async def analyze(tx: Tx, *, rough: bool) -> None:
-    """Fresh planner statistics for the tables an import looks rows up in (the tenant role may:
-    MAINTAIN). `rough`: only the columns its lookups use, from a tenth of the usual sample (the
-    table sizes, which matter most, are counted either way); otherwise every column, as autovacuum
-    would, for the tools' queries after the import."""
-    if rough:
-        await tx.execute("SELECT set_config('default_statistics_target', '10', true)")
-        await tx.execute(
-            "ANALYZE {s}.entities (id, gid, name, deleted_at), {s}.observations (entity_id),"
-            " {s}.search_docs (entity_id), {s}.history (entity_id)"
-        )
-        return
-    await tx.execute("ANALYZE {s}.entities, {s}.observations, {s}.search_docs, {s}.history")
+async def analyze(tx: Tx) -> None:
+    """Fresh planner statistics for the tenant's tables that outgrew theirs (migration 0010's
+    `engram.analyze_outgrown_tables`, run as the owner: the tenant role may not ANALYZE)."""
+    await tx.fetchval("SELECT engram.analyze_outgrown_tables()")
 
 
 @timed

@@ -1,31 +1,95 @@
-"""One level of a breadth-first walk over the edge table.
+"""One level of a breadth-first walk over the edge table, and what a finished walk shows.
 
 Multi-hop walks go level by level here instead of through Cypher's variable-length patterns,
 which on AGE 1.5 rebuild a whole-graph cache in every backend after any committed write
-(see docs/architecture.md). Each level is one indexed query over ``REL`` (start_id / end_id).
+(see docs/architecture.md). Each level is one indexed query over ``REL`` (start_id / end_id) that
+reads the ends of the edges only: no properties (a hub's thousands of edges are read from the
+index alone), and soft-deleted ends are dropped by an anti-join against the few deleted entities.
+The properties of the few edges a walk or path returns are read once at the end (`reached`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
 from app.store.database import Tx, timed
+from app.store.entities import COLUMNS, EntityRow, entity_row
 from app.store.relations import REL_TYPE
 
 
-@dataclass(frozen=True, slots=True)
-class Step:
-    """An edge leaving the frontier: `node` was there, `other` is where the edge leads."""
+class Step(NamedTuple):
+    """An edge leaving the frontier: `node` was there, `other` is where the edge leads.
+
+    Immutable like every row the store returns, but a tuple: a level may hold thousands, and a
+    frozen dataclass costs nearly three times as much to build (8 ms for a hub's 5,000 edges)."""
 
     node: str
     other: str
     source: str  # the edge's real direction
     target: str
-    props: dict[str, Any]
+    props: dict[str, Any] | None = None  # not read during a walk: see `reached`
+
+
+# One direction of a level: the frontier's end of each edge, its other end, and which way it goes.
+# The other end must be a live entity; deleted ones are few, and a partial index holds them.
+_SIDE = """
+    SELECT r.{near}::text, r.{far}::text, {out} FROM {{s}}."REL" r
+    WHERE r.{near} = ANY($1::text[]::ag_catalog.graphid[]){kind}
+      AND NOT EXISTS (SELECT 1 FROM {{s}}.entities d WHERE d.gid = r.{far} AND d.deleted_at IS NOT NULL)
+"""
+
+
+def _level_query(outgoing: bool, incoming: bool, typed: bool) -> str:
+    """The text of one level's query. Directions and the type filter are separate texts, so that a
+    level without a type filter never plans a read of the edges' properties."""
+    kind = f" AND {REL_TYPE} = ANY($3::text[])" if typed else ""
+    parts = []
+    if outgoing:
+        parts.append(_SIDE.format(near="start_id", far="end_id", out="true", kind=kind))
+    if incoming:
+        parts.append(_SIDE.format(near="end_id", far="start_id", out="false", kind=kind))
+    return " UNION ALL ".join(parts) + " LIMIT $2"
+
+
+_LEVEL = {
+    (out, inc, typed): _level_query(out, inc, typed)
+    for out in (True, False)
+    for inc in (True, False)
+    for typed in (True, False)
+    if out or inc
+}
+
+
+# An edge joining the frontier to the other side's frontier (both hold live entities only).
+_JOIN_SIDE = """
+    SELECT r.{near}::text, r.{far}::text, {out} FROM {{s}}."REL" r
+    WHERE r.{near} = ANY($1::text[]::ag_catalog.graphid[]) AND r.{far} = ANY($3::text[]::ag_catalog.graphid[]){kind}
+"""
+
+
+def _join_query(outgoing: bool, incoming: bool, typed: bool) -> str:
+    """One statement: an edge joining the two frontiers if there is one, else the frontier's level.
+    The level is read only when no edge joins them (its scan sits behind a one-time filter)."""
+    kind = f" AND {REL_TYPE} = ANY($4::text[])" if typed else ""
+    parts = []
+    if outgoing:
+        parts.append(_JOIN_SIDE.format(near="start_id", far="end_id", out="true", kind=kind))
+    if incoming:
+        parts.append(_JOIN_SIDE.format(near="end_id", far="start_id", out="false", kind=kind))
+    level = _level_query(outgoing, incoming, typed).replace("$3", "$4").rsplit(" LIMIT $2", 1)[0]
+    return f"""
+        WITH j AS MATERIALIZED ({" UNION ALL ".join(parts)} LIMIT 1)
+        SELECT node, other, out, true FROM j AS j(node, other, out)
+        UNION ALL
+        (SELECT node, other, out, false FROM ({level}) AS l(node, other, out)
+         WHERE NOT EXISTS (SELECT 1 FROM j) LIMIT $2)
+    """
+
+
+_JOIN = {key: _join_query(*key) for key in _LEVEL}
 
 
 @timed
@@ -38,24 +102,64 @@ async def expand(
     types: Sequence[str] | None,
     limit: int | None = None,
 ) -> list[Step]:
-    """Edges from (and/or into) the frontier's vertices whose other end is a live entity."""
+    """Edges from (and/or into) the frontier's vertices whose other end is a live entity, at most
+    `limit`: their ends only (`Step.props` is None)."""
+    if not (outgoing or incoming) or not frontier:
+        return []
+    args: list[Any] = [list(frontier), limit]
+    if types:
+        args.append(list(types))
+    rows = await tx.fetch(_LEVEL[outgoing, incoming, bool(types)], *args)
+    return [Step(node, other, node, other) if out else Step(node, other, other, node) for node, other, out in rows]
+
+
+@timed
+async def expand_or_join(
+    tx: Tx,
+    frontier: Sequence[str],
+    others: Sequence[str],
+    *,
+    outgoing: bool,
+    incoming: bool,
+    types: Sequence[str] | None,
+    limit: int,
+) -> tuple[Step | None, list[Step]]:
+    """An edge from (and/or into) the frontier whose other end is in `others` (the other side of a
+    bidirectional search) if there is one, and nothing else; otherwise the frontier's level as
+    `expand` reads it (at most `limit` edges; none with `limit` 0). One statement either way."""
+    if not (outgoing or incoming) or not frontier:
+        return None, []
+    args: list[Any] = [list(frontier), limit, list(others)]
+    if types:
+        args.append(list(types))
+    rows = await tx.fetch(_JOIN[outgoing, incoming, bool(types)], *args)
+    steps = [Step(node, other, node, other) if out else Step(node, other, other, node) for node, other, out, _ in rows]
+    if rows and rows[0][3]:
+        return steps[0], []
+    return None, steps
+
+
+@timed
+async def reached(
+    tx: Tx, nodes: Sequence[tuple[str, Step | None]], types: Sequence[str] | None
+) -> dict[str, tuple[EntityRow, dict[str, Any] | None]]:
+    """The live entities of a finished walk or path by graph id, each with the properties of the edge
+    it was reached by (`None` for a start): the edge with those ends and, with `types`, of one of
+    those types (the first made, where several are). One statement."""
     rows = await tx.fetch(
         f"""
-        SELECT r.start_id::text AS a, r.end_id::text AS b, r.properties AS rel, true AS out
-        FROM {{s}}."REL" r JOIN {{s}}.entities e ON e.gid = r.end_id AND e.deleted_at IS NULL
-        WHERE $2 AND r.start_id = ANY($1::text[]::ag_catalog.graphid[])
-          AND ($4::text[] IS NULL OR {REL_TYPE} = ANY($4))
-        UNION ALL
-        SELECT r.start_id::text, r.end_id::text, r.properties, false
-        FROM {{s}}."REL" r JOIN {{s}}.entities e ON e.gid = r.start_id AND e.deleted_at IS NULL
-        WHERE $3 AND r.end_id = ANY($1::text[]::ag_catalog.graphid[])
-          AND ($4::text[] IS NULL OR {REL_TYPE} = ANY($4))
-        LIMIT $5
+        SELECT {COLUMNS}, (
+            SELECT ag_catalog.agtype_out(r.properties)::text FROM {{s}}."REL" r
+            WHERE r.start_id = k.a::ag_catalog.graphid AND r.end_id = k.b::ag_catalog.graphid
+              AND ($4::text[] IS NULL OR {REL_TYPE} = ANY($4::text[]))
+            ORDER BY r.id LIMIT 1
+        ) AS via
+        FROM unnest($1::text[], $2::text[], $3::text[]) AS k(g, a, b)
+        JOIN {{s}}.entities e ON e.gid = k.g::ag_catalog.graphid AND e.deleted_at IS NULL
         """,
-        list(frontier),
-        outgoing,
-        incoming,
+        [g for g, _ in nodes],
+        [s.source if s else None for _, s in nodes],
+        [s.target if s else None for _, s in nodes],
         list(types) if types else None,
-        limit,
     )
-    return [Step(a if out else b, b if out else a, a, b, orjson.loads(rel)) for a, b, rel, out in rows]
+    return {(e := entity_row(r)).gid: (e, None if r["via"] is None else orjson.loads(r["via"])) for r in rows}

@@ -96,9 +96,10 @@ class KnowledgeGraph(BaseModel):
     truncated: bool | None = Field(None, description="Present (true) when a bound cut this answer; `note` says how.")
 
 
-def _reply(model: BaseModel, shown: str | None = None) -> CallToolResult:
+# Answers are built as the JSON they are sent as (the SDK validates them once against the output
+# model): no model is built and dumped again on the way.
+def _reply(data: dict[str, Any], shown: str | None = None) -> CallToolResult:
     """Structured content, and as text what the reference prints: the `shown` field's JSON (or all of it), indented."""
-    data = model.model_dump(mode="json", by_alias=True, exclude_none=True)
     return CallToolResult(content=[TextContent(type="text", text=_text(data, shown))], structured_content=data)
 
 
@@ -108,7 +109,7 @@ def _text(data: dict[str, Any], shown: str | None = None) -> str:
 
 def graph_text(graph: Slice) -> str:
     """A slice as the reference's `memory://knowledge-graph` resource shows the graph: read_graph's answer."""
-    return _text(_graph(graph, "read_graph").model_dump(mode="json", by_alias=True, exclude_none=True))
+    return _text(_graph(graph, "read_graph"))
 
 
 def _done(message: str) -> CallToolResult:
@@ -118,20 +119,27 @@ def _done(message: str) -> CallToolResult:
     )
 
 
-def _relation(r: models.Relation) -> Relation:
-    return Relation(from_=r.from_, to=r.to, relationType=r.type)
+def _entity(name: str, entity_type: str, observations: list[str]) -> dict[str, Any]:
+    return {"name": name, "entityType": entity_type, "observations": observations}
 
 
-def _graph(graph: Slice, read_graph: str) -> KnowledgeGraph:
-    return KnowledgeGraph(
-        entities=[
-            Entity(name=x.entity.name, entityType=x.entity.type, observations=x.observations) for x in graph.entities
-        ],
-        relations=[_relation(r) for r in graph.relations],
-        nextCursor=graph.next_cursor,
-        note=slices.note(graph, read_graph),
-        truncated=slices.truncated(graph),
+def _relation(r: models.Relation) -> dict[str, str]:
+    return {"from": r.from_, "to": r.to, "relationType": r.type}
+
+
+def _graph(graph: Slice, read_graph: str) -> dict[str, Any]:
+    """KnowledgeGraph as JSON: Engram's bounds (nextCursor, note, truncated) only when they apply."""
+    data: dict[str, Any] = {
+        "entities": [_entity(x.entity.name, x.entity.type, list(x.observations)) for x in graph.entities],
+        "relations": [_relation(r) for r in graph.relations],
+    }
+    bounds = (
+        ("nextCursor", graph.next_cursor),
+        ("note", slices.note(graph, read_graph)),
+        ("truncated", slices.truncated(graph)),
     )
+    data.update((key, value) for key, value in bounds if value is not None)
+    return data
 
 
 def _fold(entities: list[EntityIn]) -> list[Entity]:
@@ -158,20 +166,23 @@ def register(tool: ToolSet, services: Services) -> None:
             who, [models.EntityIn(name=e.name, type=e.entityType, observations=e.observations) for e in folded], "skip"
         )
         created = {r.name for r in done.results if r.status == "created"}
-        return _reply(Entities(entities=[e for e in folded if e.name in created]), "entities")
+        return _reply(
+            {"entities": [_entity(e.name, e.entityType, e.observations) for e in folded if e.name in created]},
+            "entities",
+        )
 
     @tool(WRITE, _WRITE, title="Create Relations")
     async def create_relations(
         who: Principal, relations: Annotated[list[RelationIn], Field(max_length=batch)]
     ) -> Annotated[CallToolResult, Relations]:
         """Create multiple new relations between entities in the knowledge graph. Relations should be in active voice"""
-        new: list[Relation] = []
+        new: list[dict[str, str]] = []
         if relations:
             done = await services.relations.connect(
                 who, [models.RelationIn(from_=r.from_, to=r.to, type=r.relationType) for r in relations], exact=True
             )
             new = [_relation(item.relation) for item in done.results if item.status == "created"]
-        return _reply(Relations(relations=new), "relations")
+        return _reply({"relations": new}, "relations")
 
     @tool(WRITE, _WRITE, title="Add Observations")
     async def add_observations(
@@ -181,11 +192,9 @@ def register(tool: ToolSet, services: Services) -> None:
         changed = await services.entities.change_observations_by_name(
             who, [(o.entityName, o.contents) for o in observations], add=True, missing_ok=False
         )
-        results = [
-            Added(entityName=o.entityName, addedObservations=c or [])
-            for o, c in zip(observations, changed, strict=True)
-        ]
-        return _reply(AddedResults(results=results), "results")
+        pairs = zip(observations, changed, strict=True)
+        results = [{"entityName": o.entityName, "addedObservations": c or []} for o, c in pairs]
+        return _reply({"results": results}, "results")
 
     @tool(WRITE, _DELETE, title="Delete Entities")
     async def delete_entities(

@@ -9,6 +9,7 @@ syntax; deletes are soft; read_graph is paged and the searches are capped.
 import json
 from typing import Annotated, Any
 
+import pydantic_core
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -106,16 +107,21 @@ def _result(value: Any) -> CallToolResult:
 
 
 def _graph(graph: Slice, read_graph: str) -> CallToolResult:
-    kg = KnowledgeGraph(
-        entities=[Entity(name=x.entity.name, type=x.entity.type, observations=x.observations) for x in graph.entities],
-        relations=[Relation(source=r.from_, target=r.to, relationType=r.type) for r in graph.relations],
-        nextCursor=graph.next_cursor,
-        note=slices.note(graph, read_graph),
-        truncated=slices.truncated(graph),
+    """KnowledgeGraph built as the JSON it is sent as (the SDK validates it once against the output model)."""
+    data: dict[str, Any] = {
+        "entities": [
+            {"name": x.entity.name, "type": x.entity.type, "observations": list(x.observations)} for x in graph.entities
+        ],
+        "relations": [{"source": r.from_, "target": r.to, "relationType": r.type} for r in graph.relations],
+    }
+    bounds = (
+        ("nextCursor", graph.next_cursor),
+        ("note", slices.note(graph, read_graph)),
+        ("truncated", slices.truncated(graph)),
     )
+    data.update((key, value) for key, value in bounds if value is not None)
     return CallToolResult(
-        content=[TextContent(type="text", text=kg.model_dump_json(exclude_none=True))],
-        structured_content=kg.model_dump(mode="json", exclude_none=True),
+        content=[TextContent(type="text", text=pydantic_core.to_json(data).decode())], structured_content=data
     )
 
 

@@ -2,7 +2,7 @@
 -- format and the on-existing rule), moved forward by each batch in that batch's own transaction.
 -- An interrupted import run again with the same file starts after the last batch that committed.
 -- docs/import-export.md.
-CREATE FUNCTION engram.tenant_step_0010(s text) RETURNS void
+CREATE FUNCTION engram.tenant_step_0011(s text) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, ag_catalog AS $fn$
 BEGIN
     EXECUTE format($ddl$
@@ -23,19 +23,5 @@ BEGIN
     $ddl$, s);
 END
 $fn$;
-REVOKE ALL ON FUNCTION engram.tenant_step_0010(text) FROM PUBLIC;
-SELECT engram.add_tenant_step('0010', 'engram.tenant_step_0010');
-
--- A tenant role may refresh the planner statistics of its own tables (PostgreSQL 17's MAINTAIN):
--- an import into a new tenant grows its tables from nothing, and until autovacuum gets to them
--- the planner reads stale statistics (a sequential scan per batch lookup). Imports ANALYZE as they
--- go. MAINTAIN covers only the tenant's own tables: ANALYZE, VACUUM, REINDEX, CLUSTER, LOCK.
-CREATE OR REPLACE FUNCTION engram.grant_tenant_tables(s text) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog AS $fn$
-BEGIN
-    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE, MAINTAIN ON ALL TABLES IN SCHEMA %I TO %I', s, s);
-    EXECUTE format('GRANT USAGE ON ALL SEQUENCES IN SCHEMA %I TO %I', s, s);
-END
-$fn$;
-REVOKE ALL ON FUNCTION engram.grant_tenant_tables(text) FROM PUBLIC;
-SELECT engram.grant_tenant_tables(schema_name) FROM engram.tenants;
+REVOKE ALL ON FUNCTION engram.tenant_step_0011(text) FROM PUBLIC;
+SELECT engram.add_tenant_step('0011', 'engram.tenant_step_0011');

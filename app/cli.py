@@ -447,7 +447,7 @@ def cmd_reindex(args: argparse.Namespace) -> None:
             print(line, file=sys.stderr, flush=True)
 
     async def run() -> str:
-        db = Database(settings)
+        db = Database.from_settings(settings)
         await db.open()
         indexer = Indexer.from_settings(db, settings)
         try:

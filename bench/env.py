@@ -20,7 +20,7 @@ from app import provision
 from app.auth.principal import READ, WRITE, Principal
 from app.config import Settings, cache_dir
 from app.observability.context import CALL, Call
-from app.services import Limits, Services
+from app.services import Services
 from app.services.indexing import Indexer
 from app.store import migrate
 from app.store.database import Database
@@ -98,17 +98,12 @@ def tool_call(who: Principal, tool: str) -> Iterator[None]:
 
 
 def build(s: Settings) -> tuple[Database, Services]:
-    """The Database and Services, built from `s` as `app.server.create_app` builds them: the
-    embedding indexer of the configured provider, the limits and the vector search setting."""
-    db = Database(s)
+    """The Database and Services, built from `s` as `app.server.create_app` builds them (the
+    embedding indexer of the configured provider, the limits, vector search and cursor settings),
+    without the per-tenant rates and quotas."""
+    db = Database.from_settings(s)
     indexer = Indexer.from_settings(db, s)
-    limits = Limits(
-        max_batch=s.max_batch,
-        max_results=s.max_results,
-        page_size=s.graph_page_size,
-        observations_per_entity=s.observations_per_entity,
-    )
-    return db, Services.create(db, indexer, limits, ef_search=s.search_ef_search)
+    return db, Services.from_settings(s, db, indexer)
 
 
 @asynccontextmanager

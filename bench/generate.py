@@ -102,7 +102,7 @@ async def ensure(settings: Settings, shape: Shape, say: Any = print, *, keep: bo
     With `keep` false (a scratch database), it is always made now and not recorded for later runs.
     """
     path = _state_file(shape)
-    db = Database(settings)
+    db = Database.from_settings(settings)
     await db.open()
     try:
         if keep and path.exists():
@@ -133,7 +133,7 @@ async def analyze(settings: Settings, tenant_key: str, *, prune: bool = False) -
     the same graph: the benchmark's writes (entities, observations, relations, history, audit rows)
     would otherwise pile up from run to run.
     """
-    db = Database(settings)
+    db = Database.from_settings(settings)
     await db.open()
     try:
         tenant = await db.tenant(tenant_key)

@@ -129,6 +129,10 @@ class CpuWindow:
         }
 
 
+# A bound on waiting for a server to start (the embedding model loads first), not a measurement.
+START_SECONDS = 120
+
+
 @contextmanager
 def serve(cmd: list[str], port: int, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
     """Run a server until the block ends; ready once /healthz or /mcp answers at all."""

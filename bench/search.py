@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import platform
 import statistics
@@ -229,14 +230,15 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     print(f"database {name!r} ...", flush=True)
     settings = (await bench_db(base, name, args.reuse)).model_copy(update={"pool_min_size": 1})
     owner_url = settings.admin_dsn()
-    db = Database(settings)
+    db = Database.from_settings(settings)
     await db.open()
     indexer = Indexer.from_settings(db, settings)
     await indexer.start(fill=False)
     if indexer.model is None or indexer.embedder is None:
         raise SystemExit(f"the search benchmark needs an embedding model; this server's: {indexer.state()}")
     model = indexer.model
-    memory = Entities(db, indexer, Cursors(), Limits(max_batch=BATCH, max_results=200))
+    limits = dataclasses.replace(Limits.from_settings(settings), max_batch=BATCH)
+    memory = Entities(db, indexer, Cursors(), limits)
     report: dict[str, Any] = {"load average at start": os.getloadavg()[0]}
 
     small = corpus.entities(args.small, seed=1)
@@ -250,7 +252,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
         print(f"ingesting {args.pending} entities with embeddings pending ...", flush=True)
         seconds, pending = await ingest(
-            Entities(db, Indexer(db, None, batch_size=64), Cursors(), Limits(max_batch=BATCH, max_results=200)),
+            Entities(db, Indexer(db, None, batch_size=64), Cursors(), limits),
             "bench-pending",
             corpus.entities(args.pending, seed=3),
         )
@@ -268,9 +270,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 rows = await tx.fetch("SELECT embedding::text FROM {s}.search_docs WHERE embedding IS NOT NULL")
             centres = np.array([[float(x) for x in r[0][1:-1].split(",")] for r in rows])
             print(f"ingesting {args.large - args.real} entities with synthetic vectors ...", flush=True)
-            bulk = Entities(
-                db, SyntheticIndexer(db, model, centres), Cursors(), Limits(max_batch=BATCH, max_results=200)
-            )
+            bulk = Entities(db, SyntheticIndexer(db, model, centres), Cursors(), limits)
             seconds, _ = await ingest(bulk, "bench-large", large[args.real :])
             report["ingest, vectors supplied (no vector index)"] = {
                 "entities/s": (args.large - args.real) / seconds,

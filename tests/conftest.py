@@ -84,7 +84,7 @@ def client_for(server: Server) -> Callable[..., Any]:
 async def local_model() -> AsyncIterator[Any]:
     from app.embeddings.local import LocalModel
 
-    model = LocalModel(Settings(embedding_batch_size=16))
+    model = LocalModel(batch_size=16)
     await model.start()
     yield model
     await model.close()

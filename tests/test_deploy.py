@@ -2,8 +2,9 @@
 
 Helm's own Go code (helm-python-sdk) lints and renders the chart for a matrix of value sets; every
 rendered object is validated against the Kubernetes 1.28 and 1.35 API schemas (kubernetes-validate,
-strict) and its security and operability properties are asserted. hadolint checks both
-Dockerfiles, promtool the alert rules and the dashboard's queries.
+strict), custom resources against their projects' released CRD schemas (tests/data/crds), and its
+security and operability properties are asserted. hadolint checks both Dockerfiles, promtool the
+alert rules and the dashboard's queries. tests/test_chart_*.py check single features further.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import helm_python as helm
 import jsonschema
@@ -41,6 +42,9 @@ MONITORING_APIS = (
     "monitoring.coreos.com/v1/ServiceMonitor",
     "monitoring.coreos.com/v1/PrometheusRule",
 )
+CRDS = ROOT / "tests" / "data" / "crds"
+# API groups of the custom resources the chart renders, checked against tests/data/crds.
+CUSTOM_GROUPS = {"monitoring.coreos.com", "gateway.networking.k8s.io"}
 SECRET_KEYS = {
     "ENGRAM_DATABASE_URL",
     "ENGRAM_ADMIN_DATABASE_URL",
@@ -60,6 +64,50 @@ EXTERNAL_DB = {
     "url": "postgresql://engram_app:app-Secret-1@db.example.com:5432/engram",
     "adminUrl": "postgresql://owner:owner-Secret-2@db.example.com:5432/engram",
 }
+# The bundled database's passwords: the chart generates none (every render is the same).
+BUNDLED_PASSWORDS = {"adminPassword": "admin-Secret-8/+@", "appPassword": "app-Secret-9"}
+HTTP_ROUTE = {
+    "enabled": True,
+    "parentRefs": [{"name": "public", "namespace": "gateway-system", "sectionName": "https"}],
+    "hostnames": ["memory.example.com"],
+    "timeouts": {"request": "300s"},
+    "labels": {"gateway-access": "public"},
+}
+# Containers added by the operator, as locked down as the server's.
+_LOCKED = {
+    "securityContext": {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    },
+    "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
+}
+EXTRAS = {
+    "extraEnv": [
+        {"name": "SSL_CERT_FILE", "value": "/etc/engram-ca/ca.crt"},
+        {"name": "ENGRAM_EMBEDDING_API_KEY", "valueFrom": {"secretKeyRef": {"name": "embeddings", "key": "api-key"}}},
+    ],
+    "extraEnvFrom": [{"secretRef": {"name": "engram-settings"}}, {"configMapRef": {"name": "proxy"}, "prefix": "P_"}],
+    "extraVolumes": [
+        {"name": "engram-ca", "configMap": {"name": "engram-ca"}},
+        {"name": "proxy-socket", "emptyDir": {}},
+    ],
+    "extraVolumeMounts": [{"name": "engram-ca", "mountPath": "/etc/engram-ca", "readOnly": True}],
+    "initContainers": [
+        {"name": "wait-for-proxy-config", "image": "busybox:1.37", "command": ["true"], **_LOCKED},
+    ],
+    "sidecars": [
+        {
+            "name": "db-proxy",
+            "image": "gcr.io/cloud-sql-connectors/cloud-sql-proxy:2.14.0",
+            "args": ["--unix-socket", "/proxy", "project:region:instance"],
+            "volumeMounts": [{"name": "proxy-socket", "mountPath": "/proxy"}],
+            **_LOCKED,
+        }
+    ],
+}
+CNPG_EXAMPLE = CHART / "examples" / "cloudnative-pg"
 
 
 def _merge(*parts: dict[str, Any]) -> dict[str, Any]:
@@ -83,7 +131,7 @@ AXES: dict[str, dict[bool, dict[str, Any]]] = {
         },
         False: {},
     },
-    "bundled": {True: {"postgresql": {"enabled": True}}, False: {"database": EXTERNAL_DB}},
+    "bundled": {True: {"postgresql": {"enabled": True, "auth": BUNDLED_PASSWORDS}}, False: {"database": EXTERNAL_DB}},
     "monitoring": {
         True: {
             "metrics": {
@@ -182,6 +230,45 @@ VALUE_SETS |= {
     "builtin-defaults": _merge(
         {"auth": {"mode": "builtin"}}, AXES["ingress"][True], AXES["bundled"][True], AXES["monitoring"][False]
     ),
+    # A Gateway API HTTPRoute instead of the Ingress, with the alerts narrowed to a selector of one's own.
+    "httproute": _merge(
+        VALUE_SETS["noingress-nobundled-monitoring-nohpa"],
+        {
+            "httpRoute": HTTP_ROUTE,
+            "metrics": {
+                "prometheusRule": {
+                    "selector": 'namespace="memory", job="engram-pods"',
+                    "runbookBaseUrl": "https://git.example.org/platform/engram/-/blob/main/docs/operations.md",
+                }
+            },
+        },
+    ),
+    # The Ingress and an HTTPRoute side by side (a move from one to the other).
+    "ingress-and-httproute": _merge(
+        VALUE_SETS["ingress-nobundled-nomonitoring-nohpa"], {"httpRoute": HTTP_ROUTE | {"hostnames": ["*.example.com"]}}
+    ),
+    # Extra env, volumes, init containers and sidecars.
+    "extras": _merge(VALUE_SETS["noingress-nobundled-nomonitoring-nohpa"], EXTRAS),
+    # A Secret written by another tool, its keys named its way (CloudNativePG's <cluster>-app).
+    "existing-secret-keys": {
+        "existingSecret": "engram-db-app",
+        "existingSecretKeys": {
+            "databaseUrl": "uri",
+            "oidcClientSecret": "",
+            "embeddingApiKey": "",
+            "upstreamProviders": "",
+        },
+        "existingSecretEnvFrom": False,
+        "migrations": {"existingSecret": "engram-db-owner", "existingSecretKey": "uri"},
+        "auth": {"oidc": {"issuer": ISSUER}},
+    },
+    # The trial database with its passwords in a Secret of one's own: the chart never sees them.
+    "bundled-existing-secret": _merge(
+        VALUE_SETS["noingress-bundled-nomonitoring-nohpa"],
+        {"postgresql": {"auth": {"existingSecret": "engram-db-passwords", "adminPassword": "", "appPassword": ""}}},
+    ),
+    # The CloudNativePG example shipped with the chart.
+    "cloudnative-pg-example": yaml.safe_load((CNPG_EXAMPLE / "values.yaml").read_text()),
 }
 
 
@@ -323,6 +410,48 @@ _CRD_SCHEMAS = {
 }
 
 
+def _no_unknown_fields(schema: Any) -> Any:
+    """A CRD's schema as the API server applies it with strict field validation (kubectl's
+    default): an object with declared properties takes no others, unless the schema keeps them."""
+    if isinstance(schema, list):
+        return [_no_unknown_fields(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    strict = {key: _no_unknown_fields(value) for key, value in schema.items()}
+    if isinstance(schema.get("pattern"), str) and "(?i)" in schema["pattern"]:
+        # Go's regexp takes flags anywhere; Python's only at the start.
+        strict["pattern"] = "(?i)" + schema["pattern"].replace("(?i)", "")
+    keeps_unknown = "additionalProperties" in schema or schema.get("x-kubernetes-preserve-unknown-fields")
+    if "properties" in schema and not keeps_unknown:
+        strict["additionalProperties"] = False
+    return strict
+
+
+@functools.cache
+def crd_schemas() -> dict[tuple[str, str], list[tuple[str, dict[str, Any]]]]:
+    """(apiVersion, kind) -> [(release, strict schema)] of the released CRDs in tests/data/crds."""
+    schemas: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {}
+    for path in sorted(CRDS.glob("*.json")):
+        crd = json.loads(path.read_text())
+        key = (f"{crd['group']}/{crd['version']}", crd["kind"])
+        schemas.setdefault(key, []).append((crd["source"], _no_unknown_fields(crd["openAPIV3Schema"])))
+    return schemas
+
+
+def validate_custom_resource(obj: dict[str, Any]) -> None:
+    """Against every vendored release of its CRD, and the chart's own stricter expectations."""
+    where = f"{obj['kind']}/{obj['metadata']['name']}"
+    releases = crd_schemas().get((obj["apiVersion"], obj["kind"]))
+    assert releases, f"{where}: no CRD schema for {obj['apiVersion']} in {CRDS}"
+    for source, schema in releases:
+        try:
+            jsonschema.Draft7Validator(schema).validate(obj)
+        except jsonschema.ValidationError as exc:
+            pytest.fail(f"{where} does not match {source}: {exc.message} at {list(exc.absolute_path)}")
+    if obj["kind"] in _CRD_SCHEMAS:
+        jsonschema.validate(obj, _CRD_SCHEMAS[obj["kind"]])
+
+
 @pytest.mark.parametrize("kube", KUBE_VERSIONS)
 @pytest.mark.parametrize("name", VALUE_SETS)
 def test_manifests_match_kubernetes_schemas(name: str, kube: str) -> None:
@@ -330,9 +459,8 @@ def test_manifests_match_kubernetes_schemas(name: str, kube: str) -> None:
     assert objects
     for obj in objects:
         where = f"{obj['kind']}/{obj['metadata']['name']}"
-        if obj["kind"] in _CRD_SCHEMAS:  # kubernetes-validate has no schemas for custom resources
-            assert obj["apiVersion"] == "monitoring.coreos.com/v1", where
-            jsonschema.validate(obj, _CRD_SCHEMAS[obj["kind"]])
+        if obj["apiVersion"].split("/")[0] in CUSTOM_GROUPS:  # kubernetes-validate has no schemas for these
+            validate_custom_resource(obj)
             continue
         try:
             kubernetes_validate.validate(obj, kube, strict=True)
@@ -378,8 +506,12 @@ def test_server_deployment(name: str) -> None:
     r = rendered(name)
     deployment = r.one("Deployment", "engram")
     pod = deployment["spec"]["template"]["spec"]
-    (server,) = pod["containers"]
-    assert server["args"] == ["serve"]
+    server, *sidecars = pod["containers"]
+    assert server["name"] == "engram" and server["args"] == ["serve"]
+    assert [c["name"] for c in sidecars] == [c["name"] for c in VALUE_SETS[name].get("sidecars", [])]
+    assert [c["name"] for c in pod.get("initContainers", [])] == [
+        c["name"] for c in VALUE_SETS[name].get("initContainers", [])
+    ]
     assert server["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert server["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert server["startupProbe"]["httpGet"]["path"] == "/healthz"
@@ -389,14 +521,35 @@ def test_server_deployment(name: str) -> None:
     assert config["ENGRAM_PORT"] == "8000" and config["ENGRAM_HOST"] == "0.0.0.0"  # noqa: S104 (in a pod)
     assert ports.get("metrics", 0) == int(config["ENGRAM_METRICS_PORT"])
     assert config["ENGRAM_AUTH_MODE"] == VALUE_SETS[name].get("auth", {}).get("mode", "oidc")
-    # Settings come from the release's ConfigMap and a Secret, whichever provides it.
-    sources = {next(iter(ref)): next(iter(ref.values()))["name"] for ref in server["envFrom"]}
-    assert sources["configMapRef"] == "engram"
-    assert sources["secretRef"] == (VALUE_SETS[name].get("existingSecret") or "engram")
-    if not VALUE_SETS[name].get("existingSecret"):
+    # Settings come from the release's ConfigMap and a Secret, whichever provides it, the secret
+    # ones of your Secret key by key.
+    values = VALUE_SETS[name]
+    configmap, *secrets = server["envFrom"]
+    assert configmap == {"configMapRef": {"name": "engram"}}
+    extra_sources = values.get("extraEnvFrom", [])
+    assert secrets[len(secrets) - len(extra_sources) :] == extra_sources
+    own = secrets[: len(secrets) - len(extra_sources)]
+    env = {e["name"]: e for e in server.get("env", [])}
+    existing = values.get("existingSecret")
+    if existing:
+        assert own == ([{"secretRef": {"name": existing}}] if values.get("existingSecretEnvFrom", True) else [])
+        key = values.get("existingSecretKeys", {}).get("databaseUrl", "ENGRAM_DATABASE_URL")
+        ref = env["ENGRAM_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+        assert ref == {"name": existing, "key": key}  # required: a pod without it does not start
+        optional = {n for n, e in env.items() if e.get("valueFrom", {}).get("secretKeyRef", {}).get("optional")}
+        keys = values.get("existingSecretKeys", {})
+        expected = {"ENGRAM_OIDC_CLIENT_SECRET", "ENGRAM_EMBEDDING_API_KEY", "ENGRAM_UPSTREAM_PROVIDERS"}
+        assert optional == {n for n in expected if keys.get(_SECRET_KEY_VALUES[n], n)}
+    else:
+        assert own == [{"secretRef": {"name": "engram"}}]
         r.one("Secret", "engram")
-    # Writable /tmp only.
-    assert [m["mountPath"] for m in server["volumeMounts"]] == ["/tmp"]
+    for extra in values.get("extraEnv", []):
+        assert env[extra["name"]] == extra
+    # Writable /tmp, and what the operator mounts.
+    mounts = [m["mountPath"] for m in server["volumeMounts"]]
+    assert mounts == ["/tmp", *(m["mountPath"] for m in values.get("extraVolumeMounts", []))]
+    volumes = [v["name"] for v in pod["volumes"]]
+    assert volumes == ["tmp", *(v["name"] for v in values.get("extraVolumes", []))]
     # Draining: the endpoint is withdrawn during preStop, then the app gets its grace period.
     sleep = int(server["lifecycle"]["preStop"]["exec"]["command"][1])
     grace = int(config["ENGRAM_SHUTDOWN_GRACE_SECONDS"])
@@ -408,6 +561,13 @@ def test_server_deployment(name: str) -> None:
     service = r.one("Service", "engram")
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
     assert {p["targetPort"] for p in service["spec"]["ports"]} <= set(ports)
+
+
+_SECRET_KEY_VALUES = {
+    "ENGRAM_OIDC_CLIENT_SECRET": "oidcClientSecret",
+    "ENGRAM_EMBEDDING_API_KEY": "embeddingApiKey",
+    "ENGRAM_UPSTREAM_PROVIDERS": "upstreamProviders",
+}
 
 
 @pytest.mark.parametrize("name", VALUE_SETS)
@@ -450,13 +610,35 @@ def test_migration_job_is_a_hook(name: str) -> None:
     assert pod["restartPolicy"] == "Never"
     (container,) = pod["containers"]
     assert container["args"] == ["migrate"]
-    (source,) = container["envFrom"]
-    secret_name = source["secretRef"]["name"]
-    mine = values.get("migrations", {}).get("existingSecret") or values.get("existingSecret")
+    env = {e["name"]: e for e in container["env"]}
+    for extra in values.get("extraEnv", []):
+        assert env[extra["name"]] == extra
+    extra_sources = values.get("extraEnvFrom", [])
+    sources = container.get("envFrom", [])
+    assert sources[len(sources) - len(extra_sources) :] == extra_sources
+    own = sources[: len(sources) - len(extra_sources)]
+    migrations = values.get("migrations", {})
+    mine = migrations.get("existingSecret") or values.get("existingSecret")
+    bundled_secret = values.get("postgresql", {}).get("auth", {}).get("existingSecret")
     if mine:
-        assert secret_name == mine
+        # Your Secret, read key by key: the Job needs the owner's URL and nothing else.
+        assert not own
+        ref = env["ENGRAM_ADMIN_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+        assert ref["name"] == mine
+        assert ref["key"] == migrations.get("existingSecretKey", "ENGRAM_ADMIN_DATABASE_URL")
+        assert ref.get("optional", False) is not bool(migrations.get("existingSecret"))
+        assert not [s for s in r.of_kind("Secret") if s["metadata"]["name"] == "engram-migrate"]
+    elif bundled_secret:
+        # Composed in the pod from your password Secret: the chart never sees the password.
+        assert not own
+        password = env["BUNDLED_POSTGRES_PASSWORD"]["valueFrom"]["secretKeyRef"]
+        assert password == {"name": bundled_secret, "key": "POSTGRES_PASSWORD"}
+        url = env["ENGRAM_ADMIN_DATABASE_URL"]["value"]
+        assert url == "postgresql://postgres:$(BUNDLED_POSTGRES_PASSWORD)@engram-postgresql:5432/engram"
         assert not [s for s in r.of_kind("Secret") if s["metadata"]["name"] == "engram-migrate"]
     else:
+        (source,) = own
+        secret_name = source["secretRef"]["name"]
         # A hook Secret made just before the Job (the release's own are not there at pre-install),
         # deleted once it succeeded: the owner's URL is in the cluster only while migrations run.
         hook_secret = r.one("Secret", secret_name)
@@ -472,17 +654,38 @@ def test_migration_job_is_a_hook(name: str) -> None:
 @pytest.mark.parametrize("name", [n for n in VALUE_SETS if is_bundled(n)])
 def test_bundled_database_credentials_agree(name: str) -> None:
     r = rendered(name)
-    passwords = secret_data(r.one("Secret", "engram-postgresql"))
-    app = urlsplit(secret_data(r.one("Secret", "engram"))["ENGRAM_DATABASE_URL"])
-    admin = urlsplit(secret_data(r.one("Secret", "engram-migrate"))["ENGRAM_ADMIN_DATABASE_URL"])
-    assert (app.username, app.password) == ("engram_app", passwords["ENGRAM_APP_PASSWORD"])
-    assert (admin.username, admin.password) == ("postgres", passwords["POSTGRES_PASSWORD"])
-    assert app.hostname == admin.hostname == r.one("Service", "engram-postgresql")["metadata"]["name"]
+    service = r.one("Service", "engram-postgresql")["metadata"]["name"]
+    own_secret = VALUE_SETS[name]["postgresql"]["auth"].get("existingSecret")
+    if own_secret:
+        # The pods compose the URLs from your Secret; the chart holds no password at all.
+        assert not [s for s in r.of_kind("Secret") if s["metadata"]["name"] in ("engram-postgresql", "engram-migrate")]
+        assert "ENGRAM_DATABASE_URL" not in secret_data(r.one("Secret", "engram"))
+        (server,) = r.one("Deployment", "engram")["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e for e in server["env"]}
+        ref = env["BUNDLED_POSTGRES_APP_PASSWORD"]["valueFrom"]["secretKeyRef"]
+        assert ref == {"name": own_secret, "key": "ENGRAM_APP_PASSWORD"}
+        url = env["ENGRAM_DATABASE_URL"]["value"]
+        assert url == f"postgresql://engram_app:$(BUNDLED_POSTGRES_APP_PASSWORD)@{service}:5432/engram"
+        secret_name = own_secret
+    else:
+        passwords = secret_data(r.one("Secret", "engram-postgresql"))
+        assert passwords == {
+            "POSTGRES_PASSWORD": BUNDLED_PASSWORDS["adminPassword"],
+            "ENGRAM_APP_PASSWORD": BUNDLED_PASSWORDS["appPassword"],
+        }
+        # Kept on uninstall, like the volume whose data it unlocks.
+        assert r.one("Secret", "engram-postgresql")["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        app = urlsplit(secret_data(r.one("Secret", "engram"))["ENGRAM_DATABASE_URL"])
+        admin = urlsplit(secret_data(r.one("Secret", "engram-migrate"))["ENGRAM_ADMIN_DATABASE_URL"])
+        assert (app.username, unquote(app.password or "")) == ("engram_app", passwords["ENGRAM_APP_PASSWORD"])
+        assert (admin.username, unquote(admin.password or "")) == ("postgres", passwords["POSTGRES_PASSWORD"])
+        assert app.hostname == admin.hostname == service
+        secret_name = "engram-postgresql"
     statefulset = r.one("StatefulSet", "engram-postgresql")
     (db,) = statefulset["spec"]["template"]["spec"]["containers"]
     assert db["image"] == "engram-postgres:17"
     env = {e["name"]: e.get("valueFrom", {}).get("secretKeyRef", {}).get("name") for e in db["env"]}
-    assert env["POSTGRES_PASSWORD"] == env["ENGRAM_APP_PASSWORD"] == "engram-postgresql"
+    assert env["POSTGRES_PASSWORD"] == env["ENGRAM_APP_PASSWORD"] == secret_name
     claim = statefulset["spec"]["volumeClaimTemplates"][0]
     assert claim["spec"]["resources"]["requests"]["storage"] == "8Gi"
     policy = r.one("NetworkPolicy", "engram-postgresql")
@@ -501,7 +704,7 @@ def test_scaling_and_disruption(name: str) -> None:
         assert {m["resource"]["name"] for m in hpa["spec"]["metrics"]} == {"cpu", "memory"}
     else:
         assert not r.of_kind("HorizontalPodAutoscaler")
-        assert deployment["spec"]["replicas"] == 2
+        assert deployment["spec"]["replicas"] == VALUE_SETS[name].get("replicaCount", 2)
     pod = deployment["spec"]["template"]["spec"]
     if name == "no-extras":
         assert not r.of_kind("PodDisruptionBudget") and not r.of_kind("NetworkPolicy")
@@ -516,6 +719,15 @@ def test_scaling_and_disruption(name: str) -> None:
     assert {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]} <= {"http", "metrics"}
 
 
+def expected_public_url(values: dict[str, Any]) -> str:
+    if values.get("ingress", {}).get("enabled"):
+        return "https://memory.example.com"
+    route = values.get("httpRoute", {})
+    if route.get("enabled") and not route["hostnames"][0].startswith("*"):
+        return f"https://{route['hostnames'][0]}"
+    return f"http://engram.{NAMESPACE}.svc"
+
+
 @pytest.mark.parametrize("name", VALUE_SETS)
 def test_ingress_and_public_url(name: str) -> None:
     r = rendered(name)
@@ -526,52 +738,88 @@ def test_ingress_and_public_url(name: str) -> None:
         (rule,) = ingress["spec"]["rules"]
         backend = rule["http"]["paths"][0]["backend"]["service"]
         assert backend == {"name": "engram", "port": {"name": "http"}}
-        assert public_url == "https://memory.example.com"
     else:
         assert not r.of_kind("Ingress")
-        assert public_url == f"http://engram.{NAMESPACE}.svc"
+    assert public_url == expected_public_url(VALUE_SETS[name])
     # The connector URL operators hand to assistants.
     assert f"{public_url}/mcp" in r.notes
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_http_route(name: str) -> None:
+    r = rendered(name)
+    route = VALUE_SETS[name].get("httpRoute", {})
+    if not route.get("enabled"):
+        assert not r.of_kind("HTTPRoute")
+        return
+    http_route = r.one("HTTPRoute", "engram")
+    assert http_route["apiVersion"] == "gateway.networking.k8s.io/v1"
+    spec = http_route["spec"]
+    assert spec["parentRefs"] == route["parentRefs"]
+    assert spec["hostnames"] == route["hostnames"]
+    assert route["labels"].items() <= http_route["metadata"]["labels"].items()
+    (rule,) = spec["rules"]
+    assert rule["matches"] == [{"path": {"type": "PathPrefix", "value": "/"}}]
+    service = r.one("Service", "engram")
+    http_port = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "http")
+    assert rule["backendRefs"] == [{"name": service["metadata"]["name"], "port": http_port}]
+    assert rule.get("timeouts", {}) == route.get("timeouts", {})
+    gateways = ", ".join(f"{ref.get('namespace', NAMESPACE)}/{ref['name']}" for ref in route["parentRefs"])
+    assert f"published by the HTTPRoute engram through {gateways}" in r.notes
+
+
+def expected_rules(name: str) -> dict[str, Any]:
+    """files/prometheus-rules.yaml as the release's PrometheusRule carries it: narrowed to the
+    release's series, the runbook links pointing at the configured base."""
+    rule_values = VALUE_SETS[name].get("metrics", {}).get("prometheusRule", {})
+    selector = rule_values.get("selector") or f'namespace="{NAMESPACE}", job="engram"'
+    text = (CHART / "files/prometheus-rules.yaml").read_text().replace('job=~".*engram.*"', selector)
+    if base := rule_values.get("runbookBaseUrl"):
+        text = text.replace(RUNBOOK_PLACEHOLDER, base)
+    return yaml.safe_load(text)
+
+
+RUNBOOK_PLACEHOLDER = "https://engram.example.com/docs/operations.md"
 
 
 @pytest.mark.parametrize("name", VALUE_SETS)
 def test_monitoring_objects(name: str) -> None:
     r = rendered(name)
     metrics = VALUE_SETS[name].get("metrics", {})
-    wanted = metrics.get("serviceMonitor", {}).get("enabled") is True
-    assert len(r.of_kind("ServiceMonitor")) == wanted
-    assert len(r.of_kind("PrometheusRule")) == wanted
+    assert len(r.of_kind("ServiceMonitor")) == (metrics.get("serviceMonitor", {}).get("enabled") is True)
+    assert len(r.of_kind("PrometheusRule")) == (metrics.get("prometheusRule", {}).get("enabled") is True)
     dashboards = [c for c in r.of_kind("ConfigMap") if c["metadata"]["name"] == "engram-dashboard"]
     assert len(dashboards) == bool(metrics.get("dashboard", {}).get("enabled"))
-    if not wanted:
-        return
-    monitor = r.one("ServiceMonitor")
-    service = r.one("Service", "engram")
-    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
-    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
-    (endpoint,) = monitor["spec"]["endpoints"]
-    assert endpoint["path"] == "/metrics"
-    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
-    assert endpoint["port"] == ("http" if metrics.get("port") == 0 else "metrics")
-    rules = yaml.safe_load((CHART / "files/prometheus-rules.yaml").read_text())
-    assert r.one("PrometheusRule")["spec"]["groups"] == rules["groups"]
-    (dashboard,) = dashboards
-    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
-    assert dashboard["metadata"]["namespace"] == "monitoring"
-    assert json.loads(dashboard["data"]["engram.json"]) == json.loads(
-        (CHART / "files/grafana-dashboard.json").read_text()
-    )
+    if r.of_kind("ServiceMonitor"):
+        monitor = r.one("ServiceMonitor")
+        service = r.one("Service", "engram")
+        assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+        assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+        (endpoint,) = monitor["spec"]["endpoints"]
+        assert endpoint["path"] == "/metrics"
+        assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+        assert endpoint["port"] == ("http" if metrics.get("port") == 0 else "metrics")
+    if r.of_kind("PrometheusRule"):
+        groups = r.one("PrometheusRule")["spec"]["groups"]
+        assert groups == expected_rules(name)["groups"]
+        exprs = [rule["expr"] for group in groups for rule in group["rules"]]
+        assert not [e for e in exprs if 'job=~".*engram.*"' in e]  # every selector is the release's
+    for dashboard in dashboards:
+        assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert dashboard["metadata"]["namespace"] == metrics["dashboard"].get("namespace", NAMESPACE)
+        assert json.loads(dashboard["data"]["engram.json"]) == json.loads(
+            (CHART / "files/grafana-dashboard.json").read_text()
+        )
 
 
-def test_monitoring_auto_follows_the_cluster() -> None:
-    """`auto` (the default) renders the Prometheus-operator objects where the cluster serves them."""
-    values = VALUE_SETS["noingress-nobundled-nomonitoring-nohpa"] | {"metrics": {}}
-    without = render(values)
-    assert not without.of_kind("ServiceMonitor") and not without.of_kind("PrometheusRule")
-    with_crds = render(values, api_versions=MONITORING_APIS)
-    assert len(with_crds.of_kind("ServiceMonitor")) == len(with_crds.of_kind("PrometheusRule")) == 1
-    switched_off = render(VALUE_SETS["noingress-nobundled-nomonitoring-nohpa"], api_versions=MONITORING_APIS)
-    assert not switched_off.of_kind("ServiceMonitor") and not switched_off.of_kind("PrometheusRule")
+def test_monitoring_objects_follow_values_not_the_cluster() -> None:
+    """Switched on by value only: the same objects whether or not the cluster serves the
+    Prometheus operator's API, so `helm template` (GitOps tools) renders what `helm install` does."""
+    for name in ("noingress-nobundled-nomonitoring-nohpa", "noingress-nobundled-monitoring-nohpa", "defaults"):
+        without = render(VALUE_SETS[name])
+        with_crds = render(VALUE_SETS[name], api_versions=MONITORING_APIS)
+        assert without.objects == with_crds.objects, name
+    assert not rendered("defaults").of_kind("ServiceMonitor") and not rendered("defaults").of_kind("PrometheusRule")
 
 
 def test_identity_provider_settings() -> None:
@@ -852,6 +1100,23 @@ def test_defaults_render_with_warnings_in_notes() -> None:
         ({"config": {"extraEnv": {"PATH": "/x"}}}, "PATH"),
         ({"database": {"url": "mysql://x"}}, "database/url"),
         ({"metrics": {"serviceMonitor": {"enabled": "yes"}}}, "serviceMonitor/enabled"),
+        # Switched by value, never by what the cluster serves.
+        ({"metrics": {"serviceMonitor": {"enabled": "auto"}}}, "serviceMonitor/enabled"),
+        ({"metrics": {"prometheusRule": {"enabled": "auto"}}}, "prometheusRule/enabled"),
+        ({"metrics": {"prometheusRule": {"runbookBaseUrl": "docs/operations.md"}}}, "runbookBaseUrl"),
+        ({"extraEnv": [{"name": "ENGRAM_CLIENT_METADATA_ALLOW_HTTP_LOOPBACK", "value": "true"}]}, "extraEnv/0/name"),
+        ({"extraEnv": [{"name": "A", "valuefrom": {}}]}, "valuefrom"),
+        ({"extraEnv": {"A": "b"}}, "extraEnv"),
+        ({"extraVolumes": [{"name": "tmp", "emptyDir": {}}]}, "extraVolumes/0/name"),
+        ({"extraVolumeMounts": [{"name": "ca"}]}, "mountPath"),
+        ({"sidecars": [{"name": "proxy"}]}, "image"),
+        ({"httpRoute": {"hostnames": ["Memory.Example.com"]}}, "httpRoute/hostnames/0"),
+        ({"httpRoute": {"parentRefs": [{"namespace": "gw"}]}}, "parentRefs/0"),
+        ({"httpRoute": {"timeouts": {"idle": "1m"}}}, "invalid propertyName 'idle'"),
+        ({"httpRoute": {"timeouts": {"request": "5 minutes"}}}, "timeouts/request"),
+        ({"existingSecretKeys": {"databaseUrl": ""}}, "databaseUrl"),
+        ({"existingSecretKeys": {"password": "password"}}, "password"),
+        ({"postgresql": {"auth": {"generate": True}}}, "generate"),
         ({"ingress": {"host": "Bad Host"}}, "ingress/host"),
         ({"postgresql": {"persistence": {"size": "lots"}}}, "persistence/size"),
     ],

@@ -33,6 +33,19 @@ def openai_settings(url: str, **overrides: object) -> Settings:
     return Settings(**values)  # type: ignore[arg-type]
 
 
+def openai_provider(url: str, **overrides: object) -> OpenAICompatible:
+    """The provider `openai_settings(url)` configures, built directly, with `overrides` of its parameters."""
+    params: dict[str, object] = {
+        "base_url": url,
+        "api_key": "sk-test-key",
+        "batch_size": 3,
+        "timeout_seconds": 2,
+        "max_retries": 2,
+    }
+    params.update(overrides)
+    return OpenAICompatible("all-MiniLM-L6-v2", 384, **params)  # type: ignore[arg-type]
+
+
 async def test_local_model_embeds_meaning(local_model):
     assert local_model.model == "all-MiniLM-L6-v2" and local_model.dimensions == 384
     texts = [
@@ -85,7 +98,7 @@ async def test_openai_compatible_matches_the_local_model(local_model, embedding_
 
 @pytest.mark.parametrize("status", [429, 503])
 async def test_openai_compatible_retries_transient_errors(embedding_server, status):
-    provider = OpenAICompatible(openai_settings(embedding_server.url, embedding_request_dimensions=True))
+    provider = openai_provider(embedding_server.url, request_dimensions=True)
     await provider.start()
     embedding_server.failures.extend([status, status])
     try:
@@ -98,7 +111,7 @@ async def test_openai_compatible_retries_transient_errors(embedding_server, stat
 
 
 async def test_openai_compatible_gives_up_clearly(embedding_server):
-    provider = OpenAICompatible(openai_settings(embedding_server.url, embedding_max_retries=1))
+    provider = openai_provider(embedding_server.url, max_retries=1)
     await provider.start()
     try:
         embedding_server.failures.append(400)  # the texts refused: not retryable, and not the provider's failure
@@ -130,7 +143,7 @@ async def test_openai_compatible_gives_up_clearly(embedding_server):
 async def test_openai_compatible_cannot_reach_endpoint():
     from tests.conftest import free_port
 
-    provider = OpenAICompatible(openai_settings(f"http://127.0.0.1:{free_port()}/v1", embedding_max_retries=0))
+    provider = openai_provider(f"http://127.0.0.1:{free_port()}/v1", max_retries=0)
     await provider.start()
     try:
         with pytest.raises(EmbeddingError, match="cannot reach the endpoint"):
@@ -140,7 +153,7 @@ async def test_openai_compatible_cannot_reach_endpoint():
 
 
 async def test_embedder_pauses_a_failing_provider(embedding_server):
-    provider = OpenAICompatible(openai_settings(embedding_server.url, embedding_max_retries=0))
+    provider = openai_provider(embedding_server.url, max_retries=0)
     await provider.start()
     embedder = Embedder(provider, cache_size=10)
     try:
@@ -163,7 +176,7 @@ def test_openai_provider_needs_model_and_dimensions():
 
 
 async def test_refused_texts_do_not_open_the_breaker(embedding_server):
-    embedder = Embedder(OpenAICompatible(openai_settings(embedding_server.url, embedding_max_retries=0)), cache_size=0)
+    embedder = Embedder(openai_provider(embedding_server.url, max_retries=0), cache_size=0)
     await embedder.provider.start()
     try:
         embedding_server.max_chars = 10

@@ -15,8 +15,16 @@ import asyncpg
 import httpx2
 import orjson
 import pytest
+from joserfc import jwt
+from joserfc.jwk import ECKey
+from prometheus_client.parser import text_string_to_metric_families
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
-from tests.conftest import ROOT, connect, error_code, free_port, ok, server_env, start_server
+from tests.conftest import ROOT, connect, error_code, free_port, ok, serve, server_env, start_server
+from tests.local_http import ThreadedServer
 
 PROMETHEUS, PROMTOOL = shutil.which("prometheus"), shutil.which("promtool")
 needs_prometheus = pytest.mark.skipif(
@@ -100,7 +108,7 @@ def test_metrics_exposition_passes_promtool(observed):
 @needs_prometheus
 def test_alert_rules_check_and_unit_tests():
     checked = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True, text=True)
-    assert checked.returncode == 0 and "SUCCESS: 7 rules found" in checked.stdout, checked.stdout + checked.stderr
+    assert checked.returncode == 0 and "SUCCESS: 10 rules found" in checked.stdout, checked.stdout + checked.stderr
     tested = subprocess.run(
         [PROMTOOL, "test", "rules", "alerts_test.yaml"], cwd=ROOT / "tests", capture_output=True, text=True
     )
@@ -157,11 +165,18 @@ async def test_real_prometheus_scrapes_tool_metrics_and_dashboard_panels_have_da
         assert not _query(api, '{__name__=~"engram_.*", tenant!=""}')  # no tenant labels unless allow-listed
 
         await asyncio.sleep(2.5)  # rate() needs two samples in its window
-        panels = orjson.loads(DASHBOARD.read_bytes())["panels"]
+        dashboard = orjson.loads(DASHBOARD.read_bytes())
+        # The namespace and job variables set to "All", as Grafana sends them.
+        variables = {v["name"]: v["allValue"] for v in dashboard["templating"]["list"] if v["type"] == "query"}
+        assert set(variables) == {"namespace", "job"}
+        panels = dashboard["panels"]
         assert len(panels) >= 8
         for panel in panels:
             for target_ in panel["targets"]:
-                assert _wait_for(api, target_["expr"], 30), (panel["title"], target_["expr"])
+                expr = target_["expr"]
+                for name, value in variables.items():
+                    expr = expr.replace(f"${name}", value)
+                assert _wait_for(api, expr, 30), (panel["title"], expr)
         rules = httpx2.get(f"{api}/api/v1/rules", timeout=10).json()["data"]["groups"][0]["rules"]
         assert {r["name"] for r in rules} >= {"EngramHighErrorRatio", "EngramDatabaseUnreachable"}
         assert all(r["health"] == "ok" for r in rules), rules
@@ -257,3 +272,149 @@ async def test_logs_are_json_with_request_ids_and_no_secrets(observed, tenant):
     assert token not in text and token.split(".")[2] not in text
     assert SECRET_TEXT not in text
     assert "password" not in text.lower() or "***" in text
+
+
+# --- failed fetches of authentication documents ---------------------------------------------
+
+
+class FailingDocuments:
+    """A real HTTP server on loopback that plays an identity provider and a client's document host,
+    and answers what a test sets: discovery 503 until `discovery_up`, a JWKS that is always 500,
+    and no client metadata document at all (404)."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.discovery_up = False
+        self.requests: list[str] = []
+        self._server = ThreadedServer(
+            Starlette(
+                routes=[
+                    Route("/.well-known/openid-configuration", self._discovery),
+                    Route("/jwks", self._jwks),
+                    Route("/{path:path}", self._missing),
+                ]
+            ),
+            self.port,
+        )
+
+    async def _discovery(self, request: Request) -> Response:
+        self.requests.append(request.url.path)
+        if not self.discovery_up:
+            return JSONResponse({"error": "unavailable"}, status_code=503)
+        return JSONResponse({"issuer": self.url, "jwks_uri": f"{self.url}/jwks"})
+
+    async def _jwks(self, request: Request) -> Response:
+        self.requests.append(request.url.path)
+        return JSONResponse({"error": "internal"}, status_code=500)
+
+    async def _missing(self, request: Request) -> Response:
+        self.requests.append(request.url.path)
+        return JSONResponse({"error": "not found"}, status_code=404)
+
+    def __enter__(self) -> FailingDocuments:
+        self._server.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.stop()
+
+
+def _fetch_failures(env: dict[str, str]) -> dict[tuple[str, str], float]:
+    """engram_auth_fetch_failures_total by (kind, reason), read from the server's /metrics."""
+    text = httpx2.get(f"http://127.0.0.1:{env['ENGRAM_METRICS_PORT']}/metrics", timeout=5).text
+    return {
+        (sample.labels["kind"], sample.labels["reason"]): sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "engram_auth_fetch_failures"
+        for sample in family.samples
+        if sample.name == "engram_auth_fetch_failures_total"
+    }
+
+
+def _signed_token(issuer: str, audience: str) -> str:
+    key = ECKey.generate_key("P-256", auto_kid=True)
+    now = int(time.time())
+    claims = {"iss": issuer, "aud": audience, "sub": "u", "tenant_id": "t", "iat": now, "exp": now + 300}
+    return jwt.encode({"alg": "ES256", "kid": key.kid}, claims, key)
+
+
+def test_failed_discovery_and_jwks_fetches_are_counted(db_settings):
+    with FailingDocuments() as idp:
+        port = free_port()
+        env = server_env(
+            db_settings,
+            port,
+            ENGRAM_AUTH_MODE="oidc",
+            ENGRAM_OIDC_ISSUER=idp.url,
+            ENGRAM_JWKS_MIN_REFRESH_SECONDS="1",
+            ENGRAM_EMBEDDING_PROVIDER="none",
+        )
+        process = start_server(env)
+        try:
+            before = _fetch_failures(env)
+            # Every pair is exported from the start, at 0.
+            assert before == {pair: 0.0 for pair in before}
+            assert {("jwks", "http_status"), ("discovery", "unreachable"), ("client_metadata", "busy")} <= set(before)
+            token = _signed_token(idp.url, f"http://127.0.0.1:{port}/mcp")
+            headers = {"Authorization": f"Bearer {token}"}
+            url = f"http://127.0.0.1:{port}/mcp"
+
+            # The identity provider's metadata answers 503: a failed discovery.
+            assert httpx2.post(url, headers=headers, timeout=10).status_code == 401
+            assert "/.well-known/openid-configuration" in idp.requests
+            after_discovery = _fetch_failures(env)
+            assert after_discovery[("discovery", "http_status")] == 1
+            assert after_discovery[("jwks", "http_status")] == 0
+
+            # Discovery works now, but the JWKS answers 500: a failed key fetch.
+            idp.discovery_up = True
+            time.sleep(1.1)  # ENGRAM_JWKS_MIN_REFRESH_SECONDS
+            assert httpx2.post(url, headers=headers, timeout=10).status_code == 401
+            assert "/jwks" in idp.requests
+            after_jwks = _fetch_failures(env)
+            assert after_jwks[("jwks", "http_status")] == 1
+            assert after_jwks[("discovery", "http_status")] == 1
+            assert sum(after_jwks.values()) == 2
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+
+
+def test_failed_client_metadata_document_fetches_are_counted(db_settings):
+    closed_port = free_port()  # nothing listens there
+    with (
+        FailingDocuments() as host,
+        serve(
+            db_settings,
+            ENGRAM_AUTH_MODE="builtin",
+            ENGRAM_EMBEDDING_PROVIDER="none",
+            ENGRAM_CLIENT_METADATA_ALLOW_HTTP_LOOPBACK="true",
+            ENGRAM_AUTHORIZE_PER_MINUTE="1000",
+        ) as running,
+    ):
+
+        def authorize(client_id: str) -> httpx2.Response:
+            return httpx2.get(
+                f"{running.base}/authorize",
+                params={
+                    "response_type": "code",
+                    "client_id": client_id,
+                    "redirect_uri": "http://127.0.0.1:33418/callback",
+                    "code_challenge": "x" * 43,
+                    "code_challenge_method": "S256",
+                    "resource": running.url,
+                },
+                timeout=10,
+            )
+
+        assert authorize(f"{host.url}/clients/missing.json").status_code == 400
+        assert "/clients/missing.json" in host.requests
+        assert authorize(f"http://127.0.0.1:{closed_port}/clients/app.json").status_code == 400
+        # A refusal is remembered briefly: asking again fetches (and counts) nothing.
+        assert authorize(f"{host.url}/clients/missing.json").status_code == 400
+        assert host.requests.count("/clients/missing.json") == 1
+        counted = _fetch_failures(running.env)
+        assert counted[("client_metadata", "http_status")] == 1
+        assert counted[("client_metadata", "unreachable")] == 1
+        assert sum(counted.values()) == 2

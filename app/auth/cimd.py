@@ -41,6 +41,8 @@ from cachetools import TLRUCache, TTLCache
 from mcp.shared.auth import DEFAULT_GRANT_TYPES, OAuthClientInformationFull
 from pydantic import AnyUrl, TypeAdapter, ValidationError
 
+from app.observability import metrics
+
 logger = logging.getLogger(__name__)
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -93,15 +95,21 @@ _NOT_PUBLIC = tuple(
 
 class ClientDocumentError(Exception):
     """The `client_id` cannot be used; `reason` is short and safe to show the client
-    (an `invalid_client` error description)."""
+    (an `invalid_client` error description). `failure` is the bounded reason a fetch is counted
+    under in `engram_auth_fetch_failures_total`: unreachable, timeout, http_status, forbidden
+    (an address or scheme refused), busy, or invalid (the answer is not an acceptable document)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, failure: str = "invalid") -> None:
         super().__init__(reason)
         self.reason = reason
+        self.failure = failure
 
 
 class _Busy(ClientDocumentError):
     """Refused for this server's load, not for anything about the URL: never cached."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason, "busy")
 
 
 async def system_resolver(host: str, port: int) -> list[str]:
@@ -401,6 +409,7 @@ class ClientDocuments:
         task = self._in_flight.get(client_id)
         if task is None:
             if len(self._in_flight) >= self._max_pending:
+                metrics.AUTH_FETCH_FAILURES.labels("client_metadata", "busy").inc()
                 raise _Busy("too many client documents are being fetched; try again")
             task = asyncio.create_task(self._load(client_id, target))
             self._in_flight[client_id] = task
@@ -419,12 +428,15 @@ class ClientDocuments:
             async with asyncio.timeout(self._timeout):
                 await self._slots.acquire()
         except TimeoutError:
+            metrics.AUTH_FETCH_FAILURES.labels("client_metadata", "busy").inc()
             raise _Busy("too many client documents are being fetched; try again") from None
         try:
             async with asyncio.timeout(self._timeout):
                 info, ttl = await self._retrieve(client_id, target)
         except (TimeoutError, ClientDocumentError) as exc:
             reason = exc.reason if isinstance(exc, ClientDocumentError) else "fetching the document timed out"
+            failure = exc.failure if isinstance(exc, ClientDocumentError) else "timeout"
+            metrics.AUTH_FETCH_FAILURES.labels("client_metadata", failure).inc()
             logger.info("client ID metadata document %r refused: %s", client_id, reason)
             self._refusals[client_id] = reason
             raise ClientDocumentError(reason) from None
@@ -439,9 +451,9 @@ class ClientDocuments:
         for address in addresses:
             loopback = self._allow_loopback and _is_loopback(address)
             if not (loopback or is_public(address)):
-                raise ClientDocumentError("client_id host is not a public address")
+                raise ClientDocumentError("client_id host is not a public address", "forbidden")
             if target.scheme == "http" and not loopback:
-                raise ClientDocumentError("client_id URL must be https")
+                raise ClientDocumentError("client_id URL must be https", "forbidden")
         for address in addresses[:MAX_ADDRESSES_TRIED]:
             try:
                 headers, body = await self._get(target, address)
@@ -454,16 +466,16 @@ class ClientDocuments:
                 raise ClientDocumentError("the document is not JSON") from None
             info = client_information(doc, client_id)
             return info, freshness(headers, default=self._default_ttl, minimum=self._min_ttl, maximum=self._max_ttl)
-        raise ClientDocumentError("could not connect securely to the client_id host")
+        raise ClientDocumentError("could not connect securely to the client_id host", "unreachable")
 
     async def _resolve(self, target: _Target) -> list[IPAddress]:
         try:
             answers = await self._resolver(target.host, target.port)
         except OSError:
-            raise ClientDocumentError("client_id host does not resolve") from None
+            raise ClientDocumentError("client_id host does not resolve", "unreachable") from None
         addresses = [_ip(answer) for answer in answers]
         if not addresses or None in addresses:
-            raise ClientDocumentError("client_id host does not resolve")
+            raise ClientDocumentError("client_id host does not resolve", "unreachable")
         return list(dict.fromkeys(a for a in addresses if a is not None))
 
     async def _get(self, target: _Target, address: IPAddress) -> tuple[httpx2.Headers, bytes]:
@@ -480,9 +492,9 @@ class ClientDocuments:
         try:
             async with self._http.stream("GET", url, headers=headers, extensions=extensions) as response:
                 if 300 <= response.status_code < 400:
-                    raise ClientDocumentError("the client_id URL redirects; redirects are not followed")
+                    raise ClientDocumentError("the client_id URL redirects; redirects are not followed", "http_status")
                 if response.status_code != 200:
-                    raise ClientDocumentError(f"the client_id URL answered HTTP {response.status_code}")
+                    raise ClientDocumentError(f"the client_id URL answered HTTP {response.status_code}", "http_status")
                 media_type = response.headers.get("content-type", "").partition(";")[0].strip().lower()
                 if not (media_type == "application/json" or re.fullmatch(r"application/[!-~]+\+json", media_type)):
                     raise ClientDocumentError("the document is not served as application/json")
@@ -500,6 +512,6 @@ class ClientDocuments:
         except (httpx2.ConnectError, httpx2.ConnectTimeout):
             raise
         except httpx2.TimeoutException:
-            raise ClientDocumentError("fetching the document timed out") from None
+            raise ClientDocumentError("fetching the document timed out", "timeout") from None
         except httpx2.HTTPError:
-            raise ClientDocumentError("the document could not be read") from None
+            raise ClientDocumentError("the document could not be read", "unreachable") from None

@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 import httpx2
 from joserfc.jwk import KeySet
 
+from app.observability import metrics
+
 logger = logging.getLogger(__name__)
 
 
@@ -34,6 +36,17 @@ class StaticKeys:
 
 class DiscoveryError(RuntimeError):
     pass
+
+
+def fetch_failure(exc: Exception) -> str:
+    """The bounded reason a fetch failed, for `engram_auth_fetch_failures_total`."""
+    if isinstance(exc, httpx2.HTTPStatusError):
+        return "http_status"
+    if isinstance(exc, httpx2.TimeoutException):
+        return "timeout"
+    if isinstance(exc, httpx2.HTTPError):
+        return "unreachable"
+    return "invalid"
 
 
 def metadata_urls(issuer: str) -> list[str]:
@@ -68,18 +81,26 @@ class Issuer:
     async def discover(self) -> dict[str, Any]:
         if self.metadata:
             return self.metadata
+        failure = "http_status"
         for url in metadata_urls(self.issuer):
             try:
                 response = await self._http.get(url)
-            except httpx2.HTTPError:
+            except httpx2.HTTPError as exc:
+                failure = fetch_failure(exc)
                 continue
             if response.status_code != 200:
                 continue
-            data = response.json()
+            try:
+                data = response.json()
+            except ValueError:
+                metrics.AUTH_FETCH_FAILURES.labels("discovery", "invalid").inc()
+                raise
             if data.get("issuer") != self.issuer:  # RFC 8414 section 3.3: must match exactly
+                metrics.AUTH_FETCH_FAILURES.labels("discovery", "invalid").inc()
                 raise DiscoveryError(f"metadata at {url} names issuer {data.get('issuer')!r}, not {self.issuer!r}")
             self.metadata = data
             return data
+        metrics.AUTH_FETCH_FAILURES.labels("discovery", failure).inc()
         raise DiscoveryError(f"no OAuth/OIDC metadata found for issuer {self.issuer}")
 
     async def key_set(self, kid: str | None) -> KeySet:
@@ -100,10 +121,16 @@ class Issuer:
         try:
             url = self._jwks_url or (await self.discover()).get("jwks_uri")
             if not url:
+                metrics.AUTH_FETCH_FAILURES.labels("discovery", "invalid").inc()
                 raise DiscoveryError("the issuer's metadata has no jwks_uri")
+        except (DiscoveryError, ValueError) as exc:  # counted where discovery failed
+            logger.warning("could not fetch the issuer's keys: %s", exc)
+            return
+        try:
             response = await self._http.get(url)
             response.raise_for_status()
             self._keys = KeySet.import_key_set(response.json())
             self._expires_at = self._fetched_at + self._max_age
-        except (httpx2.HTTPError, DiscoveryError, ValueError) as exc:
+        except (httpx2.HTTPError, ValueError) as exc:
+            metrics.AUTH_FETCH_FAILURES.labels("jwks", fetch_failure(exc)).inc()
             logger.warning("could not fetch the issuer's keys: %s", exc)

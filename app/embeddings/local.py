@@ -14,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from app.config import Settings
 from app.embeddings.provider import DEFAULT_LOCAL_MODEL, EmbeddingError, Provider, Vector
 
 logger = logging.getLogger(__name__)
@@ -35,13 +34,24 @@ def _bundled_model() -> Path | None:
 class LocalModel(Provider):
     kind = "local"
 
-    def __init__(self, settings: Settings) -> None:
-        self.model = settings.embedding_model or DEFAULT_LOCAL_MODEL
-        self.dimensions = settings.embedding_dimensions or 0  # known once loaded
-        self._expected_dimensions = settings.embedding_dimensions
-        self._device = settings.embedding_device
-        self._threads = settings.embedding_threads
-        self._batch_size = settings.embedding_batch_size
+    def __init__(
+        self,
+        model: str = DEFAULT_LOCAL_MODEL,
+        *,
+        dimensions: int | None = None,
+        device: str | None = None,
+        threads: int = 1,
+        batch_size: int = 64,
+    ) -> None:
+        """`model`: a sentence-transformers name or path; `dimensions`, when given, is checked against
+        the loaded model's; `device`: the torch device (None picks one); `threads`: CPU threads of
+        the model; `batch_size`: texts encoded at once."""
+        self.model = model
+        self.dimensions = dimensions or 0  # known once loaded
+        self._expected_dimensions = dimensions
+        self._device = device
+        self._threads = threads
+        self._batch_size = batch_size
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
         self._st: Any = None
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import httpx2
 
-from app.config import Settings
 from app.embeddings.provider import EmbeddingError, InputRejected, Provider, Vector
 
 _RETRYABLE_STATUS = {408, 409, 429}
@@ -24,23 +23,36 @@ _BACKOFF_CAP_SECONDS = 20.0
 class OpenAICompatible(Provider):
     kind = "openai"
 
-    def __init__(self, settings: Settings) -> None:
-        assert settings.embedding_model is not None and settings.embedding_dimensions is not None
-        self._model_name = settings.embedding_model
-        self.dimensions = settings.embedding_dimensions
+    def __init__(
+        self,
+        model: str,
+        dimensions: int,
+        *,
+        base_url: str,
+        api_key: str | None = None,
+        request_dimensions: bool = False,
+        batch_size: int = 64,
+        timeout_seconds: float = 30,
+        max_retries: int = 3,
+    ) -> None:
+        """`model` at the API root `base_url`, making vectors of `dimensions` (sent with each request
+        when `request_dimensions`); `batch_size` texts per request, each request given
+        `timeout_seconds`, and retried up to `max_retries` times."""
+        self._model_name = model
+        self.dimensions = dimensions
         # The vectors' space: the same model shortened to other dimensions is another space.
         self.model = f"openai:{self._model_name}@{self.dimensions}"
-        self._url = f"{settings.embedding_base_url}/embeddings"
-        self._key = settings.embedding_api_key
-        self._send_dimensions = settings.embedding_request_dimensions
-        self._batch_size = settings.embedding_batch_size
-        self._timeout = settings.embedding_timeout_seconds
-        self._attempts = settings.embedding_max_retries + 1
+        self._url = f"{base_url}/embeddings"
+        self._key = api_key
+        self._send_dimensions = request_dimensions
+        self._batch_size = batch_size
+        self._timeout = timeout_seconds
+        self._attempts = max_retries + 1
         self._client: httpx2.AsyncClient | None = None
 
     async def start(self) -> None:
         if self._client is None:
-            headers = {"Authorization": f"Bearer {self._key.get_secret_value()}"} if self._key else {}
+            headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
             self._client = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(self._timeout))
 
     async def close(self) -> None:

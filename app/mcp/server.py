@@ -13,6 +13,7 @@ from app.mcp.tools import admin, entities, graph, memory_dialect, neo4j_dialect,
 from app.mcp.toolset import ToolSet
 from app.observability.usage import Usage
 from app.services import Services
+from app.version import VERSION
 
 ABOUT = """\
 Engram is a persistent knowledge-graph memory shared by everyone in your tenant.
@@ -66,7 +67,7 @@ def build_mcp(
         name="engram",
         title="Engram memory",
         instructions=instructions(settings.tool_sets, neo4j_prefix),
-        version="0.1.0",
+        version=VERSION,
         token_verifier=verifier,
         auth=AuthSettings(
             issuer_url=settings.issuer,

@@ -118,6 +118,22 @@ TRUNCATED = Counter(
 )
 
 AUTH_FAILURES = Counter("engram_auth_failures_total", "Refused credentials by reason.", ["reason"], registry=REGISTRY)
+# Fetches of the documents authentication depends on that failed: the identity provider's JWKS and
+# discovery metadata (mode oidc), clients' metadata documents (built-in authorization server).
+AUTH_FETCH_FAILURES = Counter(
+    "engram_auth_fetch_failures_total",
+    "Failed fetches of authentication documents by kind (jwks, discovery, client_metadata) and reason.",
+    ["kind", "reason"],
+    registry=REGISTRY,
+)
+# Every pair exists from the start at 0, so that the first failure is an increase rate() sees.
+for _kind, _reasons in {
+    "jwks": ("unreachable", "timeout", "http_status", "invalid"),
+    "discovery": ("unreachable", "timeout", "http_status", "invalid"),
+    "client_metadata": ("unreachable", "timeout", "http_status", "invalid", "forbidden", "busy"),
+}.items():
+    for _reason in _reasons:
+        AUTH_FETCH_FAILURES.labels(_kind, _reason)
 TENANTS = Gauge("engram_tenants", "Tenants in the database.", registry=REGISTRY)
 DB_UP = Gauge("engram_database_up", "1 when the last database check succeeded.", registry=REGISTRY)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.config import Settings
 from app.services.base import Limits
 from app.services.cursors import Cursors
 from app.services.entities import Entities
@@ -54,5 +55,19 @@ class Services:
             indexer=indexer,
             limits=limits,
             cursors=cursors,
+            fairness=fairness,
+        )
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, db: Database, indexer: Indexer, *, fairness: Fairness | None = None
+    ) -> Services:
+        """The services as the settings configure them: limits, vector search, cursor lifetime."""
+        return cls.create(
+            db,
+            indexer,
+            Limits.from_settings(settings),
+            ef_search=settings.search_ef_search,
+            cursor_max_age=settings.cursor_max_age_seconds,
             fairness=fairness,
         )

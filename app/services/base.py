@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from app.auth.principal import Principal
+from app.config import Settings
 from app.observability.context import CALL, REQUEST_ID
 from app.services.cursors import Cursors
 from app.services.fairness import Fairness, refuse
@@ -29,6 +30,21 @@ class Limits:
     walk_frontier: int = 1000  # entities a walk expands per level
     hierarchy_max_children: int = 100
     hierarchy_max_nodes: int = 1000
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Limits:
+        return cls(
+            max_batch=settings.max_batch,
+            max_results=settings.max_results,
+            page_size=settings.graph_page_size,
+            observations_per_entity=settings.observations_per_entity,
+            max_batch_texts=settings.max_batch_texts,
+            page_relations=settings.graph_page_relations,
+            walk_level_edges=settings.walk_level_edges,
+            walk_frontier=settings.walk_frontier,
+            hierarchy_max_children=settings.hierarchy_max_children,
+            hierarchy_max_nodes=settings.hierarchy_max_nodes,
+        )
 
 
 class Service:

@@ -4,9 +4,11 @@ parameters here, so the transport never names the store."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
+
+from app.store.rankings import Narrowing
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,41 +27,10 @@ class EntityFilters:
     created_before: datetime | None = None
 
     def store_args(self) -> dict[str, Any]:
-        """Keyword arguments of `store.entities.find`."""
-        return {
-            "name_contains": self.name_contains,
-            "text_contains": self.text_contains,
-            "types": self.types,
-            "area": self.area,
-            "topic": self.topic,
-            "subtopic": self.subtopic,
-            "certainty_min": self.certainty_min,
-            "certainty_max": self.certainty_max,
-            "created_after": self.created_after,
-            "created_before": self.created_before,
-        }
+        """Keyword arguments of `store.entities.find`, which are named as these fields."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-@dataclass(frozen=True, slots=True)
-class SearchFilters:
-    """search: hits must pass every given filter (types, area and topic case-insensitively)."""
-
-    types: Sequence[str] | None = None
-    area: str | None = None
-    topic: str | None = None
-    min_certainty: int | None = None
-    max_certainty: int | None = None
-
-    def store_args(self) -> dict[str, Any]:
-        """Keyword arguments of the rankings in `store.rankings`."""
-        return {
-            "types": self.types,
-            "area": self.area,
-            "topic": self.topic,
-            "min_certainty": self.min_certainty,
-            "max_certainty": self.max_certainty,
-        }
-
-    def values(self) -> tuple[Any, ...]:
-        """The filters in field order, for a query's fingerprint."""
-        return (self.types, self.area, self.topic, self.min_certainty, self.max_certainty)
+# search: hits must pass every given filter. The store's own parameter object, named here for the
+# tools (which never name the store); its field order is part of a query's fingerprint.
+SearchFilters = Narrowing

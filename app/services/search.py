@@ -59,7 +59,7 @@ class Query:
     cursor: str | None = None
 
     def fingerprint(self) -> str:
-        key = orjson.dumps([self.text, self.mode, *self.filters.values(), self.min_score])
+        key = orjson.dumps([self.text, self.mode, *self.filters.params(), self.min_score])
         return hashlib.sha256(key).hexdigest()[:16]
 
 
@@ -110,15 +110,14 @@ class Search(Service):
                 if q.mode != "keyword":
                     embedding = asyncio.create_task(self.indexer.query_vector(tenant, q.text))
                 await rankings.tune(tx, max(self._ef_search, texts))
-                narrow = q.filters.store_args()
                 ranked_by: dict[str, list[Ranked]] = {}
                 if q.mode != "semantic":
                     common = await self._common_words(tx)
                     ranked_by["keyword"] = _best_per_entity(
-                        await rankings.by_words(tx, q.text, strict, common, texts, CANDIDATES, **narrow)
+                        await rankings.by_words(tx, q.text, strict, common, texts, CANDIDATES, q.filters)
                     )
                     if len(q.text.split()) <= NAME_QUERY_MAX_WORDS:
-                        ranked_by["name"] = await rankings.by_name(tx, q.text, depth, **narrow)
+                        ranked_by["name"] = await rankings.by_name(tx, q.text, depth, q.filters)
                 vector = None
                 if embedding is not None:
                     vector, problem = await embedding
@@ -128,7 +127,7 @@ class Search(Service):
                         notices.append(problem + "; these results rank by words and names only")
                     elif self.indexer.model is not None:
                         ranked_by["semantic"] = _best_per_entity(
-                            await rankings.by_vector(tx, self.indexer.model, vector, texts, **narrow)
+                            await rankings.by_vector(tx, self.indexer.model, vector, texts, q.filters)
                         )
                 ranked = self._fuse(ranked_by, q.min_score)
                 page = ranked[offset:depth]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from app import version
 from app.auth.principal import Principal
 from app.errors import EngramError
 from app.observability.context import deadline
@@ -11,7 +12,6 @@ from app.services import models
 from app.services.base import Service
 from app.store import health
 
-VERSION = "0.1.0"
 _ALWAYS = {"server_status"}
 # The whole check ends within this (the tool promises an answer within 2 s); a database that does
 # not answer by then is reported unavailable, and the connection that waited for it is dropped.
@@ -38,7 +38,7 @@ class Status(Service):
                 pass
         usable = tools if graph == "ok" else [t for t in tools if t in _ALWAYS]
         return models.StatusResult(
-            database=database, graph=graph, embeddings=self.indexer.state(), tools=usable, version=VERSION
+            database=database, graph=graph, embeddings=self.indexer.state(), tools=usable, version=version.VERSION
         )
 
     def _probe_in_background(self) -> None:

@@ -12,7 +12,6 @@ import asyncpg
 from app.errors import EngramError
 from app.store.database import timed
 
-Executor = asyncpg.Connection
 ROLES = ("reader", "writer", "admin")
 
 
@@ -41,20 +40,20 @@ _USER = "SELECT id, username, display_name, password_hash, disabled_at FROM engr
 
 
 @timed
-async def by_username(db: Executor, username: str) -> User | None:
-    row = await db.fetchrow(f"{_USER} WHERE username = $1", username)
+async def by_username(conn: asyncpg.Connection, username: str) -> User | None:
+    row = await conn.fetchrow(f"{_USER} WHERE username = $1", username)
     return User.of(row) if row else None
 
 
 @timed
-async def by_id(db: Executor, user_id: str) -> User | None:
-    row = await db.fetchrow(f"{_USER} WHERE id = $1::uuid", user_id)
+async def by_id(conn: asyncpg.Connection, user_id: str) -> User | None:
+    row = await conn.fetchrow(f"{_USER} WHERE id = $1::uuid", user_id)
     return User.of(row) if row else None
 
 
 @timed
-async def by_identity(db: Executor, provider: str, subject: str) -> User | None:
-    row = await db.fetchrow(
+async def by_identity(conn: asyncpg.Connection, provider: str, subject: str) -> User | None:
+    row = await conn.fetchrow(
         "SELECT u.id, u.username, u.display_name, u.password_hash, u.disabled_at FROM engram.user_identities i"
         " JOIN engram.users u ON u.id = i.user_id WHERE i.provider = $1 AND i.subject = $2",
         provider,
@@ -64,9 +63,9 @@ async def by_identity(db: Executor, provider: str, subject: str) -> User | None:
 
 
 @timed
-async def create(db: Executor, username: str, display_name: str, password_hash: str | None) -> User:
+async def create(conn: asyncpg.Connection, username: str, display_name: str, password_hash: str | None) -> User:
     try:
-        row = await db.fetchrow(
+        row = await conn.fetchrow(
             "INSERT INTO engram.users (username, display_name, password_hash) VALUES ($1, $2, $3)"
             " RETURNING id, username, display_name, password_hash, disabled_at",
             username,
@@ -82,7 +81,9 @@ async def create(db: Executor, username: str, display_name: str, password_hash: 
 
 
 @timed
-async def create_linked(conn: Executor, username: str, display_name: str, provider: str, subject: str) -> User:
+async def create_linked(
+    conn: asyncpg.Connection, username: str, display_name: str, provider: str, subject: str
+) -> User:
     """A user who signs in through an upstream provider, with that identity linked."""
     async with conn.transaction():
         user = await create(conn, username, display_name, None)
@@ -96,14 +97,14 @@ async def create_linked(conn: Executor, username: str, display_name: str, provid
 
 
 @timed
-async def set_password(db: Executor, username: str, password_hash: str) -> None:
-    await _one(db, "UPDATE engram.users SET password_hash = $2 WHERE username = $1", username, password_hash)
+async def set_password(conn: asyncpg.Connection, username: str, password_hash: str) -> None:
+    await _one(conn, "UPDATE engram.users SET password_hash = $2 WHERE username = $1", username, password_hash)
 
 
 @timed
-async def set_disabled(db: Executor, username: str, disabled: bool) -> None:
+async def set_disabled(conn: asyncpg.Connection, username: str, disabled: bool) -> None:
     await _one(
-        db,
+        conn,
         "UPDATE engram.users SET disabled_at = CASE WHEN $2 THEN coalesce(disabled_at, now()) END WHERE username = $1",
         username,
         disabled,
@@ -111,25 +112,25 @@ async def set_disabled(db: Executor, username: str, disabled: bool) -> None:
 
 
 @timed
-async def list_users(db: Executor) -> list[tuple[User, datetime]]:
-    rows = await db.fetch(
+async def list_users(conn: asyncpg.Connection) -> list[tuple[User, datetime]]:
+    rows = await conn.fetch(
         "SELECT id, username, display_name, password_hash, disabled_at, created_at FROM engram.users ORDER BY username"
     )
     return [(User.of(r), r["created_at"]) for r in rows]
 
 
 @timed
-async def memberships(db: Executor, user_id: str) -> list[Membership]:
-    rows = await db.fetch(
+async def memberships(conn: asyncpg.Connection, user_id: str) -> list[Membership]:
+    rows = await conn.fetch(
         "SELECT tenant_key, role FROM engram.memberships WHERE user_id = $1::uuid ORDER BY tenant_key", user_id
     )
     return [Membership(r["tenant_key"], r["role"]) for r in rows]
 
 
 @timed
-async def add_membership(db: Executor, user_id: str, tenant: str, role: str) -> None:
+async def add_membership(conn: asyncpg.Connection, user_id: str, tenant: str, role: str) -> None:
     try:
-        await db.execute(
+        await conn.execute(
             "INSERT INTO engram.memberships (user_id, tenant_key, role) VALUES ($1::uuid, $2, $3)"
             " ON CONFLICT (user_id, tenant_key) DO UPDATE SET role = excluded.role",
             user_id,
@@ -143,9 +144,9 @@ async def add_membership(db: Executor, user_id: str, tenant: str, role: str) -> 
 
 
 @timed
-async def remove_membership(db: Executor, username: str, tenant: str) -> None:
+async def remove_membership(conn: asyncpg.Connection, username: str, tenant: str) -> None:
     await _one(
-        db,
+        conn,
         "DELETE FROM engram.memberships m USING engram.users u"
         " WHERE m.user_id = u.id AND u.username = $1 AND m.tenant_key = $2",
         username,
@@ -154,8 +155,8 @@ async def remove_membership(db: Executor, username: str, tenant: str) -> None:
 
 
 @timed
-async def list_memberships(db: Executor, tenant: str | None) -> list[tuple[str, str, str]]:
-    rows = await db.fetch(
+async def list_memberships(conn: asyncpg.Connection, tenant: str | None) -> list[tuple[str, str, str]]:
+    rows = await conn.fetch(
         "SELECT u.username, m.tenant_key, m.role FROM engram.memberships m JOIN engram.users u ON u.id = m.user_id"
         " WHERE $1::text IS NULL OR m.tenant_key = $1 ORDER BY m.tenant_key, u.username",
         tenant,
@@ -164,8 +165,8 @@ async def list_memberships(db: Executor, tenant: str | None) -> list[tuple[str, 
 
 
 @timed
-async def open_session(db: Executor, id_hash: bytes, user_id: str, ttl: timedelta) -> None:
-    await db.execute(
+async def open_session(conn: asyncpg.Connection, id_hash: bytes, user_id: str, ttl: timedelta) -> None:
+    await conn.execute(
         "INSERT INTO engram.web_sessions (id_hash, user_id, expires_at) VALUES ($1, $2::uuid, now() + $3)",
         id_hash,
         user_id,
@@ -174,9 +175,9 @@ async def open_session(db: Executor, id_hash: bytes, user_id: str, ttl: timedelt
 
 
 @timed
-async def session_user(db: Executor, id_hash: bytes) -> User | None:
+async def session_user(conn: asyncpg.Connection, id_hash: bytes) -> User | None:
     """The signed-in user of a live session, if the user is still enabled."""
-    row = await db.fetchrow(
+    row = await conn.fetchrow(
         "SELECT u.id, u.username, u.display_name, u.password_hash, u.disabled_at FROM engram.web_sessions s"
         " JOIN engram.users u ON u.id = s.user_id"
         " WHERE s.id_hash = $1 AND s.expires_at > now() AND u.disabled_at IS NULL",
@@ -186,15 +187,15 @@ async def session_user(db: Executor, id_hash: bytes) -> User | None:
 
 
 @timed
-async def close_session(db: Executor, id_hash: bytes) -> None:
-    await db.execute("DELETE FROM engram.web_sessions WHERE id_hash = $1", id_hash)
+async def close_session(conn: asyncpg.Connection, id_hash: bytes) -> None:
+    await conn.execute("DELETE FROM engram.web_sessions WHERE id_hash = $1", id_hash)
 
 
 @timed
-async def close_sessions_of(db: Executor, user_id: str) -> None:
-    await db.execute("DELETE FROM engram.web_sessions WHERE user_id = $1::uuid", user_id)
+async def close_sessions_of(conn: asyncpg.Connection, user_id: str) -> None:
+    await conn.execute("DELETE FROM engram.web_sessions WHERE user_id = $1::uuid", user_id)
 
 
-async def _one(db: Executor, query: str, *args: object) -> None:
-    if (await db.execute(query, *args)).endswith(" 0"):
+async def _one(conn: asyncpg.Connection, query: str, *args: object) -> None:
+    if (await conn.execute(query, *args)).endswith(" 0"):
         raise EngramError("not_found", f"no such user or membership: {args[0]!r}")

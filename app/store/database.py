@@ -186,30 +186,62 @@ class _Lease:
 
 
 class Database:
-    def __init__(self, settings: Settings) -> None:
-        self._settings = settings
+    """The pool of connections to one database, and the tenant transactions taken from it.
+
+    `dsn` names the run-time role; the pool holds `min_size`..`max_size` connections, each
+    statement ends after `statement_timeout_ms`, a caller waits at most `acquire_seconds` for a free
+    connection, and work with no deadline of its own gets `call_deadline` seconds. With
+    `create_tenants`, a tenant is created on first use; otherwise only existing tenants are served.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        min_size: int,
+        max_size: int,
+        statement_timeout_ms: int,
+        acquire_seconds: float,
+        call_deadline: float,
+        create_tenants: bool,
+    ) -> None:
+        self._dsn = dsn
+        self._min_size = min_size
+        self._max_size = max_size
+        self._statement_timeout_ms = statement_timeout_ms
         self._pool: asyncpg.Pool | None = None
         self._tenants: TTLCache[str, Tenant] = TTLCache(maxsize=TENANT_CACHE_SIZE, ttl=TENANT_CACHE_SECONDS)
-        self._create_tenants = settings.tenant_policy == "auto"
+        self._create_tenants = create_tenants
         self.waiting = 0  # callers waiting for a pooled connection
-        self.call_deadline = settings.call_deadline
-        self.acquire_seconds = settings.pool_acquire_seconds
+        self.call_deadline = call_deadline
+        self.acquire_seconds = acquire_seconds
         # Monotonic time of the first failure since the database last answered; None while it answers.
         self.down_since: float | None = None
 
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Database:
+        return cls(
+            settings.runtime_dsn(),
+            min_size=settings.pool_min_size,
+            max_size=settings.pool_max_size,
+            statement_timeout_ms=settings.statement_timeout_ms,
+            acquire_seconds=settings.pool_acquire_seconds,
+            call_deadline=settings.call_deadline,
+            create_tenants=settings.tenant_policy == "auto",
+        )
+
     async def open(self) -> None:
-        s = self._settings
         self._pool = await asyncpg.create_pool(
-            s.runtime_dsn(),
+            self._dsn,
             init=init_connection,
             reset=_keep_session,
-            min_size=s.pool_min_size,
-            max_size=s.pool_max_size,
-            timeout=s.pool_acquire_seconds,  # to connect (a server that accepts but never answers)
+            min_size=self._min_size,
+            max_size=self._max_size,
+            timeout=self.acquire_seconds,  # to connect (a server that accepts but never answers)
             server_settings={
                 "search_path": _SEARCH_PATH,
-                "statement_timeout": str(s.statement_timeout_ms),
-                "idle_in_transaction_session_timeout": str(s.statement_timeout_ms * 2),
+                "statement_timeout": str(self._statement_timeout_ms),
+                "idle_in_transaction_session_timeout": str(self._statement_timeout_ms * 2),
                 "application_name": "engram",
                 # Short OLTP queries: starting parallel workers costs more than they save (10-20 ms).
                 "max_parallel_workers_per_gather": "0",

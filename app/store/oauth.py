@@ -13,8 +13,6 @@ import asyncpg
 
 from app.store.database import timed
 
-Executor = asyncpg.Connection
-
 
 @dataclass(frozen=True, slots=True)
 class Client:
@@ -78,8 +76,8 @@ _FAMILY = "f.id AS family_id, f.client_id, f.user_id, f.tenant_key, f.scopes, f.
 
 
 @timed
-async def client(db: Executor, client_id: str) -> Client | None:
-    row = await db.fetchrow(
+async def client(conn: asyncpg.Connection, client_id: str) -> Client | None:
+    row = await conn.fetchrow(
         "SELECT client_id, kind, metadata, secret_hash FROM engram.oauth_clients WHERE client_id = $1", client_id
     )
     return Client(row["client_id"], row["kind"], row["metadata"], row["secret_hash"]) if row else None
@@ -87,9 +85,9 @@ async def client(db: Executor, client_id: str) -> Client | None:
 
 @timed
 async def add_client(
-    db: Executor, client_id: str, kind: str, metadata: dict[str, Any], secret_hash: bytes | None
+    conn: asyncpg.Connection, client_id: str, kind: str, metadata: dict[str, Any], secret_hash: bytes | None
 ) -> None:
-    await db.execute(
+    await conn.execute(
         "INSERT INTO engram.oauth_clients (client_id, kind, metadata, secret_hash) VALUES ($1, $2, $3, $4)",
         client_id,
         kind,
@@ -99,8 +97,8 @@ async def add_client(
 
 
 @timed
-async def list_clients(db: Executor) -> list[tuple[Client, datetime, datetime | None]]:
-    rows = await db.fetch(
+async def list_clients(conn: asyncpg.Connection) -> list[tuple[Client, datetime, datetime | None]]:
+    rows = await conn.fetch(
         "SELECT client_id, kind, metadata, secret_hash, created_at, last_used_at FROM engram.oauth_clients"
         " ORDER BY created_at"
     )
@@ -111,16 +109,18 @@ async def list_clients(db: Executor) -> list[tuple[Client, datetime, datetime | 
 
 
 @timed
-async def remove_client(db: Executor, client_id: str) -> bool:
-    return not (await db.execute("DELETE FROM engram.oauth_clients WHERE client_id = $1", client_id)).endswith(" 0")
+async def remove_client(conn: asyncpg.Connection, client_id: str) -> bool:
+    return not (await conn.execute("DELETE FROM engram.oauth_clients WHERE client_id = $1", client_id)).endswith(" 0")
 
 
 # --- authorization requests ---------------------------------------------------------------------
 
 
 @timed
-async def save_request(db: Executor, id_hash: bytes, client_id: str, params: dict[str, Any], ttl: timedelta) -> None:
-    await db.execute(
+async def save_request(
+    conn: asyncpg.Connection, id_hash: bytes, client_id: str, params: dict[str, Any], ttl: timedelta
+) -> None:
+    await conn.execute(
         "INSERT INTO engram.oauth_requests (id_hash, client_id, params, expires_at) VALUES ($1, $2, $3, now() + $4)",
         id_hash,
         client_id,
@@ -130,17 +130,17 @@ async def save_request(db: Executor, id_hash: bytes, client_id: str, params: dic
 
 
 @timed
-async def pending_request(db: Executor, id_hash: bytes) -> tuple[str, dict[str, Any]] | None:
-    row = await db.fetchrow(
+async def pending_request(conn: asyncpg.Connection, id_hash: bytes) -> tuple[str, dict[str, Any]] | None:
+    row = await conn.fetchrow(
         "SELECT client_id, params FROM engram.oauth_requests WHERE id_hash = $1 AND expires_at > now()", id_hash
     )
     return (row["client_id"], row["params"]) if row else None
 
 
 @timed
-async def take_request(db: Executor, id_hash: bytes) -> tuple[str, dict[str, Any]] | None:
+async def take_request(conn: asyncpg.Connection, id_hash: bytes) -> tuple[str, dict[str, Any]] | None:
     """The pending request, removed in the same statement: a request is answered once."""
-    row = await db.fetchrow(
+    row = await conn.fetchrow(
         "DELETE FROM engram.oauth_requests WHERE id_hash = $1 AND expires_at > now() RETURNING client_id, params",
         id_hash,
     )
@@ -191,8 +191,8 @@ async def grant(
 
 
 @timed
-async def code(db: Executor, code_hash: bytes) -> Code | None:
-    row = await db.fetchrow(
+async def code(conn: asyncpg.Connection, code_hash: bytes) -> Code | None:
+    row = await conn.fetchrow(
         f"SELECT {_FAMILY}, c.code_challenge, c.redirect_uri, c.redirect_uri_explicit, c.expires_at, c.used_at"
         " FROM engram.oauth_codes c JOIN engram.oauth_families f ON f.id = c.family_id WHERE c.code_hash = $1",
         code_hash,
@@ -210,17 +210,17 @@ async def code(db: Executor, code_hash: bytes) -> Code | None:
 
 
 @timed
-async def use_code(db: Executor, code_hash: bytes) -> bool:
+async def use_code(conn: asyncpg.Connection, code_hash: bytes) -> bool:
     """Marks a code used; False when it was used before (a replay)."""
-    done = await db.execute(
+    done = await conn.execute(
         "UPDATE engram.oauth_codes SET used_at = now() WHERE code_hash = $1 AND used_at IS NULL", code_hash
     )
     return not done.endswith(" 0")
 
 
 @timed
-async def refresh(db: Executor, token_hash: bytes) -> Refresh | None:
-    row = await db.fetchrow(
+async def refresh(conn: asyncpg.Connection, token_hash: bytes) -> Refresh | None:
+    row = await conn.fetchrow(
         f"SELECT {_FAMILY}, r.expires_at, r.used_at FROM engram.oauth_refresh_tokens r"
         " JOIN engram.oauth_families f ON f.id = r.family_id WHERE r.token_hash = $1",
         token_hash,
@@ -261,8 +261,8 @@ async def rotate_refresh(
 
 
 @timed
-async def revoke_family(db: Executor, family_id: str, why: str) -> None:
-    await db.execute(
+async def revoke_family(conn: asyncpg.Connection, family_id: str, why: str) -> None:
+    await conn.execute(
         "UPDATE engram.oauth_families SET revoked_at = now(), revoked_why = $2"
         " WHERE id = $1::uuid AND revoked_at IS NULL",
         family_id,
@@ -271,9 +271,9 @@ async def revoke_family(db: Executor, family_id: str, why: str) -> None:
 
 
 @timed
-async def revoke_families(db: Executor, *, user_id: str | None = None, client_id: str | None = None) -> int:
+async def revoke_families(conn: asyncpg.Connection, *, user_id: str | None = None, client_id: str | None = None) -> int:
     """Revokes every live grant of a user, of a client, or of both together."""
-    done = await db.execute(
+    done = await conn.execute(
         "UPDATE engram.oauth_families SET revoked_at = now(), revoked_why = 'revoked'"
         " WHERE revoked_at IS NULL AND ($1::uuid IS NULL OR user_id = $1::uuid)"
         " AND ($2::text IS NULL OR client_id = $2)",
@@ -284,9 +284,9 @@ async def revoke_families(db: Executor, *, user_id: str | None = None, client_id
 
 
 @timed
-async def revoked_since(db: Executor, since: datetime) -> list[str]:
+async def revoked_since(conn: asyncpg.Connection, since: datetime) -> list[str]:
     """Families revoked after `since`: their access tokens may still be within their lifetime."""
-    rows = await db.fetch("SELECT id::text FROM engram.oauth_families WHERE revoked_at > $1", since)
+    rows = await conn.fetch("SELECT id::text FROM engram.oauth_families WHERE revoked_at > $1", since)
     return [r[0] for r in rows]
 
 
@@ -294,9 +294,9 @@ async def revoked_since(db: Executor, since: datetime) -> list[str]:
 
 
 @timed
-async def consents(db: Executor, user_id: str, client_id: str) -> list[tuple[str, list[str]]]:
+async def consents(conn: asyncpg.Connection, user_id: str, client_id: str) -> list[tuple[str, list[str]]]:
     """(tenant, scopes) a user has approved for a client, newest first."""
-    rows = await db.fetch(
+    rows = await conn.fetch(
         "SELECT tenant_key, scopes FROM engram.oauth_consents WHERE user_id = $1::uuid AND client_id = $2"
         " ORDER BY created_at DESC",
         user_id,
@@ -306,8 +306,10 @@ async def consents(db: Executor, user_id: str, client_id: str) -> list[tuple[str
 
 
 @timed
-async def remember_consent(db: Executor, user_id: str, client_id: str, tenant: str, scopes: Sequence[str]) -> None:
-    await db.execute(
+async def remember_consent(
+    conn: asyncpg.Connection, user_id: str, client_id: str, tenant: str, scopes: Sequence[str]
+) -> None:
+    await conn.execute(
         "INSERT INTO engram.oauth_consents (user_id, client_id, tenant_key, scopes) VALUES ($1::uuid, $2, $3, $4)"
         " ON CONFLICT (user_id, client_id, tenant_key) DO UPDATE SET scopes = excluded.scopes, created_at = now()",
         user_id,
@@ -318,8 +320,10 @@ async def remember_consent(db: Executor, user_id: str, client_id: str, tenant: s
 
 
 @timed
-async def forget_consents(db: Executor, *, user_id: str | None = None, client_id: str | None = None) -> None:
-    await db.execute(
+async def forget_consents(
+    conn: asyncpg.Connection, *, user_id: str | None = None, client_id: str | None = None
+) -> None:
+    await conn.execute(
         "DELETE FROM engram.oauth_consents WHERE ($1::uuid IS NULL OR user_id = $1::uuid)"
         " AND ($2::text IS NULL OR client_id = $2)",
         user_id,
@@ -331,9 +335,9 @@ async def forget_consents(db: Executor, *, user_id: str | None = None, client_id
 
 
 @timed
-async def signing_keys(db: Executor) -> list[SigningKey]:
+async def signing_keys(conn: asyncpg.Connection) -> list[SigningKey]:
     """Keys that sign now, will sign soon, or still verify tokens signed before a rotation."""
-    rows = await db.fetch(
+    rows = await conn.fetch(
         "SELECT kid, private_jwk, activates_at, retires_at FROM engram.signing_keys"
         " WHERE retires_at IS NULL OR retires_at > now() ORDER BY activates_at"
     )
@@ -342,7 +346,7 @@ async def signing_keys(db: Executor) -> list[SigningKey]:
 
 @timed
 async def add_signing_key(
-    db: asyncpg.Pool | asyncpg.Connection,
+    conn: asyncpg.Connection,
     kid: str,
     private_jwk: dict[str, Any],
     *,
@@ -350,14 +354,14 @@ async def add_signing_key(
     retire_others_in: timedelta | None,
 ) -> None:
     """Adds a key that signs from `activate_in` from now; older keys stop verifying later."""
-    await db.execute(
+    await conn.execute(
         "INSERT INTO engram.signing_keys (kid, private_jwk, activates_at) VALUES ($1, $2, now() + $3)",
         kid,
         private_jwk,
         activate_in,
     )
     if retire_others_in is not None:
-        await db.execute(
+        await conn.execute(
             "UPDATE engram.signing_keys SET retires_at = now() + $2 WHERE kid <> $1 AND retires_at IS NULL",
             kid,
             retire_others_in,
@@ -365,9 +369,9 @@ async def add_signing_key(
 
 
 @timed
-async def add_first_signing_key(db: Executor, kid: str, private_jwk: dict[str, Any]) -> None:
+async def add_first_signing_key(conn: asyncpg.Connection, kid: str, private_jwk: dict[str, Any]) -> None:
     """The first key, unless another replica made one at the same moment."""
-    await db.execute(
+    await conn.execute(
         "INSERT INTO engram.signing_keys (kid, private_jwk) SELECT $1, $2"
         " WHERE NOT EXISTS (SELECT 1 FROM engram.signing_keys WHERE retires_at IS NULL OR retires_at > now())",
         kid,
@@ -379,10 +383,10 @@ async def add_first_signing_key(db: Executor, kid: str, private_jwk: dict[str, A
 
 
 @timed
-async def hit(db: Executor, bucket: str, window_no: int) -> int:
+async def hit(conn: asyncpg.Connection, bucket: str, window_no: int) -> int:
     """Counts one hit in the fixed window starting at epoch second `window_no`; returns its count so far."""
     return int(
-        await db.fetchval(
+        await conn.fetchval(
             "INSERT INTO engram.rate_windows (bucket, window_no, hits) VALUES ($1, $2, 1)"
             " ON CONFLICT (bucket, window_no) DO UPDATE SET hits = engram.rate_windows.hits + 1 RETURNING hits",
             bucket,
@@ -392,8 +396,8 @@ async def hit(db: Executor, bucket: str, window_no: int) -> int:
 
 
 @timed
-async def hits(db: Executor, bucket: str, window_no: int) -> int:
-    count = await db.fetchval(
+async def hits(conn: asyncpg.Connection, bucket: str, window_no: int) -> int:
+    count = await conn.fetchval(
         "SELECT hits FROM engram.rate_windows WHERE bucket = $1 AND window_no = $2", bucket, window_no
     )
     return int(count or 0)
@@ -401,7 +405,7 @@ async def hits(db: Executor, bucket: str, window_no: int) -> int:
 
 @timed
 async def event(
-    db: Executor,
+    conn: asyncpg.Connection,
     event: str,
     outcome: str,
     *,
@@ -411,7 +415,7 @@ async def event(
     detail: str = "",
     request_id: str = "",
 ) -> None:
-    await db.execute(
+    await conn.execute(
         "INSERT INTO engram.auth_events (event, outcome, user_id, client_id, tenant_key, detail, request_id)"
         " VALUES ($1, $2, $3::uuid, $4, $5, $6, $7)",
         event,
@@ -425,9 +429,9 @@ async def event(
 
 
 @timed
-async def events(db: Executor, limit: int, since: datetime | None) -> list[asyncpg.Record]:
+async def events(conn: asyncpg.Connection, limit: int, since: datetime | None) -> list[asyncpg.Record]:
     return list(
-        await db.fetch(
+        await conn.fetch(
             "SELECT e.at, e.event, e.outcome, u.username, e.client_id, e.tenant_key, e.detail, e.request_id"
             " FROM engram.auth_events e LEFT JOIN engram.users u ON u.id = e.user_id"
             " WHERE $2::timestamptz IS NULL OR e.at >= $2 ORDER BY e.id DESC LIMIT $1",
@@ -438,10 +442,10 @@ async def events(db: Executor, limit: int, since: datetime | None) -> list[async
 
 
 @timed
-async def sweep(db: Executor, unused_client_age: timedelta) -> None:
+async def sweep(conn: asyncpg.Connection, unused_client_age: timedelta) -> None:
     """Removes what has expired: requests, codes, refresh tokens, sessions, old rate windows, and
     dynamically registered clients never used within `unused_client_age`."""
-    await db.execute(
+    await conn.execute(
         """WITH r AS (DELETE FROM engram.oauth_requests WHERE expires_at < now()),
                 c AS (DELETE FROM engram.oauth_codes WHERE expires_at < now() - interval '1 day'),
                 t AS (DELETE FROM engram.oauth_refresh_tokens WHERE expires_at < now()),

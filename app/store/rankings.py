@@ -15,7 +15,7 @@ from typing import Any
 from app.store.database import Tx, timed
 from app.store.index import Model, Vector, vector_literal
 
-# Parameters $3-$7 of every ranking query (`_narrowing`); soft-deleted entities never match.
+# Parameters $3-$7 of every ranking query (`Narrowing.params`); soft-deleted entities never match.
 _FILTERS = """
     AND e.deleted_at IS NULL
     AND ($3::text[] IS NULL OR lower(e.type) = ANY (SELECT lower(t) FROM unnest($3::text[]) AS t))
@@ -26,14 +26,20 @@ _FILTERS = """
 """
 
 
-def _narrowing(
-    types: Sequence[str] | None,
-    area: str | None,
-    topic: str | None,
-    min_certainty: int | None,
-    max_certainty: int | None,
-) -> tuple[Any, ...]:
-    return (list(types) if types else None, area, topic, min_certainty, max_certainty)
+@dataclass(frozen=True, slots=True)
+class Narrowing:
+    """What every ranking's hits must pass (types, area and topic case-insensitively); None: anything."""
+
+    types: Sequence[str] | None = None
+    area: str | None = None
+    topic: str | None = None
+    min_certainty: int | None = None
+    max_certainty: int | None = None
+
+    def params(self) -> tuple[Any, ...]:
+        """Parameters $3-$7 of a ranking query."""
+        types = list(self.types) if self.types else None
+        return (types, self.area, self.topic, self.min_certainty, self.max_certainty)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,12 +74,7 @@ async def by_vector(
     model: Model,
     query: Vector,
     limit: int,
-    *,
-    types: Sequence[str] | None = None,
-    area: str | None = None,
-    topic: str | None = None,
-    min_certainty: int | None = None,
-    max_certainty: int | None = None,
+    narrow: Narrowing = Narrowing(),
 ) -> list[Ranked]:
     """Nearest documents of entities passing the filters, by cosine distance; score = cosine similarity."""
     cast = f"::vector({int(model.dimensions)})"
@@ -88,7 +89,7 @@ async def by_vector(
         """,
         vector_literal(query),
         limit,
-        *_narrowing(types, area, topic, min_certainty, max_certainty),
+        *narrow.params(),
     )
     return [Ranked(r[0], r[1], 1.0 - r[2]) for r in rows]
 
@@ -128,12 +129,7 @@ async def by_words(
     common: Sequence[str],
     limit: int,
     candidates: int,
-    *,
-    types: Sequence[str] | None = None,
-    area: str | None = None,
-    topic: str | None = None,
-    min_certainty: int | None = None,
-    max_certainty: int | None = None,
+    narrow: Narrowing = Narrowing(),
 ) -> list[Ranked]:
     """Full-text matches; score = the share of the query's words the text contains.
 
@@ -159,7 +155,7 @@ async def by_words(
         """,
         query,
         limit,
-        *_narrowing(types, area, topic, min_certainty, max_certainty),
+        *narrow.params(),
         strict,
         list(common),
         candidates,
@@ -172,12 +168,7 @@ async def by_name(
     tx: Tx,
     query: str,
     limit: int,
-    *,
-    types: Sequence[str] | None = None,
-    area: str | None = None,
-    topic: str | None = None,
-    min_certainty: int | None = None,
-    max_certainty: int | None = None,
+    narrow: Narrowing = Narrowing(),
 ) -> list[Ranked]:
     """Entities whose name resembles the query (trigrams): typos and partial names."""
     rows = await tx.fetch(
@@ -189,7 +180,7 @@ async def by_name(
         """,
         query,
         limit,
-        *_narrowing(types, area, topic, min_certainty, max_certainty),
+        *narrow.params(),
     )
     return [Ranked(r[0], None, r[1]) for r in rows]
 

@@ -59,12 +59,21 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 {{- end }}
 
-{{/* The base URL clients use; the MCP endpoint is this plus /mcp. */}}
+{{/*
+The base URL clients use; the MCP endpoint is this plus /mcp. With an HTTPRoute it is https and its
+first host name: Gateways terminate TLS at their listeners (set config.publicUrl otherwise).
+*/}}
 {{- define "engram.publicUrl" -}}
+{{- $routeHost := "" }}
+{{- if .Values.httpRoute.enabled }}
+{{- $routeHost = first (.Values.httpRoute.hostnames | default (list "")) }}
+{{- end }}
 {{- if .Values.config.publicUrl }}
 {{- .Values.config.publicUrl | trimSuffix "/" }}
 {{- else if .Values.ingress.enabled }}
 {{- printf "%s://%s" (ternary "https" "http" .Values.ingress.tls.enabled) .Values.ingress.host }}
+{{- else if and $routeHost (not (hasPrefix "*" $routeHost)) }}
+{{- printf "https://%s" $routeHost }}
 {{- else if eq (int .Values.service.port) 80 }}
 {{- printf "http://%s.%s.svc" (include "engram.fullname" .) .Release.Namespace }}
 {{- else }}
@@ -84,6 +93,98 @@ pre-install) and deletes once it succeeded.
 */}}
 {{- define "engram.migrationSecretName" -}}
 {{- .Values.migrations.existingSecret | default .Values.existingSecret | default (printf "%s-migrate" (include "engram.fullname" .)) }}
+{{- end }}
+
+{{/* The Secret with the bundled database's passwords: yours, or the chart's. */}}
+{{- define "engram.postgresql.secretName" -}}
+{{- .Values.postgresql.auth.existingSecret | default (include "engram.postgresql.fullname" .) }}
+{{- end }}
+
+{{/*
+Whether the bundled database's URLs are composed in the pods from a password Secret you manage
+("true" or empty): the chart then never sees the passwords.
+*/}}
+{{- define "engram.postgresql.composedUrls" -}}
+{{- if and .Values.postgresql.enabled .Values.postgresql.auth.existingSecret }}true{{ end }}
+{{- end }}
+
+{{/* A database URL of the bundled database, the password taken from an environment variable: (list $ user variable). */}}
+{{- define "engram.postgresql.url" -}}
+{{- $ := index . 0 }}
+{{- printf "postgresql://%s:$(%s)@%s:5432/%s" (index . 1) (index . 2) (include "engram.postgresql.fullname" $) $.Values.postgresql.database }}
+{{- end }}
+
+{{/*
+The server container's env: its secret settings read key by key from existingSecret (or the
+bundled database's URL composed from your password Secret), then extraEnv.
+*/}}
+{{- define "engram.serverEnv" -}}
+{{- if .Values.existingSecret }}
+{{- $keys := .Values.existingSecretKeys }}
+- name: ENGRAM_DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.existingSecret }}
+      key: {{ required "existingSecretKeys.databaseUrl: the key of existingSecret that holds the database URL" $keys.databaseUrl }}
+{{- range $variable, $key := dict "ENGRAM_OIDC_CLIENT_SECRET" $keys.oidcClientSecret "ENGRAM_EMBEDDING_API_KEY" $keys.embeddingApiKey "ENGRAM_UPSTREAM_PROVIDERS" $keys.upstreamProviders }}
+{{- if $key }}
+- name: {{ $variable }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $.Values.existingSecret }}
+      key: {{ $key }}
+      optional: true
+{{- end }}
+{{- end }}
+{{- else if include "engram.postgresql.composedUrls" . }}
+- name: BUNDLED_POSTGRES_APP_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "engram.postgresql.secretName" . }}
+      key: ENGRAM_APP_PASSWORD
+- name: ENGRAM_DATABASE_URL
+  value: {{ include "engram.postgresql.url" (list . "engram_app" "BUNDLED_POSTGRES_APP_PASSWORD") | quote }}
+{{- end }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The migration Job's env: the owner's URL from migrations.existingSecret, or from existingSecret
+(falling back to the server's URL there), or composed for the bundled database; then extraEnv.
+*/}}
+{{- define "engram.migrationEnv" -}}
+{{- if .Values.migrations.existingSecret }}
+- name: ENGRAM_ADMIN_DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.migrations.existingSecret }}
+      key: {{ .Values.migrations.existingSecretKey }}
+{{- else if .Values.existingSecret }}
+- name: ENGRAM_ADMIN_DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.existingSecret }}
+      key: {{ .Values.migrations.existingSecretKey }}
+      optional: true
+- name: ENGRAM_DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.existingSecret }}
+      key: {{ .Values.existingSecretKeys.databaseUrl }}
+{{- else if include "engram.postgresql.composedUrls" . }}
+- name: BUNDLED_POSTGRES_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "engram.postgresql.secretName" . }}
+      key: POSTGRES_PASSWORD
+- name: ENGRAM_ADMIN_DATABASE_URL
+  value: {{ include "engram.postgresql.url" (list . "postgres" "BUNDLED_POSTGRES_PASSWORD") | quote }}
+{{- end }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -108,15 +209,11 @@ the database is one of the release's resources.
 {{- end }}
 
 {{/*
-Whether to render a Prometheus-operator object: (list $ setting "Kind"). `auto` renders it when
-the cluster serves monitoring.coreos.com/v1 for that kind.
+PromQL label matchers that pick this release's series: what the ServiceMonitor's scrapes carry
+(the Service's namespace, and its name as the job), unless metrics.prometheusRule.selector says.
 */}}
-{{- define "engram.monitoringEnabled" -}}
-{{- $ := index . 0 }}
-{{- $setting := index . 1 }}
-{{- if eq (toString $setting) "auto" }}
-{{- if $.Capabilities.APIVersions.Has (printf "monitoring.coreos.com/v1/%s" (index . 2)) }}true{{ end }}
-{{- else if $setting }}true{{ end }}
+{{- define "engram.seriesSelector" -}}
+{{- .Values.metrics.prometheusRule.selector | default (printf "namespace=%q, job=%q" .Release.Namespace (include "engram.fullname" .)) }}
 {{- end }}
 
 {{/* The port Prometheus scrapes: the metrics port, or the HTTP port when metrics.port is 0. */}}

@@ -1,0 +1,67 @@
+"""/healthz and /readyz: whether this replica is alive, and whether it should be sent requests."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import asyncpg
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from app.observability.context import deadline
+from app.services.indexing import Indexer
+from app.store import migrate
+from app.store.database import Database, Unavailable
+
+logger = logging.getLogger("engram")
+
+# /readyz answers within 3 s: its database check gets this long, then its connection is dropped.
+READY_BUDGET = 2.5
+
+
+async def readiness(db: Database, migrations_dir: Path) -> str | None:
+    """None when the database answers and its schema is current; otherwise why not.
+
+    Raises MigrationError when the database's schema is one this code does not know.
+    """
+    try:
+        with deadline(READY_BUDGET):
+            async with db.connection() as lease:
+                todo = await migrate.pending(lease.conn, migrations_dir)
+    except Unavailable as exc:
+        return f"database unreachable: {exc.message}"
+    except asyncpg.PostgresError as exc:
+        return f"database unreachable: {type(exc).__name__}"
+    return f"migrations pending: {', '.join(todo)}" if todo else None
+
+
+async def serving_problem(db: Database, migrations_dir: Path) -> str | None:
+    """Why this replica should not be sent requests now, or None; never raises."""
+    try:
+        return await readiness(db, migrations_dir)
+    except migrate.SchemaAhead:
+        return None  # a newer version migrated the database during a rolling upgrade: keep serving
+    except migrate.MigrationError as exc:
+        return str(exc)
+    except Exception as exc:  # never a 500: whatever went wrong, this replica is not ready
+        logger.warning("readiness check failed: %s", type(exc).__name__)
+        return f"readiness check failed: {type(exc).__name__}"
+
+
+def routes(db: Database, indexer: Indexer, migrations_dir: Path) -> list[Route]:
+    """/healthz answers while the process serves; /readyz while the app accepts requests (the
+    lifespan's `app.state.accepting`), the database answers and its schema is current."""
+
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> JSONResponse:
+        if not request.app.state.accepting:
+            return JSONResponse({"status": "shutting down"}, status_code=503)
+        if problem := await serving_problem(db, migrations_dir):
+            return JSONResponse({"status": "not ready", "reason": problem}, status_code=503)
+        return JSONResponse({"status": "ready", "embeddings": indexer.state()})  # reported, not fatal
+
+    return [Route("/healthz", healthz), Route("/readyz", readyz)]

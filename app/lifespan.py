@@ -1,0 +1,167 @@
+"""The server's start-up and shutdown around serving requests: the pool opened (waiting for a
+database that is still starting) and closed, the schema checked, the metrics port, the built-in
+authorization server and the embedding model started and stopped, and the background tasks
+(usage counts written, the database watched)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+from wsgiref.simple_server import WSGIServer
+
+import asyncpg
+import httpx2
+from mcp.server import MCPServer
+from prometheus_client import start_http_server
+from starlette.applications import Starlette
+
+from app.authserver.server import AuthServer
+from app.config import Settings
+from app.errors import EngramError
+from app.health import readiness
+from app.observability import metrics
+from app.observability.context import deadline
+from app.observability.usage import Usage
+from app.services.indexing import Indexer
+from app.store import audit, migrate
+from app.store.database import Database
+from app.version import VERSION
+
+logger = logging.getLogger("engram")
+
+
+class Lifespan:
+    """The Starlette lifespan: `app.state.accepting` (read by /readyz) is true between start-up
+    and the beginning of shutdown; shutdown ends with the pool closed."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        db: Database,
+        *,
+        indexer: Indexer,
+        usage: Usage,
+        mcp: MCPServer,
+        auth: AuthServer | None,
+        http: httpx2.AsyncClient,
+    ) -> None:
+        self._settings = settings
+        self._db = db
+        self._indexer = indexer
+        self._usage = usage
+        self._mcp = mcp
+        self._auth = auth
+        self._http = http
+        self._metrics_server: WSGIServer | None = None
+        self._background: list[asyncio.Task[None]] = []
+
+    @asynccontextmanager
+    async def __call__(self, app: Starlette) -> AsyncIterator[None]:
+        await self._start()
+        app.state.accepting = True
+        try:
+            async with self._mcp.session_manager.run():
+                yield
+        finally:
+            app.state.accepting = False  # readiness drops first
+            await self._stop()
+
+    async def _start(self) -> None:
+        settings, db = self._settings, self._db
+        await _open_when_reachable(db, settings.database_wait_seconds)
+        try:
+            problem = await readiness(db, settings.migrations_dir)
+        except migrate.MigrationError:
+            await db.close()
+            raise  # a schema this code does not know: refuse to serve
+        _watch_pool(db)
+        self._metrics_server = _serve_metrics(settings.metrics_port, settings.host)
+        try:
+            if self._auth is not None:
+                await self._auth.start()
+            await self._indexer.start()  # loads the embedding model; a broken model setting stops the server here
+        except Exception:
+            self._stop_metrics()
+            await db.close()
+            raise
+        logger.info(
+            "engram %s listening on %s",
+            VERSION,
+            settings.resource_url,
+            extra={"config": settings.redacted(), "not_ready": problem},
+        )
+        self._background = [
+            asyncio.create_task(
+                self._usage.flush_every(settings.usage_flush_seconds, functools.partial(_add_usage, db))
+            ),
+            asyncio.create_task(_watch_database(db)),
+        ]
+
+    async def _stop(self) -> None:
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        self._stop_metrics()
+        await self._indexer.stop()
+        if self._auth is not None:
+            await self._auth.stop()
+        await self._http.aclose()
+        await self._db.close()
+
+    def _stop_metrics(self) -> None:
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+
+
+async def _open_when_reachable(db: Database, seconds: float) -> None:
+    """Open the pool, waiting up to `seconds` for a database that is still starting (a bundled one, say)."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while True:
+        try:
+            await db.open()
+            return
+        except (OSError, asyncpg.CannotConnectNowError, asyncpg.PostgresConnectionError) as exc:
+            if asyncio.get_running_loop().time() >= deadline:
+                raise
+            logger.warning("database not reachable yet (%s); retrying", type(exc).__name__)
+            await asyncio.sleep(2)
+
+
+def _watch_pool(db: Database) -> None:
+    metrics.DB_POOL.labels("open").set_function(lambda: db.pool.get_size())
+    metrics.DB_POOL.labels("in_use").set_function(lambda: db.pool.get_size() - db.pool.get_idle_size())
+    metrics.DB_POOL.labels("waiting").set_function(lambda: db.waiting)
+    metrics.DB_POOL.labels("max").set_function(lambda: db.pool.get_max_size())
+
+
+def _serve_metrics(port: int, host: str) -> WSGIServer | None:
+    """/metrics on its own port, so it is not public through the ingress that exposes /mcp (0: none;
+    the app serves it on the main port)."""
+    if port == 0:
+        return None
+    server, _ = start_http_server(port, addr=host, registry=metrics.REGISTRY)
+    return server
+
+
+async def _add_usage(db: Database, counts: list[dict[str, Any]]) -> None:
+    async with db.connection() as lease:
+        await audit.add_usage(lease.conn, counts)
+
+
+async def _watch_database(db: Database, every: float = 15, budget: float = 5) -> None:
+    """Keeps engram_database_up and engram_tenants current (alerts read the first). Each check ends
+    within `budget`, answered or not (a stalled database does not stall the watch)."""
+    while True:
+        try:
+            with deadline(budget):
+                async with db.connection() as lease:
+                    metrics.TENANTS.set(await audit.tenant_count(lease.conn))
+            metrics.DB_UP.set(1)
+        except Exception as exc:  # any failure means: not up; the loop must go on
+            logger.warning("database check failed: %s", exc if isinstance(exc, EngramError) else type(exc).__name__)
+            metrics.DB_UP.set(0)
+        await asyncio.sleep(every)

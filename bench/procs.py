@@ -16,8 +16,6 @@ import httpx2
 from bench.env import ROOT
 
 _TICK = os.sysconf("SC_CLK_TCK")
-# A server loads the embedding model before it answers: on two shared, busy cores that can take a minute.
-START_SECONDS = 120
 
 
 def cpu_seconds(pid: int) -> float:

@@ -16,8 +16,6 @@ import httpx2
 from bench.env import ROOT
 
 _TICK = os.sysconf("SC_CLK_TCK")
-# A server loads the embedding model before it answers: on two shared, busy cores that can take a minute.
-START_SECONDS = 120
 
 
 def cpu_seconds(pid: int) -> float:
@@ -26,10 +24,35 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
-def database_backends(database: str) -> list[int]:
+def _client_ports(pid: int) -> set[int]:
+    """The local TCP ports of `pid`'s sockets (its connections to the database among them)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            rows = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[9] in inodes:
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def database_backends(database: str, client_pid: int | None = None) -> list[int]:
     """The PostgreSQL backends connected to `database`, found by their process title
     (``postgres: user database host(port) state``): other databases' work on the same server is
-    not counted."""
+    not counted. With `client_pid`, only the backends of that process's own connections (matched by
+    their client port), so other clients of the same database are not counted either."""
+    ports = _client_ports(client_pid) if client_pid is not None else None
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -38,8 +61,10 @@ def database_backends(database: str) -> list[int]:
             except OSError:
                 continue
             words = title.split()
-            if len(words) >= 3 and words[0] == "postgres:" and words[2] == database:
-                pids.append(int(entry.name))
+            if len(words) >= 4 and words[0] == "postgres:" and words[2] == database:
+                port = words[3].rsplit("(", 1)[-1].rstrip(")")
+                if ports is None or (port.isdigit() and int(port) in ports):
+                    pids.append(int(entry.name))
     return pids
 
 
@@ -59,8 +84,8 @@ def _cpu_or_none(pid: int) -> float | None:
 
 @dataclass
 class CpuWindow:
-    """CPU used during a measured window: the server process, the database's backends (of the
-    benchmark's database only), this process (the clients), and the whole machine.
+    """CPU used during a measured window: the server process, the database backends serving its
+    own connections, this process (the clients), and the whole machine.
 
     `seconds` holds CPU seconds (for the cost per call), `cores` the same divided by the wall time.
     A backend that starts during the window counts from zero; one that exits counts up to its
@@ -72,7 +97,7 @@ class CpuWindow:
 
     def _backends(self) -> dict[int, float]:
         found = {}
-        for pid in database_backends(self.database) if self.database else []:
+        for pid in database_backends(self.database, self.server_pid) if self.database else []:
             if (cpu := _cpu_or_none(pid)) is not None:
                 found[pid] = cpu
         return found

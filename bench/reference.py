@@ -291,7 +291,13 @@ async def run(
         "bounds": {"seed_seconds": seed_seconds, "tool_seconds": tool_seconds},
         "sizes": {},
     }
-    with procs.serve(procs.python("-m", "app.cli", "serve"), port, server_env(s, port)):
+    floor_port = free_port()
+    with (
+        procs.serve(procs.python("-m", "app.cli", "serve"), port, server_env(s, port)),
+        procs.serve(procs.python("-m", "bench.floors", "mcp", str(floor_port)), floor_port),
+    ):
+        say("  floor: a bare MCPServer's trivial tool over HTTP, one call at a time ...")
+        out["floor"] = await _floor(f"http://127.0.0.1:{floor_port}/mcp", iterations)
         for n in sizes:
             memory = bench_dir() / f"reference-memory-{n}.jsonl"
             memory.unlink(missing_ok=True)
@@ -353,6 +359,19 @@ async def _size(
                 # autovacuum's next round (up to a minute): measure again once they have.
                 await analyze(settings, tenant)
                 row[side]["tools_analyzed"] = (await _tools(c, n, iterations))["latency"]
+
+
+async def _floor(url: str, iterations: int) -> dict[str, float]:
+    """The latency of a call that does nothing, through the same client, transport options and
+    server loop as Engram's: what HTTP and the SDK cost before any work (no auth, no database)."""
+    samples = []
+    async with connect(url, None, "legacy") as c:
+        for i in range(-5, max(iterations, 20)):
+            t0 = time.perf_counter_ns()
+            await _call(c, "ping", {"text": "pong"})
+            if i >= 0:
+                samples.append(time.perf_counter_ns() - t0)
+    return Latency.of(samples).as_dict()
 
 
 def _ratios(row: dict[str, Any]) -> dict[str, float]:

@@ -140,6 +140,11 @@ def reference(r: dict[str, Any]) -> str:
 
     ref = r["reference"]
     out = []
+    if floor := ref.get("floor"):
+        out.append(
+            f"Floor, same run: a bare MCPServer's trivial tool over HTTP through the same client, one call "
+            f"at a time (no auth, no database): p50 {_ms(floor['p50'])} ms, p95 {_ms(floor['p95'])} ms."
+        )
     for n, row in ref["sizes"].items():
         if "tools_analyzed" not in row.get(ENGRAM, {}) or REFERENCE not in row:
             out.append(f"{int(n):,} entities: **failed**: {row.get('error', 'incomplete')}")

@@ -16,7 +16,7 @@ import pytest
 
 from app.services import graph
 from app.store import entities, relations, traversal
-from app.store.database import Database
+from app.store.database import Database, Tenant, Tx, init_connection
 from app.store.traversal import Step
 from tests.conftest import ok
 
@@ -310,5 +310,38 @@ async def test_an_import_into_a_new_tenant_leaves_its_tables_analyzed(db_setting
             await asyncio.sleep(0.1)
         # ANALYZE run by the writes themselves (autovacuum's would count as autoanalyze_count).
         assert row["analyze_count"] >= 1 and row["reltuples"] >= 200
+    finally:
+        await conn.close()
+
+
+# --- substring search --------------------------------------------------------------------------
+
+
+async def test_substring_search_can_read_every_trigram_index(db_settings, client_for, tenant):
+    """The substring search behind search_nodes gathers its matches from the trigram indexes of
+    names, types and observations, one branch each, rather than testing every entity (an OR with
+    an EXISTS can use none of them). A table this small is cheaper to scan, so the planner is told
+    not to, which shows what it does once the tables are large."""
+    async with client_for(tenant) as c:
+        items = [{"name": f"Entity {i:04d}", "type": f"kind{i % 7}", "observations": [f"fact {i}"]} for i in range(300)]
+        await _upsert(c, items)
+    conn = await asyncpg.connect(db_settings.admin_dsn())
+    try:
+        await init_connection(conn)
+        row = await conn.fetchrow("SELECT id::text, key, schema_name FROM engram.tenants WHERE key = $1", tenant)
+        trigram = await conn.fetch(
+            "SELECT x.indexrelid::regclass::text AS name, x.indexrelid FROM pg_index x"
+            " WHERE x.indrelid IN ($1::regclass, $2::regclass) AND pg_get_indexdef(x.indexrelid) LIKE '%gin_trgm_ops%'",
+            f'"{row["schema_name"]}".entities',
+            f'"{row["schema_name"]}".observations',
+        )
+        assert len(trigram) == 3  # name, type, observation content
+        async with conn.transaction():
+            await conn.execute("SET LOCAL enable_seqscan = off")
+            found = await entities.matching_text(Tx(conn, Tenant(*row)), "Entity 0123", 10)
+            assert [e.name for e in found] == ["Entity 0123"]
+            count = "SELECT pg_stat_get_xact_numscans($1)"
+            scans = {r["name"]: await conn.fetchval(count, r["indexrelid"]) for r in trigram}
+        assert all(scans.values()), scans
     finally:
         await conn.close()

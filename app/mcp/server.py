@@ -9,7 +9,7 @@ from app.auth.verifier import TokenVerifier
 from app.config import Settings
 from app.mcp import resources
 from app.mcp.observe import Observe
-from app.mcp.tools import admin, entities, graph, memory_dialect, neo4j_dialect, relations, search
+from app.mcp.tools import admin, entities, graph, memory_dialect, merges, neo4j_dialect, relations, search
 from app.mcp.toolset import ToolSet
 from app.observability.usage import Usage
 from app.services import Services
@@ -56,7 +56,7 @@ def build_mcp(
     claims = [settings.tenant_claim, *settings.tenant_fallback_claims]
     tools = ToolSet(claims, fairness=services.fairness, deadline=settings.call_deadline)
     if "native" in settings.tool_sets:
-        for module in (entities, relations, graph, search, admin):
+        for module in (entities, relations, graph, search, admin, merges):
             module.register(tools, services)
     if "memory" in settings.tool_sets:
         memory_dialect.register(tools, services)

@@ -8,7 +8,6 @@ import asyncpg
 import pytest
 
 from app.auth.principal import ADMIN, READ, WRITE
-
 from tests.conftest import error_code, ok
 from tests.test_transfer import export, summary
 

@@ -398,3 +398,21 @@ async def test_the_engram_format_carries_aliases_and_merges(server, client_for, 
     ]
     for fmt in ("memory", "neo4j"):
         assert b"Countess" not in export(server, tenant, tmp_path / f"{fmt}.json", "--format", fmt)
+
+
+# --- tenants -------------------------------------------------------------------------------------------
+
+
+async def test_aliases_and_merges_stay_in_their_tenant(client_for, tenant):
+    other = tenant + "-other"
+    async with client_for(tenant) as a, client_for(other) as b:
+        mine = await _seed(a, [{"name": "Ada", "type": "person"}, {"name": "Ada L.", "type": "person"}])
+        theirs = await _seed(b, [{"name": "Bob", "type": "person"}, {"name": "Ada L.", "type": "person"}])
+        ok(await a.call_tool("add_aliases", {"name": "Ada", "aliases": ["Countess"]}))
+        ok(await b.call_tool("add_aliases", {"name": "Bob", "aliases": ["Countess"]}))  # its own spelling
+        ok(await a.call_tool("merge_entities", {"into": "Ada", "merge": ["Ada L."]}))
+        assert ok(await a.call_tool("get_entity", {"name": "countess"}))["id"] == mine["Ada"]
+        assert ok(await b.call_tool("get_entity", {"name": "countess"}))["id"] == theirs["Bob"]
+        assert ok(await b.call_tool("get_entity", {"name": "Ada L."}))["id"] == theirs["Ada L."]  # untouched
+        assert error_code(await b.call_tool("get_entity", {"id": mine["Ada L."]})) == "not_found"
+        assert ok(await b.call_tool("find_duplicates", {}))["pairs"] == []

@@ -29,6 +29,8 @@ USAGE = {
 - Record new facts with upsert_entities (it merges into existing names) and link entities with
   connect_entities. Keep each observation to one fact. Fix mistakes with update_entity and
   remove_observations; remove_entities is undone by restore_entities.
+- Duplicates: find_duplicates proposes pairs; merge_entities folds one into another, keeping its
+  name as an alias; add_aliases records other names an entity answers to.
 - Lists are paged: pass `next_cursor` back as `cursor`.
 """,
     "memory": """\

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import asyncpg
@@ -416,3 +417,23 @@ async def test_aliases_and_merges_stay_in_their_tenant(client_for, tenant):
         assert ok(await b.call_tool("get_entity", {"name": "Ada L."}))["id"] == theirs["Ada L."]  # untouched
         assert error_code(await b.call_tool("get_entity", {"id": mine["Ada L."]})) == "not_found"
         assert ok(await b.call_tool("find_duplicates", {}))["pairs"] == []
+
+
+async def test_concurrent_merges_of_one_duplicate_fold_it_once(client_for, tenant):
+    async with client_for(tenant) as a, client_for(tenant) as b:
+        ids = await _seed(
+            a, [{"name": n, "type": "t", "observations": [f"about {n}"]} for n in ("Left", "Right", "Dup")]
+        )
+        results = await asyncio.gather(
+            a.call_tool("merge_entities", {"into": "Left", "merge": [ids["Dup"]]}),
+            b.call_tool("merge_entities", {"into": "Right", "merge": [ids["Dup"]]}),
+        )
+        # The second waits for the first: then its id is gone (not_found), or leads to the survivor,
+        # which it did not ask to merge (conflict).
+        outcomes = sorted("ok" if not r.is_error else error_code(r) for r in results)
+        assert outcomes in (["conflict", "ok"], ["not_found", "ok"])
+        winner = ok(next(r for r in results if not r.is_error))["entity"]["name"]
+        got = ok(await a.call_tool("get_entity", {"name": "Dup"}))
+        assert got["name"] == winner and "about Dup" in got["observations"]
+        loser = ok(await a.call_tool("get_entity", {"name": "Right" if winner == "Left" else "Left"}))
+        assert loser["aliases"] == [] and len(loser["observations"]) == 1

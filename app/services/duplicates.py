@@ -1,9 +1,9 @@
 """find_duplicates: candidate pairs of entities that may be one thing, with the reasons, a slice at a time.
 
 Each call looks at the next slice of the tenant's live entities (at most `WINDOW`, in id order) and,
-for each, at the entities most like it by name (trigrams) and by meaning (the vectors of entity
-texts, where they exist); a pair is proposed once, from its end with the smaller id. Shared
-neighbours then add evidence to the pairs found. The work of a call is bounded by the slice, never
+for each, at the entities most like it by name (trigram similarity with its neighbours in name
+order) and by meaning (the vectors of entity texts, where they exist); a pair is proposed once,
+from its end with the smaller id. Shared neighbours then add evidence to the pairs found. The work of a call is bounded by the slice, never
 by the tenant's size, so a whole tenant is reviewed by following `next_cursor`.
 """
 
@@ -21,7 +21,8 @@ from app.services.shapes import summary
 from app.store import duplicates, entities
 from app.store.duplicates import Similar
 
-WINDOW = 200  # entities one call looks at, at most
+WINDOW = 100  # entities one call looks at, at most
+NAME_NEIGHBOURS = 10  # names compared per entity in each sort order, each way
 PER_ENTITY = 10  # candidates kept per entity looked at
 NAME_SIMILARITY = 0.5  # trigram similarity of names, at least
 SEMANTIC_SIMILARITY = 0.9  # cosine similarity of entity texts, at least
@@ -58,7 +59,7 @@ class Duplicates(Service):
             listing = "duplicates:" + hashlib.sha256(orjson.dumps(sorted(types or []))).hexdigest()[:16]
             after = self.cursors.decode(cursor, tx.tenant.id, listing) if cursor else None
             window = await duplicates.window(tx, after, WINDOW, types)
-            similar = await duplicates.by_name(tx, window, NAME_SIMILARITY, types, per_entity)
+            similar = await duplicates.by_name(tx, window, NAME_SIMILARITY, types, per_entity, NAME_NEIGHBOURS)
             if self.indexer.model is not None:
                 model = self.indexer.model
                 similar += await duplicates.by_meaning(tx, model, window, SEMANTIC_SIMILARITY, types, per_entity)

@@ -144,6 +144,9 @@ class Merges(Service):
             others = list({found[r].id: found[r] for r in merge}.values())
             if any(o.id == survivor.id for o in others):
                 raise EngramError("invalid", "an entity cannot be merged into itself", id=survivor.id)
+            gone = {r: found[r].id for r in merge if entities.is_uuid(r) and found[r].id != r}
+            if gone:  # its id leads to its survivor, which is not what the caller reviewed
+                raise EngramError("conflict", "these entities were merged into others already", merged_into=gone)
             if expected_version is not None and survivor.version != expected_version:
                 raise EngramError(
                     "conflict",

@@ -17,6 +17,9 @@ BEGIN
             created_by text NOT NULL
         );
         CREATE INDEX aliases_entity ON %1$I.aliases (entity_id, alias_key);
+        -- find_duplicates compares each name with its neighbours in name order, forwards (the
+        -- name_key index) and backwards (this one), so that its work per call stays bounded.
+        CREATE INDEX entities_reverse_name_key ON %1$I.entities (reverse(name_key)) WHERE deleted_at IS NULL;
         CREATE INDEX aliases_alias_trgm ON %1$I.aliases USING gin (alias public.gin_trgm_ops);
     $ddl$, s);
 END

@@ -90,7 +90,7 @@ def register(tool: ToolSet, services: Services) -> None:
         and then merge with merge_entities.
 
         Reasons: similar names (trigrams), similar meaning (embeddings of the entities' texts), and
-        neighbours both are related to. Each call looks at the next slice of the memory (up to 200
+        neighbours both are related to. Each call looks at the next slice of the memory (up to 100
         entities) and returns the pairs found there, best first: follow `next_cursor` (with the same
         `types`) until it is null to review everything; a page may be empty while more follow.
         """

@@ -3,8 +3,9 @@
 Each call looks at the next slice of the tenant's live entities (at most `WINDOW`, in id order) and,
 for each, at the entities most like it by name (trigram similarity with its neighbours in name
 order) and by meaning (the vectors of entity texts, where they exist); a pair is proposed once,
-from its end with the smaller id. Shared neighbours then add evidence to the pairs found. The work of a call is bounded by the slice, never
-by the tenant's size, so a whole tenant is reviewed by following `next_cursor`.
+from its end with the smaller id. Shared neighbours then add evidence to the pairs found. The work
+of a call is bounded by the slice, never by the tenant's size, so a whole tenant is reviewed by
+following `next_cursor`.
 """
 
 from __future__ import annotations

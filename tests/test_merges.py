@@ -256,6 +256,19 @@ async def test_aliases_resolve_in_every_lookup_and_stay_unambiguous(client_for, 
         assert error_code(await c.call_tool("get_entity", {"name": "Big Blue"})) == "not_found"
 
 
+async def test_a_deleted_entitys_aliases_stay_reserved_until_removed_by_its_id(client_for, tenant):
+    async with client_for(tenant) as c:
+        ids = await _seed(c, [{"name": "Old Co", "type": "org"}, {"name": "New Co", "type": "org"}])
+        ok(await c.call_tool("add_aliases", {"name": "Old Co", "aliases": ["OC"]}))
+        ok(await c.call_tool("remove_entities", {"entities": ["Old Co"]}))
+        assert error_code(await c.call_tool("get_entity", {"name": "OC"})) == "not_found"
+        assert error_code(await c.call_tool("add_aliases", {"name": "New Co", "aliases": ["oc"]})) == "conflict"
+        freed = ok(await c.call_tool("remove_aliases", {"id": ids["Old Co"], "aliases": ["OC"]}))
+        assert freed["changed"] == ["OC"] and freed["aliases"] == []
+        ok(await c.call_tool("add_aliases", {"name": "New Co", "aliases": ["oc"]}))
+        assert ok(await c.call_tool("get_entity", {"name": "OC"}))["id"] == ids["New Co"]
+
+
 async def test_search_finds_entities_by_alias(client_for, tenant):
     async with client_for(tenant) as c:
         ids = await _seed(c, [{"name": "Ada Lovelace", "type": "person", "observations": ["wrote the first program"]}])

@@ -79,6 +79,7 @@ async def _seed(server: Server, tenant: str) -> Seeded:
                 "next_cursor"
             ],
             "audit": ok(await c.call_tool("audit_log", {"limit": 1}))["next_cursor"],
+            "duplicates": ok(await c.call_tool("find_duplicates", {"limit": 1}))["next_cursor"],
         }
         tools = {t.name: t.input_schema for t in (await c.list_tools()).tools}
     assert all(cursors.values()), cursors
@@ -113,6 +114,8 @@ async def snapshot(admin: asyncpg.Connection, schema: str) -> dict[str, list[tup
         "relations": "SELECT id::text, start_id::text, end_id::text, ag_catalog.agtype_out(properties)::text"
         f' FROM {schema}."REL" ORDER BY id',
         "history": f"SELECT count(*), max(id) FROM {schema}.history",
+        "aliases": f"SELECT alias_key, alias, entity_id FROM {schema}.aliases ORDER BY alias_key",
+        "merged": f"SELECT id, merged_into FROM {schema}.entities WHERE merged_into IS NOT NULL ORDER BY id",
         "labels": "SELECT l.name::text FROM ag_catalog.ag_label l JOIN ag_catalog.ag_graph g ON g.graphid = l.graph"
         f" WHERE g.name = '{schema}' ORDER BY 1",
     }
@@ -211,6 +214,10 @@ def catalogue(s: Seeded) -> dict[str, dict[str, Any]]:
         "graph_stats": {},
         "server_status": {},
         "audit_log": {"tool_name": "upsert_entities"},
+        "merge_entities": {"into": "Ada", "merge": ["Acme"], "properties_rule": "merged", "allow_type_mismatch": True},
+        "add_aliases": {"name": "Ada", "aliases": ["Countess"]},
+        "remove_aliases": {"name": "Ada", "aliases": ["Countess"]},
+        "find_duplicates": {"types": ["person"], "limit": 5},
         "create_entities": {"entities": [{"name": "Ada", "entityType": "person", "observations": ["o1"]}]},
         "create_relations": {"relations": [{"from": "Ada", "to": "Acme", "relationType": "likes"}]},
         "add_observations": {"observations": [{"entityName": "Ada", "contents": ["c"]}]},
@@ -302,6 +309,8 @@ async def test_non_canonical_uuids_address_nothing(hostile_server, admin, seeded
         "update_entity": {"id": ada, "changes": {"type": "x"}},
         "restore_entities": {"ids": [gone]},
         "disconnect_entities": {"ids": [rel]},
+        "add_aliases": {"id": ada, "aliases": ["x"]},
+        "remove_aliases": {"id": ada, "aliases": ["x"]},
     }
     not_found = {
         "get_entity": {"name": ada},
@@ -313,6 +322,8 @@ async def test_non_canonical_uuids_address_nothing(hostile_server, admin, seeded
         "shortest_path": {"from": ada, "to": "Acme"},
         "subgraph": {"entities": [ada]},
         "add_observations": {"observations": [{"entityName": ada, "contents": ["x"]}]},
+        "merge_entities": {"into": "Ada", "merge": [ada]},
+        "add_aliases": {"name": ada, "aliases": ["x"]},
     }
     ignored = {
         "delete_entities": {"entityNames": [ada]},
@@ -350,6 +361,7 @@ async def test_spoiled_cursors_are_invalid(hostile_server, admin, seeded):
         "entity_history": {"name": "Ada"},
         "search": {"query": "Filler", "mode": "keyword"},
         "audit_log": {},
+        "find_duplicates": {},
         "read_graph": {},
         "neo-read_graph": {},
     }
@@ -418,6 +430,8 @@ async def test_huge_numbers_in_arguments_are_invalid(hostile_server, admin, seed
         ("neighbors", {"entity": "Ada", "depth": -(2**70)}),
         ("connect_entities", {"relations": [{"from": "Ada", "to": "Acme", "type": "t", "strength": 1e308}]}),
         ("search", {"query": "Ada", "mode": "keyword", "min_score": 2.0**64}),
+        ("find_duplicates", {"limit": 2**64}),
+        ("merge_entities", {"into": "Ada", "merge": ["Acme"], "expected_version": 2**64}),
     ]
     async with hostile_server.client(seeded.tenant, SCOPES) as c:
         for tool, args in cases:
@@ -449,6 +463,42 @@ async def test_nan_and_infinity_are_invalid(hostile_server, admin, seeded):
                 result = CallToolResult.model_validate(answer.json()["result"])
                 assert outcome(result) == "invalid", (tool, literal, result.content)
                 assert await snapshot(admin, seeded.schema) == before
+
+
+async def test_merge_alias_and_duplicate_tools_refuse_oversized_and_mistyped_arguments(hostile_server, admin, seeded):
+    many = [f"E{i}" for i in range(21)]
+    cases = [
+        ("merge_entities", {"into": "Ada", "merge": many}),
+        ("merge_entities", {"into": "Ada", "merge": []}),
+        ("merge_entities", {"into": "Ada", "merge": "Acme"}),
+        ("merge_entities", {"into": "Ada", "merge": [["Acme"]]}),
+        ("merge_entities", {"into": "Ada", "merge": [_nested(120, "Acme")]}),
+        ("merge_entities", {"into": {"name": "Ada"}, "merge": ["Acme"]}),
+        ("merge_entities", {"into": "x" * 201, "merge": ["Acme"]}),
+        ("merge_entities", {"into": "Ada", "merge": ["Acme"], "properties_rule": "newest"}),
+        ("merge_entities", {"into": "Ada", "merge": ["Acme"], "allow_type_mismatch": [1]}),
+        ("merge_entities", {"into": "Ada", "merge": ["Acme"], "expected_version": 0}),
+        ("merge_entities", {"into": "Ada", "merge": ["Acme"], "extra": 1}),
+        ("add_aliases", {"name": "Ada", "aliases": [f"A{i}" for i in range(51)]}),
+        ("add_aliases", {"name": "Ada", "aliases": []}),
+        ("add_aliases", {"name": "Ada", "aliases": ["  "]}),
+        ("add_aliases", {"name": "Ada", "aliases": ["x" * 201]}),
+        ("add_aliases", {"name": "Ada", "aliases": "Countess"}),
+        ("add_aliases", {"name": "Ada", "aliases": [{"alias": "Countess"}]}),
+        ("add_aliases", {"name": "Ada", "aliases": [_nested(64, "x")]}),
+        ("add_aliases", {"name": "Ada", "id": seeded.ids["Ada"], "aliases": ["x"]}),
+        ("add_aliases", {"aliases": ["x"]}),
+        ("remove_aliases", {"name": "Ada", "aliases": [7]}),
+        ("remove_aliases", {"name": "Ada", "aliases": [None]}),
+        ("find_duplicates", {"limit": 0}),
+        ("find_duplicates", {"types": [f"t{i}" for i in range(21)]}),
+        ("find_duplicates", {"types": "person"}),
+        ("find_duplicates", {"types": [_nested(40, "person")]}),
+        ("find_duplicates", {"cursor": 12}),
+    ]
+    async with hostile_server.client(seeded.tenant, SCOPES) as c:
+        for tool, args in cases:
+            await check(c, admin, [seeded.schema], tool, args, {"invalid"})
 
 
 @pytest.mark.parametrize("name", ["null", "true", "false", "[1]", "{}", "123", '"quoted"', "[]"])
@@ -520,6 +570,12 @@ async def test_another_tenant_reaches_nothing_with_this_tenants_ids_names_and_cu
         ("remove_observations", {"items": [{"entity": "Ada", "observations": ["o1"]}]}, {"not_found"}),
         ("connect_entities", {"relations": [{"from": "B0", "to": a["Acme"], "type": "steals"}]}, {"not_found"}),
         ("disconnect_entities", {"ids": [seeded.relation_id]}, {"ok"}),
+        ("merge_entities", {"into": "B0", "merge": [a["Acme"]]}, {"not_found"}),
+        ("merge_entities", {"into": a["Ada"], "merge": ["B1"]}, {"not_found"}),
+        ("merge_entities", {"into": "B0", "merge": ["Ada"]}, {"not_found"}),
+        ("add_aliases", {"id": a["Ada"], "aliases": ["stolen"]}, {"not_found"}),
+        ("remove_aliases", {"id": a["Ada"], "aliases": ["o1"]}, {"not_found"}),
+        ("find_duplicates", {"cursor": cur["duplicates"]}, {"invalid"}),
         ("disconnect_entities", {"relations": [{"from": "Ada", "to": "Acme", "type": "works at"}]}, {"ok"}),
         ("neighbors", {"entity": a["Acme"]}, {"not_found"}),
         ("relation_chain", {"entity": "Ada", "relation_type": "works at"}, {"not_found"}),
@@ -558,6 +614,7 @@ async def test_another_tenant_reaches_nothing_with_this_tenants_ids_names_and_cu
             ("neo-search_memories", {"query": "Filler"}),
             ("search", {"query": "Filler", "mode": "keyword"}),
             ("find_entities", {"text_contains": "o1"}),
+            ("find_duplicates", {}),
             ("read_graph", {}),
         ]:
             seen = json.dumps(ok(await b.call_tool(tool, args)))

@@ -18,7 +18,7 @@ from app.services.refs import choose
 from app.services.search import Query, Search
 from app.services.shapes import summary
 from app.store import entities
-from app.store.entities import EntityRow
+from app.store.entities import Candidate, EntityRow
 from app.store.rankings import Ranked
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -184,6 +184,7 @@ def test_the_store_row_carries_every_field_the_models_and_writes_use() -> None:
     stored = {f.name for f in dataclasses.fields(EntityRow)}
     assert set(models.EntitySummary.model_fields) <= stored
     assert set(models.Entity.model_fields) - stored == {
+        "aliases",
         "observations",
         "observations_total",
         "relations",
@@ -206,3 +207,27 @@ def test_a_summary_reads_the_row() -> None:
         "subtopic": None,
         "certainty": 90,
     }
+
+
+# --- aliases and merged ids in the reference rule ----------------------------------------------------
+
+
+def test_an_alias_is_meant_after_names_and_ids_and_before_case_insensitive_matches() -> None:
+    ibm, loud = row("International Business Machines"), row("ibm")
+    known = Candidate(ibm, aliases=("IBM",))
+    assert choose(["IBM"], [loud, known]) == {"IBM": ibm}  # exact alias
+    assert choose(["ibm"], [loud, known]) == {"ibm": loud}  # exact name first
+    with pytest.raises(EngramError) as caught:
+        choose(["Ibm"], [loud, known])  # names and aliases alike, ignoring case
+    assert caught.value.code == "ambiguous"
+    assert choose(["iBm"], [known]) == {"iBm": ibm}
+
+
+def test_the_id_of_a_merged_entity_means_its_survivor() -> None:
+    survivor, gone = row("Robert"), row("Bob")
+    assert choose([gone.id], [Candidate(survivor, merged_ids=(gone.id,))]) == {gone.id: survivor}
+
+
+def test_the_dialects_rule_ignores_aliases() -> None:
+    ibm = row("International Business Machines")
+    assert choose(["IBM"], [Candidate(ibm, aliases=("IBM",))], exact=True, missing_ok=True) == {}

@@ -9,7 +9,7 @@ from app.auth.verifier import TokenVerifier
 from app.config import Settings
 from app.mcp import resources
 from app.mcp.observe import Observe
-from app.mcp.tools import admin, entities, graph, memory_dialect, neo4j_dialect, relations, search
+from app.mcp.tools import admin, entities, graph, memory_dialect, merges, neo4j_dialect, relations, search
 from app.mcp.toolset import ToolSet
 from app.observability.usage import Usage
 from app.services import Services
@@ -29,6 +29,8 @@ USAGE = {
 - Record new facts with upsert_entities (it merges into existing names) and link entities with
   connect_entities. Keep each observation to one fact. Fix mistakes with update_entity and
   remove_observations; remove_entities is undone by restore_entities.
+- Duplicates: find_duplicates proposes pairs; merge_entities folds one into another, keeping its
+  name as an alias; add_aliases records other names an entity answers to.
 - Lists are paged: pass `next_cursor` back as `cursor`.
 """,
     "memory": """\
@@ -56,7 +58,7 @@ def build_mcp(
     claims = [settings.tenant_claim, *settings.tenant_fallback_claims]
     tools = ToolSet(claims, fairness=services.fairness, deadline=settings.call_deadline)
     if "native" in settings.tool_sets:
-        for module in (entities, relations, graph, search, admin):
+        for module in (entities, relations, graph, search, admin, merges):
             module.register(tools, services)
     if "memory" in settings.tool_sets:
         memory_dialect.register(tools, services)

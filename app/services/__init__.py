@@ -7,10 +7,12 @@ from dataclasses import dataclass
 from app.config import Settings
 from app.services.base import Limits
 from app.services.cursors import Cursors
+from app.services.duplicates import Duplicates
 from app.services.entities import Entities
 from app.services.fairness import Fairness
 from app.services.graph import Graph
 from app.services.indexing import Indexer
+from app.services.merges import Merges
 from app.services.relations import Relations
 from app.services.search import Search
 from app.services.status import Status
@@ -30,6 +32,8 @@ class Services:
     status: Status
     search: Search
     transfer: Transfer
+    merges: Merges
+    duplicates: Duplicates
     indexer: Indexer
     limits: Limits
     cursors: Cursors
@@ -55,6 +59,8 @@ class Services:
             status=Status(*shared),
             search=Search(*shared, ef_search=ef_search),
             transfer=Transfer(*shared),
+            merges=Merges(*shared),
+            duplicates=Duplicates(*shared),
             indexer=indexer,
             limits=limits,
             cursors=cursors,

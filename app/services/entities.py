@@ -21,7 +21,7 @@ from app.services.base import Service
 from app.services.filters import EntityFilters
 from app.services.refs import choose, resolve
 from app.services.shapes import audit_entry, entity, history_entry, relation, summary
-from app.store import audit, entities, history, index, relations
+from app.store import audit, entities, history, index, merges, relations
 from app.store.database import Tx
 from app.store.entities import EntityRow
 from app.store.history import Event
@@ -145,13 +145,14 @@ class Entities(Service):
                 tx, ref, observations=max_observations, relations=cap + 1 if include_relations else None
             )
             row = choose([ref], [d.entity for d in found])[ref]
-            got = next(d for d in found if d.entity.id == row.id)
+            got = next(d for d in found if d.entity.row.id == row.id)
             entries = None
             if include_history:
                 entries = [history_entry(h) for h in await history.of_entity(tx, row.id, 20, None)]
         rels = None if got.relations is None else [relation(r) for r in got.relations[:cap]]
         return entity(
             row,
+            aliases=list(got.entity.aliases),
             observations=got.observations,
             observations_total=got.observations_total,
             relations=rels,
@@ -214,6 +215,11 @@ class Entities(Service):
         missing = [i for i in ids if i not in found]
         if missing:
             raise EngramError("not_found", "no entities with these ids", ids=missing)
+        merged = await merges.merged_into(tx, list(found))
+        if merged:  # their observations and relations are the survivor's now
+            raise EngramError(
+                "conflict", "these entities were merged into others; they cannot come back", merged=merged
+            )
         return list(found.values())
 
     async def change_observations(

@@ -195,6 +195,7 @@ class HistoryEntry(BaseModel):
 
 
 class Entity(EntitySummary):
+    aliases: list[str] = Field(default_factory=list, description="Other names the entity answers to.")
     properties: dict[str, Any] = Field(default_factory=dict)
     observations: list[str]
     observations_total: int = Field(description="All observations; more than listed when capped.")
@@ -375,3 +376,52 @@ class AuditEntry(BaseModel):
 class AuditPage(BaseModel):
     entries: list[AuditEntry]
     next_cursor: str | None = None
+
+
+# --- merges, aliases, duplicates ----------------------------------------------------------------
+
+PropertiesRule = Literal["survivor", "merged"]
+
+
+class MergeResult(BaseModel):
+    entity: Changed = Field(description="The surviving entity and its new version.")
+    merged: list[EntitySummary] = Field(description="The entities folded into it; they no longer exist apart.")
+    aliases_added: list[str] = Field(description="Aliases the survivor gained: the merged names and their aliases.")
+    aliases_not_kept: list[str] = Field(
+        default_factory=list, description="Merged names not kept as aliases: another entity holds them as an alias."
+    )
+    observations_added: int = Field(description="Observations moved to the survivor (duplicates skipped).")
+    relations_moved: int = Field(description="Relations re-pointed to the survivor.")
+    relations_folded: int = Field(description="Relations that became copies of another and were folded into it.")
+    self_loops_dropped: int = Field(description="Relations among the merged entities that became self-loops.")
+    property_conflicts: list[str] = Field(description="Property keys whose values differed; the rule chose.")
+    embeddings_pending: int = 0
+
+
+class AliasesResult(BaseModel):
+    entity: Changed
+    aliases: list[str] = Field(description="All the entity's aliases after the call.")
+    changed: list[str] = Field(description="The aliases added, or removed.")
+    unchanged: list[str] = Field(
+        default_factory=list, description="Given aliases that needed no change (held already, or not held)."
+    )
+
+
+class DuplicateReason(BaseModel):
+    kind: Literal["name", "semantic", "shared_neighbors"]
+    similarity: float | None = Field(None, description="name: trigram similarity; semantic: cosine similarity.")
+    count: int | None = Field(None, description="shared_neighbors: how many live neighbours both have.")
+    examples: list[str] = Field(default_factory=list, description="shared_neighbors: a few of their names.")
+
+
+class DuplicatePair(BaseModel):
+    a: EntitySummary
+    b: EntitySummary
+    score: float = Field(description="0-1: how likely the two are one thing.")
+    reasons: list[DuplicateReason]
+
+
+class DuplicatesPage(BaseModel):
+    pairs: list[DuplicatePair] = Field(description="Candidates found in this slice, best first.")
+    scanned: int = Field(description="Entities this call looked at.")
+    next_cursor: str | None = Field(None, description="Pass back as `cursor` to look at the next slice.")

@@ -1,8 +1,10 @@
 """Which entity a caller's reference means.
 
-A reference is an id or a name. An exact id or name wins; otherwise a case-insensitive name match,
-which must be unique. With `exact`, a reference is a name and only an exact match counts (the
-compatibility dialects' rule). The store finds the candidates; the rule is applied here.
+A reference is an id or a name. An exact id or name wins (the id of an entity merged into another
+means the survivor); then an exact alias; otherwise a case-insensitive match of names and aliases
+together, which must be unique. With `exact`, a reference is a name and only an exact name counts
+(the compatibility dialects' rule: they know no aliases). The store finds the candidates; the rule
+is applied here.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Sequence
 from app.errors import EngramError
 from app.store import entities
 from app.store.database import Tx
-from app.store.entities import EntityRow, name_key
+from app.store.entities import Candidate, EntityRow, name_key
 
 
 async def resolve(
@@ -26,17 +28,31 @@ async def resolve(
     return choose(refs, await entities.resolve(tx, refs, lock=lock), missing_ok=missing_ok, exact=exact)
 
 
+def _meant(ref: str, candidates: Sequence[Candidate], exact: bool) -> list[EntityRow]:
+    """The candidates `ref` may mean, by the first rule that matches any."""
+    if exact:
+        return [c.row for c in candidates if c.row.name == ref]
+    key = name_key(ref)
+    return (
+        [c.row for c in candidates if c.row.id == ref or c.row.name == ref or ref in c.merged_ids]
+        or [c.row for c in candidates if ref in c.aliases]
+        or [c.row for c in candidates if c.row.name_key == key or any(name_key(a) == key for a in c.aliases)]
+    )
+
+
 def choose(
-    refs: Sequence[str], candidates: Sequence[EntityRow], *, missing_ok: bool = False, exact: bool = False
+    refs: Sequence[str],
+    candidates: Sequence[Candidate | EntityRow],
+    *,
+    missing_ok: bool = False,
+    exact: bool = False,
 ) -> dict[str, EntityRow]:
-    """The rule itself, over the candidates the store found for all of `refs`."""
+    """The rule itself, over the candidates the store found for all of `refs` (a bare row: an
+    entity with no aliases)."""
     found: dict[str, EntityRow] = {}
+    known = [c if isinstance(c, Candidate) else Candidate(c) for c in candidates]
     for ref in refs:
-        if exact:
-            loose = [r for r in candidates if r.name == ref]
-        else:
-            same = [r for r in candidates if r.id == ref or r.name == ref]
-            loose = same or [r for r in candidates if r.name_key == name_key(ref)]
+        loose = _meant(ref, known, exact)
         if not loose and missing_ok:
             continue
         if not loose:

@@ -34,7 +34,7 @@ from app.services.base import Service
 from app.services.calls import retrying
 from app.services.entities import OnExisting, _apply
 from app.services.transfer_formats import Bad, EntityRecord, Format, HistoryRecord, Marker, RelationRecord
-from app.store import audit, entities, history, transfer
+from app.store import aliases, audit, entities, history, transfer
 from app.store.database import Tx
 from app.store.history import Event
 
@@ -105,6 +105,7 @@ class ImportSummary(BaseModel):
     resumed_at_line: int | None = Field(None, description="Where an interrupted import of this file went on.")
     entities: Tally = Field(default_factory=Tally)
     observations_added: int = 0
+    aliases_added: int = 0
     relations: Tally = Field(default_factory=Tally)
     history: HistoryTally = Field(default_factory=HistoryTally)
     invalid: int = Field(0, description="Lines that are not a valid record (refused before any database work).")
@@ -140,8 +141,8 @@ def _apply_delta(summary: ImportSummary, delta: _Delta) -> None:
     for key, n in delta.counts.items():
         if key == "invalid":
             summary.invalid += n
-        elif key == "observations_added":
-            summary.observations_added += n
+        elif key in ("observations_added", "aliases_added"):
+            setattr(summary, key, getattr(summary, key) + n)
         elif key.startswith("records."):
             kind = key.split(".", 1)[1]
             summary.records[kind] = summary.records.get(kind, 0) + n
@@ -205,7 +206,7 @@ class Transfer(Service):
         by_name = fmt != "engram"
         while page := await transfer.entity_page(tx, after, EXPORT_PAGE, deleted=deleted, by_name=by_name):
             if fmt == "engram":
-                yield b"".join(formats.engram_entity(e.row, e.observations) for e in page)
+                yield b"".join(formats.engram_entity(e.row, e.observations, e.aliases, e.merged_into) for e in page)
             elif fmt == "memory":
                 yield b"".join(formats.memory_entity(e.row, e.observations) for e in page)
             else:
@@ -560,6 +561,8 @@ class _Run:
         events: list[Event] = []
         changed: set[str] = set()
         merging: list[str] = []
+        named: list[tuple[str, list[str]]] = []  # (entity id, the aliases its line lists)
+        merged_into: list[tuple[str, str]] = []
         for r in batch:
             row = by_id.get(r.id) if r.id else None
             if row is None and r.deleted_at is None:
@@ -587,6 +590,9 @@ class _Run:
                 ]
                 events.append(Event(eid, "created", {"name": r.name, "type": r.type, "import": self.fmt}))
                 delta.add("entities.created")
+                named.append((eid, r.aliases))
+                if r.merged_into and r.deleted_at is not None:
+                    merged_into.append((eid, r.merged_into))
                 continue
             if self.on_existing == "error":
                 delta.refuse(r.line, "conflict", f"entity {r.name!r} exists", "entities")
@@ -617,11 +623,23 @@ class _Run:
                 for o in r.observations
             ]
             merging.append(row.id)
+            named.append((row.id, r.aliases))
         await transfer.insert_entities(tx, new, self.actor)
+        await transfer.set_merged_into(tx, merged_into)
         await entities.write_fields(tx, updates)
         added = await transfer.insert_observations(tx, observations, self.actor)
         events += [Event(eid, "observations_added", {"observations": texts}) for eid, texts in added.items()]
         created = {e.id for e in new}
+        for eid, given in named:
+            if not given:
+                continue
+            gained = await aliases.add(tx, eid, given, self.actor)
+            delta.add("aliases_added", len(gained))
+            if len(gained) < len(given):
+                delta.add("skipped_because.aliases held already", len(given) - len(gained))
+            if gained and eid not in created:
+                events.append(Event(eid, "aliases_added", {"aliases": gained}))
+                changed.add(eid)
         versions = await entities.touch(tx, (changed | set(added)) - created, self.actor)
         for eid in merging:
             delta.add("entities.merged" if eid in versions else "entities.unchanged")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, BinaryIO, Literal
@@ -37,6 +37,7 @@ MAX_RECORD_BYTES = 8 * 1024 * 1024  # one line (or one item of a document)
 MAX_OBSERVATIONS = 10_000  # observations of one entity record
 MAX_HISTORY_CHANGES_BYTES = 4 * 1024 * 1024
 MAX_ACTOR = 500  # created_by, updated_by, actor
+MAX_ALIASES = 100  # aliases of one entity record (as many as an entity may hold)
 _INT32 = 2**31 - 1
 _CHUNK = 1024 * 1024
 
@@ -71,6 +72,8 @@ class EntityRecord:
     created_by: str | None = None
     updated_by: str | None = None
     deleted_at: datetime | None = None
+    aliases: list[str] = field(default_factory=list)  # engram format only
+    merged_into: str | None = None
 
 
 @dataclass(slots=True)
@@ -458,6 +461,7 @@ def _neo4j_relation(line: int, v: dict[str, Any]) -> RelationRecord:
 _ENGRAM_ENTITY = {
     "type", "id", "name", "entity_type", "description", "area", "topic", "subtopic", "certainty", "properties",
     "version", "created_at", "updated_at", "created_by", "updated_by", "deleted_at", "observations",
+    "aliases", "merged_into",
 }  # fmt: skip
 _ENGRAM_RELATION = {
     "type", "id", "from", "to", "from_id", "to_id", "relation_type", "strength", "notes", "properties",
@@ -508,6 +512,8 @@ def _engram_entity(line: int, v: dict[str, Any]) -> EntityRecord:
         created_by=_optional(v.get("created_by"), "created_by", MAX_ACTOR),
         updated_by=_optional(v.get("updated_by"), "updated_by", MAX_ACTOR),
         deleted_at=_optional_time(v.get("deleted_at"), "deleted_at"),
+        aliases=[_name(a, f"aliases.{i}") for i, a in enumerate(_list(v.get("aliases"), "aliases", MAX_ALIASES))],
+        merged_into=_optional_id(v.get("merged_into"), "merged_into"),
     )
 
 
@@ -598,7 +604,14 @@ def end(entities: int, relations: int, history: int) -> bytes:
     return line({"type": "end", "entities": entities, "relations": relations, "history": history})
 
 
-def engram_entity(row: Any, observations: Iterable[Any]) -> bytes:
+def engram_entity(
+    row: Any, observations: Iterable[Any], aliases: Sequence[str] = (), merged_into: str | None = None
+) -> bytes:
+    """An entity line; `aliases` and `merged_into` only where there are any (files of entities
+    without them read as before)."""
+    extra: dict[str, Any] = {"aliases": list(aliases)} if aliases else {}
+    if merged_into:
+        extra["merged_into"] = merged_into
     return line(
         {
             "type": "entity",
@@ -617,6 +630,7 @@ def engram_entity(row: Any, observations: Iterable[Any]) -> bytes:
             "created_by": row.created_by,
             "updated_by": row.updated_by,
             "deleted_at": _when(row.deleted_at),
+            **extra,
             "observations": [
                 {"text": o.text, "created_at": _when(o.created_at), "created_by": o.created_by} for o in observations
             ],

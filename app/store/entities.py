@@ -138,20 +138,53 @@ async def by_gids(tx: Tx, gids: Sequence[str]) -> dict[str, EntityRow]:
     return {(e := entity_row(r)).gid: e for r in rows}
 
 
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A live entity some reference may mean, with what else it answers to."""
+
+    row: EntityRow
+    aliases: tuple[str, ...] = ()  # all its aliases
+    merged_ids: tuple[str, ...] = ()  # ids, among the references, of entities merged into it
+
+
+# The live entities references may mean, by parameters $1 (references spelled as ids), $2 (the
+# references) and $3 (their name keys): by id, by the id of an entity merged into them, by exact
+# name, by name key, by alias key. A union of indexed lookups, so each stays an index probe.
+CANDIDATES = """e.deleted_at IS NULL AND e.id IN (
+    SELECT c.id FROM {s}.entities c
+    WHERE c.id = ANY($1::uuid[]) OR c.name = ANY($2::text[]) OR c.name_key = ANY($3::text[])
+    UNION ALL SELECT a.entity_id FROM {s}.aliases a WHERE a.alias_key = ANY($3::text[])
+    UNION ALL SELECT m.merged_into FROM {s}.entities m WHERE m.id = ANY($1::uuid[]) AND m.merged_into IS NOT NULL
+)"""
+# What a candidate answers to besides its id and name (after `COLUMNS`, as `candidate` reads them).
+CANDIDATE_EXTRAS = """
+    ARRAY(SELECT a.alias FROM {s}.aliases a WHERE a.entity_id = e.id ORDER BY a.alias_key) AS aliases,
+    ARRAY(SELECT m.id::text FROM {s}.entities m WHERE m.merged_into = e.id AND m.id = ANY($1::uuid[])) AS merged_ids
+"""
+
+
+def candidate(record: asyncpg.Record) -> Candidate:
+    """The Candidate of a record that selected `COLUMNS` then `CANDIDATE_EXTRAS`."""
+    return Candidate(entity_row(record), tuple(record["aliases"]), tuple(record["merged_ids"]))
+
+
+def candidate_args(refs: Sequence[str]) -> list[list[str]]:
+    """Parameters $1-$3 of `CANDIDATES`."""
+    return [[r for r in refs if is_uuid(r)], list(refs), [name_key(r) for r in refs]]
+
+
 @timed
-async def resolve(tx: Tx, refs: Sequence[str], *, lock: bool = False) -> list[EntityRow]:
+async def resolve(tx: Tx, refs: Sequence[str], *, lock: bool = False) -> list[Candidate]:
     """The candidates for references (ids or names): the live entities some reference may mean, by
-    id (references spelled as ids), by exact name, or by name case-insensitively. Which one a
-    reference means is the services' rule (app/services/refs.py)."""
+    id (references spelled as ids, or the id of an entity merged into one), by exact name, by name
+    case-insensitively, or by alias. Which one a reference means is the services' rule
+    (app/services/refs.py)."""
     rows = await tx.fetch(
-        f"SELECT {COLUMNS} FROM {{s}}.entities e"
-        " WHERE e.deleted_at IS NULL AND (e.id = ANY($1::uuid[]) OR e.name = ANY($2::text[])"
-        " OR e.name_key = ANY($3::text[]))" + (" FOR UPDATE" if lock else ""),
-        [r for r in refs if is_uuid(r)],
-        list(refs),
-        [name_key(r) for r in refs],
+        f"SELECT {COLUMNS}, {CANDIDATE_EXTRAS} FROM {{s}}.entities e WHERE {CANDIDATES}"
+        + (" FOR UPDATE OF e" if lock else ""),
+        *candidate_args(refs),
     )
-    return [entity_row(r) for r in rows]
+    return [candidate(r) for r in rows]
 
 
 @timed

@@ -170,13 +170,19 @@ async def by_name(
     limit: int,
     narrow: Narrowing = Narrowing(),
 ) -> list[Ranked]:
-    """Entities whose name resembles the query (trigrams): typos and partial names."""
+    """Entities whose name or an alias resembles the query (trigrams): typos and partial names."""
     rows = await tx.fetch(
         f"""
-        SELECT e.id::text, word_similarity($1::text, e.name) AS similarity
-        FROM {{s}}.entities e
-        WHERE $1::text <% e.name {_FILTERS}
-        ORDER BY similarity DESC, e.name LIMIT $2
+        SELECT id::text, max(similarity) AS similarity FROM (
+            SELECT e.id, e.name, word_similarity($1::text, e.name) AS similarity
+            FROM {{s}}.entities e
+            WHERE $1::text <% e.name {_FILTERS}
+            UNION ALL
+            SELECT e.id, e.name, word_similarity($1::text, a.alias)
+            FROM {{s}}.aliases a JOIN {{s}}.entities e ON e.id = a.entity_id
+            WHERE $1::text <% a.alias {_FILTERS}
+        ) m GROUP BY id, name
+        ORDER BY similarity DESC, name LIMIT $2
         """,
         query,
         limit,

@@ -16,7 +16,15 @@ import asyncpg
 import orjson
 
 from app.store.database import Tx, timed
-from app.store.entities import COLUMNS, EntityRow, entity_row, is_uuid, name_key
+from app.store.entities import (
+    CANDIDATE_EXTRAS,
+    CANDIDATES,
+    COLUMNS,
+    Candidate,
+    EntityRow,
+    candidate,
+    candidate_args,
+)
 
 REL_TYPE = "ag_catalog.agtype_access_operator(VARIADIC ARRAY[r.properties, '\"type\"'::ag_catalog.agtype])::text"
 REL_ID = "ag_catalog.agtype_access_operator(VARIADIC ARRAY[r.properties, '\"id\"'::ag_catalog.agtype])::text"
@@ -131,9 +139,10 @@ async def delete(tx: Tx, ids: Sequence[str]) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Detail:
-    """An entity with its first observations (oldest first), how many it has, and its live relations."""
+    """An entity (with its aliases) with its first observations (oldest first), how many it has, and
+    its live relations."""
 
-    entity: EntityRow
+    entity: Candidate
     observations: list[str]
     observations_total: int
     relations: list[Relation] | None
@@ -156,7 +165,7 @@ async def detail(tx: Tx, ref: str, *, observations: int, relations: int | None) 
     """
     rows = await tx.fetch(
         f"""
-        SELECT {COLUMNS},
+        SELECT {COLUMNS}, {CANDIDATE_EXTRAS},
             ARRAY(SELECT o.content FROM {{s}}.observations o WHERE o.entity_id = e.id ORDER BY o.id LIMIT $4)
                 AS observations,
             (SELECT count(*) FROM {{s}}.observations o WHERE o.entity_id = e.id) AS observations_total,
@@ -173,18 +182,15 @@ async def detail(tx: Tx, ref: str, *, observations: int, relations: int | None) 
                 LIMIT $5
             ) END AS relations
         FROM {{s}}.entities e
-        WHERE e.deleted_at IS NULL
-          AND (e.id = ANY($1::uuid[]) OR e.name = ANY($2::text[]) OR e.name_key = ANY($3::text[]))
+        WHERE {CANDIDATES}
         """,
-        [ref] if is_uuid(ref) else [],
-        [ref],
-        [name_key(ref)],
+        *candidate_args([ref]),
         observations,
         relations,
     )
     return [
         Detail(
-            entity_row(r),
+            candidate(r),
             r["observations"],
             r["observations_total"],
             None if r["relations"] is None else [Relation(orjson.loads(x[0]), *x[1:]) for x in r["relations"]],

@@ -43,6 +43,8 @@ class StoredObservation:
 class ExportedEntity:
     row: EntityRow
     observations: list[StoredObservation]
+    aliases: list[str]
+    merged_into: str | None  # the entity it was merged into (docs/tools.md, "Merges and aliases")
 
 
 @timed
@@ -50,13 +52,15 @@ async def entity_page(
     tx: Tx, after: str | None, limit: int, *, deleted: bool, by_name: bool = False
 ) -> list[ExportedEntity]:
     """Entities after `after` in id order (or, live ones only, in name order), each with all its
-    observations (oldest first); deleted ones too with `deleted`."""
+    observations (oldest first) and aliases; deleted ones too with `deleted`."""
     key = "e.name" if by_name else "e.id"
     if by_name and deleted:
         raise ValueError("names are unique among live entities only")
     rows = await tx.fetch(
         f"""
-        SELECT {COLUMNS}, o.texts, o.ats, o.bys FROM {{s}}.entities e
+        SELECT {COLUMNS}, o.texts, o.ats, o.bys, e.merged_into::text AS merged_into,
+            ARRAY(SELECT a.alias FROM {{s}}.aliases a WHERE a.entity_id = e.id ORDER BY a.alias_key) AS aliases
+        FROM {{s}}.entities e
         CROSS JOIN LATERAL (
             SELECT array_agg(content ORDER BY id) AS texts, array_agg(created_at ORDER BY id) AS ats,
                    array_agg(created_by ORDER BY id) AS bys
@@ -76,6 +80,8 @@ async def entity_page(
             ExportedEntity(
                 EntityRow(*r[:_ENTITY_WIDTH]),
                 [StoredObservation(t, a, b) for t, a, b in zip(texts, ats, bys, strict=True)],
+                list(r["aliases"]),
+                r["merged_into"],
             )
         )
     return out
@@ -195,6 +201,18 @@ async def insert_entities(tx: Tx, items: Sequence[ImportedEntity], actor: str) -
         actor,
     )
     tx.growth.entities += sum(1 for i in items if i.deleted_at is None)
+
+
+@timed
+async def set_merged_into(tx: Tx, pairs: Sequence[tuple[str, str]]) -> None:
+    """Record (entity id, survivor id): what an engram file says a deleted entity was merged into."""
+    if pairs:
+        await tx.execute(
+            "UPDATE {s}.entities e SET merged_into = p.survivor FROM unnest($1::uuid[], $2::uuid[]) AS p(id, survivor)"
+            " WHERE e.id = p.id AND e.deleted_at IS NOT NULL",
+            [p[0] for p in pairs],
+            [p[1] for p in pairs],
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ import yaml
 from helm_python import _native
 from pydantic import ValidationError
 
-from app.config import Settings
+from app.config import ENDPOINT_PATHS, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "engram"
@@ -1034,7 +1034,8 @@ def test_server_accepts_the_chart_settings(name: str, monkeypatch: pytest.Monkey
         return
     # The built-in server is the issuer: its own public URL, https.
     assert settings.issuer == environment["ENGRAM_PUBLIC_URL"] == "https://memory.example.com"
-    assert settings.audiences == [settings.resource_url]
+    assert settings.audiences == [settings.endpoint_url(name) for name in ENDPOINT_PATHS]  # every endpoint's own
+    assert settings.audiences_for("memory") == [f"{settings.base_url}/mcp/memory"]
     builtin = VALUE_SETS[name]["auth"].get("builtin", {})
     assert settings.local_accounts is builtin.get("localAccounts", False)
     assert settings.client_metadata_allow_http_loopback is False

@@ -57,7 +57,7 @@ def instructions(tool_set: str, neo4j_prefix: str = "") -> str:
 
 @dataclass(frozen=True)
 class Endpoint:
-    """One tool set's MCP server, served at `path`, for tokens whose `aud` is one of `audiences`."""
+    """One tool set's MCP server, served at `path` (`url`), taking the tokens its `verifier` accepts."""
 
     tool_set: str
     path: str

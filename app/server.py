@@ -61,7 +61,8 @@ def create_app(settings: Settings) -> Starlette:
         *([Route("/metrics", metrics_page)] if settings.metrics_port == 0 else []),
         *(auth.routes() if auth is not None else []),
         *_resource_metadata(settings, endpoints),
-        *AdminRoutes(settings, services.transfer, verifier, _metadata_url(settings.resource_url)).routes(),
+        # A token for any served endpoint (the first one's metadata named in challenges).
+        *AdminRoutes(settings, services.transfer, verifier, _metadata_url(endpoints[0].url)).routes(),
         *(Route(e.path, _mcp_endpoint(settings, e)) for e in endpoints),
     ]
     servers = [e.mcp for e in endpoints]

@@ -1,6 +1,7 @@
 """The tenant administrators' HTTP routes: `GET /admin/export` and `POST /admin/import`.
 
-They take the bearer token the MCP endpoint takes, checked by the same verifier; the tenant is the
+They take a bearer token any served MCP endpoint takes (its `aud` may name any of them), checked
+by the same verifier; the tenant is the
 token's, and the token must carry `memory:admin`. Cookies never authorize them (a request with a
 cookie and no bearer token is refused like any other without a token), so a page a signed-in
 person visits cannot make their browser export or import. Both run through the same service as

@@ -26,7 +26,7 @@ def authorization_server(settings: Settings, db: Database) -> AuthServer | None:
     return AuthServer(
         db,
         issuer=settings.issuer,
-        resource=settings.resource_url,
+        resources=list(settings.endpoint_urls.values()),
         scope_names=settings.scope_names,
         tenant_claim=settings.tenant_claim,
         lifetimes=Lifetimes(access=settings.access_token_ttl_seconds, refresh=settings.refresh_token_ttl_seconds),

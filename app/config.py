@@ -12,6 +12,8 @@ from pydantic import BaseModel, Field, SecretStr, field_validator, model_validat
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 _DEFAULT_MIGRATIONS = Path(__file__).resolve().parent.parent / "sql" / "migrations"
+# Each tool set is served at its own MCP endpoint (ENGRAM_TOOL_SETS picks which), with its own audience.
+ENDPOINT_PATHS = {"native": "/mcp", "memory": "/mcp/memory", "neo4j": "/mcp/neo4j"}
 
 
 def cache_dir() -> Path:
@@ -91,7 +93,9 @@ class Settings(BaseSettings):
     dev_key_file: Path = Field(default_factory=lambda: cache_dir() / "dev-signing-key.json")
     token_ttl_seconds: int = Field(3600, ge=60, le=30 * 86400)
     oidc_issuer: str | None = Field(None, description="The identity provider's issuer URL (auth mode oidc).")
-    oidc_audiences: CommaList = Field(default_factory=list, description="Accepted `aud`; default the resource URL.")
+    oidc_audiences: CommaList = Field(
+        default_factory=list, description="Accepted `aud` at every endpoint; default each endpoint's own URL."
+    )
     oidc_jwks_url: str | None = Field(None, description="JWKS URL; default the one the issuer's metadata names.")
     oidc_client_id: str | None = Field(None, max_length=500, description="For token introspection (opaque tokens).")
     oidc_client_secret: SecretStr | None = None
@@ -134,8 +138,13 @@ class Settings(BaseSettings):
     authorize_per_minute: int = Field(60, ge=1, le=100_000, description="/authorize requests per client address.")
 
     # tools
-    tool_sets: CommaList = Field(default_factory=lambda: ["native", "memory"])
-    neo4j_namespace: str = Field("", max_length=40, pattern=r"^([A-Za-z0-9_]+-?)?$")
+    tool_sets: CommaList = Field(
+        default_factory=lambda: list(ENDPOINT_PATHS),
+        description="Endpoints served: native (/mcp), memory (/mcp/memory), neo4j (/mcp/neo4j).",
+    )
+    neo4j_namespace: str = Field(
+        "", max_length=40, pattern=r"^([A-Za-z0-9_]+-?)?$", description="Optional prefix of the neo4j tools' names."
+    )
 
     # limits
     max_batch: int = Field(100, ge=1, le=1000, description="Items in one write call.")
@@ -233,7 +242,7 @@ class Settings(BaseSettings):
     @field_validator("tool_sets")
     @classmethod
     def _check_tool_sets(cls, value: list[str]) -> list[str]:
-        unknown = set(value) - {"native", "memory", "neo4j"}
+        unknown = set(value) - set(ENDPOINT_PATHS)
         if unknown or not value:
             raise ValueError("a comma-separated list of: native, memory, neo4j")
         return value
@@ -252,10 +261,6 @@ class Settings(BaseSettings):
     def _check(self) -> Self:
         if self.pool_min_size > self.pool_max_size:
             raise ValueError("ENGRAM_POOL_MIN_SIZE must not exceed ENGRAM_POOL_MAX_SIZE")
-        if {"memory", "neo4j"} <= set(self.tool_sets) and not self.neo4j_namespace:
-            raise ValueError(
-                "ENGRAM_TOOL_SETS has memory and neo4j, whose tool names overlap: set ENGRAM_NEO4J_NAMESPACE"
-            )
         if self.auth_mode == "oidc" and not self.oidc_issuer:
             raise ValueError("ENGRAM_AUTH_MODE=oidc needs ENGRAM_OIDC_ISSUER")
         if bool(self.oidc_client_id) != bool(self.oidc_client_secret):
@@ -289,17 +294,32 @@ class Settings(BaseSettings):
 
     @property
     def resource_url(self) -> str:
-        """The MCP endpoint's URL: the audience tokens must carry (RFC 8707)."""
-        return f"{self.base_url}/mcp"
+        """The native endpoint's URL (/mcp), served or not: where `engram token` and the admin routes point."""
+        return self.endpoint_url("native")
+
+    def endpoint_url(self, tool_set: str) -> str:
+        """The URL of a tool set's MCP endpoint: the resource (RFC 8707) its tokens must name in `aud`."""
+        return f"{self.base_url}{ENDPOINT_PATHS[tool_set]}"
+
+    @property
+    def endpoint_urls(self) -> dict[str, str]:
+        """The served endpoints' URLs, by tool set, in the order of ENDPOINT_PATHS."""
+        return {name: self.endpoint_url(name) for name in ENDPOINT_PATHS if name in self.tool_sets}
 
     @property
     def issuer(self) -> str:
         """Who issues access tokens: the identity provider, or (builtin and dev modes) the server itself."""
         return self.oidc_issuer if self.auth_mode == "oidc" and self.oidc_issuer else self.base_url
 
+    def audiences_for(self, tool_set: str) -> list[str]:
+        """What `aud` a token needs at one endpoint: ENGRAM_OIDC_AUDIENCES (one audience for the whole
+        server, as identity providers register one API), else the endpoint's own URL."""
+        return self.oidc_audiences or [self.endpoint_url(tool_set)]
+
     @property
     def audiences(self) -> list[str]:
-        return self.oidc_audiences or [self.resource_url]
+        """Every audience some served endpoint accepts (the admin routes accept any of them)."""
+        return self.oidc_audiences or list(self.endpoint_urls.values())
 
     @property
     def scope_names(self) -> dict[str, str]:

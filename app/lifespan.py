@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 from wsgiref.simple_server import WSGIServer
 
@@ -46,7 +46,7 @@ class Lifespan:
         *,
         indexer: Indexer,
         usage: Usage,
-        mcp: MCPServer,
+        mcp: Sequence[MCPServer],
         auth: AuthServer | None,
         http: httpx2.AsyncClient,
     ) -> None:
@@ -54,7 +54,7 @@ class Lifespan:
         self._db = db
         self._indexer = indexer
         self._usage = usage
-        self._mcp = mcp
+        self._mcp = list(mcp)  # one server per endpoint
         self._auth = auth
         self._http = http
         self._metrics_server: WSGIServer | None = None
@@ -66,7 +66,9 @@ class Lifespan:
         await self._start()
         app.state.accepting = True
         try:
-            async with self._mcp.session_manager.run():
+            async with AsyncExitStack() as sessions:
+                for server in self._mcp:
+                    await sessions.enter_async_context(server.session_manager.run())
                 yield
         finally:
             app.state.accepting = False  # readiness drops first
@@ -97,7 +99,7 @@ class Lifespan:
         logger.info(
             "engram %s listening on %s",
             VERSION,
-            settings.resource_url,
+            ", ".join(settings.endpoint_urls.values()),
             extra={"config": settings.redacted(), "not_ready": problem},
         )
         self._background = [

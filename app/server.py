@@ -1,4 +1,5 @@
-"""The Starlette application: MCP at /mcp, health, metrics, and the OAuth routes and documents.
+"""The Starlette application: the MCP endpoints (/mcp, /mcp/memory, /mcp/neo4j, those ENGRAM_TOOL_SETS
+names; the others answer 404), health, metrics, and the OAuth routes and documents.
 
 `create_app` wires the parts together; what they do lives elsewhere: app/health.py (/healthz,
 /readyz), app/auth_mode.py (the authorization server and token verifier of the auth mode),
@@ -7,10 +8,9 @@ app/lifespan.py (start-up, background tasks, shutdown).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Sequence
 
 import httpx2
-from mcp.server import MCPServer
 from mcp.server.auth.routes import build_resource_metadata_url, create_protected_resource_routes
 from mcp.server.transport_security import TransportSecuritySettings
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -18,18 +18,17 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Mount, Route
+from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from app import health
 from app.admin_routes import AdminRoutes
-from app.auth.verifier import TokenVerifier
 from app.auth_mode import authorization_server, token_verifier
 from app.config import Settings
 from app.lifespan import Lifespan
 from app.mcp.http_guard import HttpGuard, OutageAnswers
 from app.mcp.scope_guard import ScopeGuard
-from app.mcp.server import build_mcp
+from app.mcp.server import Endpoint, build_endpoints
 from app.observability import metrics
 from app.observability.logging import RequestLog
 from app.observability.usage import Usage
@@ -38,6 +37,12 @@ from app.services.fairness import fairness_from_settings
 from app.services.indexing import Indexer
 from app.store.database import Database
 from app.version import VERSION
+
+RESOURCE_NAMES = {
+    "native": "Engram memory",
+    "memory": "Engram memory (server-memory tools)",
+    "neo4j": "Engram memory (neo4j-memory tools)",
+}
 
 
 def create_app(settings: Settings) -> Starlette:
@@ -50,29 +55,29 @@ def create_app(settings: Settings) -> Starlette:
     auth = authorization_server(settings, db)
     verifier = token_verifier(settings, db, http, auth)
     usage = Usage()
-    mcp, tools = build_mcp(settings, services, verifier, usage)
+    endpoints = build_endpoints(settings, services, verifier, usage)
     routes = [
         *health.routes(db, indexer, settings.migrations_dir),
         *([Route("/metrics", metrics_page)] if settings.metrics_port == 0 else []),
         *(auth.routes() if auth is not None else []),
-        *_resource_metadata(settings),
-        *AdminRoutes(settings, services.transfer, verifier, _metadata_url(settings)).routes(),
-        Mount("/", app=_mcp_endpoint(settings, mcp, verifier, tools.scopes)),
+        *_resource_metadata(settings, endpoints),
+        # A token for any served endpoint (the first one's metadata named in challenges).
+        *AdminRoutes(settings, services.transfer, verifier, _metadata_url(endpoints[0].url)).routes(),
+        *(Route(e.path, _mcp_endpoint(settings, e)) for e in endpoints),
     ]
-    lifespan = Lifespan(settings, db, indexer=indexer, usage=usage, mcp=mcp, auth=auth, http=http)
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=_middleware(settings))
+    servers = [e.mcp for e in endpoints]
+    lifespan = Lifespan(settings, db, indexer=indexer, usage=usage, mcp=servers, auth=auth, http=http)
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=_middleware(settings, endpoints))
     app.state.accepting = False  # until the lifespan has started everything
     metrics.set_build_info(VERSION)
     return app
 
 
-def _mcp_endpoint(
-    settings: Settings, mcp: MCPServer, verifier: TokenVerifier, tool_scopes: Mapping[str, str]
-) -> ASGIApp:
-    """/mcp: the SDK's Streamable HTTP app, behind the step-up scope check."""
+def _mcp_endpoint(settings: Settings, endpoint: Endpoint) -> ASGIApp:
+    """One endpoint: the SDK's Streamable HTTP app for its server, behind the step-up scope check."""
     hosts, origins = settings.transport_hosts()
-    mcp_app = mcp.streamable_http_app(
-        streamable_http_path="/mcp",
+    mcp_app = endpoint.mcp.streamable_http_app(
+        streamable_http_path=endpoint.path,
         # Handshake-era clients are served statelessly, so any replica answers any request.
         stateless_http=True,
         json_response=True,
@@ -83,34 +88,38 @@ def _mcp_endpoint(
     mcp_app.add_middleware(OutageAnswers)  # inside the SDK app's own 500 handler, around its token check
     return ScopeGuard(
         mcp_app,
-        verifier,
-        tool_scopes,
+        endpoint.verifier,
+        endpoint.scopes,
         settings.scope_names,
-        _metadata_url(settings),
+        _metadata_url(endpoint.url),
         settings.max_request_bytes,
     )
 
 
-def _metadata_url(settings: Settings) -> str:
-    return str(build_resource_metadata_url(settings.resource_url))  # type: ignore[arg-type]
+def _metadata_url(resource_url: str) -> str:
+    return str(build_resource_metadata_url(resource_url))  # type: ignore[arg-type]
 
 
-def _resource_metadata(settings: Settings) -> list[Route]:
-    """RFC 9728 protected resource metadata, at the path clients derive from the resource URL and at the root."""
-    metadata = create_protected_resource_routes(
-        resource_url=settings.resource_url,  # type: ignore[arg-type]
-        authorization_servers=[settings.issuer],  # type: ignore[list-item]
-        scopes_supported=list(settings.scope_names.values()),
-        resource_name="Engram memory",
-        resource_documentation=settings.documentation_url,  # type: ignore[arg-type]
-    )
-    root = Route("/.well-known/oauth-protected-resource", metadata[0].endpoint, methods=["GET", "OPTIONS"])
-    return [*metadata, root]
+def _resource_metadata(settings: Settings, endpoints: Sequence[Endpoint]) -> list[Route]:
+    """RFC 9728 protected resource metadata of each endpoint, at the path clients derive from its URL
+    (/.well-known/oauth-protected-resource/mcp/memory), and the first endpoint's also at the root."""
+    routes: list[Route] = []
+    for endpoint in endpoints:
+        routes += create_protected_resource_routes(
+            resource_url=endpoint.url,  # type: ignore[arg-type]
+            authorization_servers=[settings.issuer],  # type: ignore[list-item]
+            scopes_supported=list(settings.scope_names.values()),
+            resource_name=RESOURCE_NAMES[endpoint.tool_set],
+            resource_documentation=settings.documentation_url,  # type: ignore[arg-type]
+        )
+    root = Route("/.well-known/oauth-protected-resource", routes[0].endpoint, methods=["GET", "OPTIONS"])
+    return [*routes, root]
 
 
-def _middleware(settings: Settings) -> list[Middleware]:
+def _middleware(settings: Settings, endpoints: Sequence[Endpoint]) -> list[Middleware]:
     guard = Middleware(
         HttpGuard,
+        paths={e.path for e in endpoints},
         token_rate=settings.token_rate,
         token_burst=settings.token_burst,
         max_header_bytes=settings.http_max_header_bytes,

@@ -305,7 +305,7 @@ async def run(
             tenant = f"bench-ref-{n}-{uuid.uuid4().hex[:8]}"
             sides: dict[str, AbstractAsyncContextManager[Client]] = {
                 REFERENCE: Client(params, mode="legacy"),
-                ENGRAM: connect(f"http://127.0.0.1:{port}/mcp", mint_token(s, tenant=tenant), "legacy"),
+                ENGRAM: connect(f"http://127.0.0.1:{port}/mcp/memory", mint_token(s, tenant=tenant), "legacy"),
             }
             row: dict[str, Any] = {}
             try:

@@ -3,6 +3,7 @@ readers of tool results. Fixtures are in conftest.py (which re-exports these for
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import subprocess
@@ -22,7 +23,7 @@ from mcp.types import CallToolResult
 
 from app.auth.devkeys import mint_token
 from app.auth.principal import READ, WRITE
-from app.config import Settings
+from app.config import ENDPOINT_PATHS, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,6 +48,10 @@ class Server:
     def client(self, tenant: str, scopes: tuple[str, ...] = (READ, WRITE), mode: str = "auto") -> Any:
         """`async with server.client(tenant) as c:` — a real MCP client holding a token for `tenant`."""
         return connect(self.url, self.token(tenant, scopes), mode)
+
+    def at(self, tool_set: str) -> Server:
+        """The same server, its `url` (and clients) at another tool set's endpoint (`memory`, `neo4j`)."""
+        return dataclasses.replace(self, url=f"{self.base}{ENDPOINT_PATHS[tool_set]}")
 
 
 def server_env(settings: Settings, port: int, **extra: str) -> dict[str, str]:

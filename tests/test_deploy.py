@@ -31,7 +31,7 @@ import yaml
 from helm_python import _native
 from pydantic import ValidationError
 
-from app.config import Settings
+from app.config import ENDPOINT_PATHS, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "engram"
@@ -1034,7 +1034,8 @@ def test_server_accepts_the_chart_settings(name: str, monkeypatch: pytest.Monkey
         return
     # The built-in server is the issuer: its own public URL, https.
     assert settings.issuer == environment["ENGRAM_PUBLIC_URL"] == "https://memory.example.com"
-    assert settings.audiences == [settings.resource_url]
+    assert settings.audiences == [settings.endpoint_url(name) for name in ENDPOINT_PATHS]  # every endpoint's own
+    assert settings.audiences_for("memory") == [f"{settings.base_url}/mcp/memory"]
     builtin = VALUE_SETS[name]["auth"].get("builtin", {})
     assert settings.local_accounts is builtin.get("localAccounts", False)
     assert settings.client_metadata_allow_http_loopback is False
@@ -1180,3 +1181,20 @@ def test_dashboard_queries_parse(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
     result = subprocess.run([_promtool(), "check", "rules", str(path)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_tool_sets_choose_the_endpoints_the_notes_list() -> None:
+    """config.toolSets becomes ENGRAM_TOOL_SETS; NOTES lists the served endpoints and their metadata."""
+    default = rendered("defaults")
+    assert default.one("ConfigMap", "engram")["data"]["ENGRAM_TOOL_SETS"] == "native,memory,neo4j"
+    assert "ENGRAM_NEO4J_NAMESPACE" not in default.one("ConfigMap", "engram")["data"]
+    for path in ENDPOINT_PATHS.values():
+        assert re.search(rf"/{path.lstrip('/')}\s", default.notes), path
+    only = render(_merge(VALUE_SETS["defaults"], {"config": {"toolSets": ["memory"], "neo4jNamespace": "mem"}}))
+    data = only.one("ConfigMap", "engram")["data"]
+    assert (data["ENGRAM_TOOL_SETS"], data["ENGRAM_NEO4J_NAMESPACE"]) == ("memory", "mem")
+    assert "/mcp/memory" in only.notes and "/mcp/neo4j" not in only.notes
+    assert "/.well-known/oauth-protected-resource/mcp/memory" in only.notes
+    for wrong in ([], ["native", "native"], ["graph"]):
+        with pytest.raises(Exception, match="toolSets"):
+            render(_merge(VALUE_SETS["defaults"], {"config": {"toolSets": wrong}}))

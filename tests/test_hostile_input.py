@@ -1,7 +1,8 @@
 """Hostile input, through the SDK's real client over HTTP: every case gets a clear error and changes nothing.
 
-One server with every tool set (native, `memory`, and `neo4j` behind the prefix `neo-`), one
-seeded tenant. Each case calls one tool, asserts the error code (never an internal error), and
+One server with every endpoint (native at /mcp, `memory` at /mcp/memory, `neo4j` at /mcp/neo4j
+behind the prefix `neo-` so that every tool name is unique here), one seeded tenant; each tool is
+called at its own endpoint. Each case calls one tool, asserts the error code (never an internal error), and
 compares a snapshot of the tenant's entities, vertices, observations, relations and history
 before and after. String arguments are found by walking each tool's published input schema, so a
 new tool or field is covered as soon as it appears (and the catalogue of valid arguments below
@@ -14,6 +15,7 @@ import copy
 import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +26,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult
 
 from app.auth.principal import ADMIN, READ, WRITE
+from app.config import ENDPOINT_PATHS
 from tests.conftest import Server, ok, serve
 
 SCOPES = (READ, WRITE, ADMIN)
@@ -41,6 +44,32 @@ def hostile_server(db_settings) -> Iterator[Server]:
         yield running
 
 
+class Endpoints:
+    """Clients of every endpoint of one server, for one tenant: each tool is called where it is served."""
+
+    def __init__(self, by_tool: dict[str, Any], native: Any) -> None:
+        self.by_tool = by_tool
+        self.native = native
+
+    async def call_tool(self, name: str, args: Any) -> CallToolResult:
+        return await self.by_tool[name].call_tool(name, args)
+
+    async def read_resource(self, uri: str) -> Any:
+        return await self.native.read_resource(uri)
+
+    async def list_tools(self) -> list[Any]:
+        return [t for c in {id(c): c for c in self.by_tool.values()}.values() for t in (await c.list_tools()).tools]
+
+
+@asynccontextmanager
+async def clients(server: Server, tenant: str, scopes: tuple[str, ...]) -> AsyncIterator[Endpoints]:
+    async with AsyncExitStack() as stack:
+        by_set = {s: await stack.enter_async_context(server.at(s).client(tenant, scopes)) for s in ENDPOINT_PATHS}
+        by_tool = {t.name: c for c in by_set.values() for t in (await c.list_tools()).tools}
+        assert len(by_tool) == sum([len((await c.list_tools()).tools) for c in by_set.values()])  # names unique
+        yield Endpoints(by_tool, by_set["native"])
+
+
 @dataclass
 class Seeded:
     tenant: str
@@ -52,7 +81,7 @@ class Seeded:
 
 
 async def _seed(server: Server, tenant: str) -> Seeded:
-    async with server.client(tenant, SCOPES) as c:
+    async with clients(server, tenant, SCOPES) as c:
         made = ok(
             await c.call_tool(
                 "upsert_entities",
@@ -81,7 +110,7 @@ async def _seed(server: Server, tenant: str) -> Seeded:
             "audit": ok(await c.call_tool("audit_log", {"limit": 1}))["next_cursor"],
             "duplicates": ok(await c.call_tool("find_duplicates", {"limit": 1}))["next_cursor"],
         }
-        tools = {t.name: t.input_schema for t in (await c.list_tools()).tools}
+        tools = {t.name: t.input_schema for t in await c.list_tools()}
     assert all(cursors.values()), cursors
     return Seeded(tenant, "", ids, rel["results"][0]["relation"]["id"], cursors, tools)
 
@@ -284,7 +313,7 @@ async def test_nul_in_any_string_argument_is_invalid(hostile_server, admin, seed
     cases = [(tool, path) for tool, schema in sorted(seeded.tools.items()) for path in string_paths(schema)]
     assert len(cases) >= 100
     base = catalogue(seeded)
-    async with hostile_server.client(seeded.tenant, SCOPES) as c:
+    async with clients(hostile_server, seeded.tenant, SCOPES) as c:
         for tool, path in cases:
             await check(c, admin, [seeded.schema], tool, put(base[tool], path, NUL), {"invalid"})
 
@@ -331,7 +360,7 @@ async def test_non_canonical_uuids_address_nothing(hostile_server, admin, seeded
         "open_nodes": {"names": [ada]},
         "disconnect_entities": {"relations": [{"from": ada, "to": "Acme", "type": "works at"}]},
     }
-    async with hostile_server.client(seeded.tenant, SCOPES) as c:
+    async with clients(hostile_server, seeded.tenant, SCOPES) as c:
         for expect, cases in (({"invalid"}, invalid), ({"not_found"}, not_found), ({"ok"}, ignored)):
             for tool, args in cases.items():
                 await check(c, admin, [seeded.schema], tool, args, expect)
@@ -365,7 +394,7 @@ async def test_spoiled_cursors_are_invalid(hostile_server, admin, seeded):
         "read_graph": {},
         "neo-read_graph": {},
     }
-    async with hostile_server.client(seeded.tenant, SCOPES) as c:
+    async with clients(hostile_server, seeded.tenant, SCOPES) as c:
         for cursor in _spoiled_cursors(seeded):
             for tool, args in listings.items():
                 await check(c, admin, [seeded.schema], tool, {**args, "cursor": cursor}, {"invalid"})
@@ -405,14 +434,14 @@ async def test_properties_that_no_store_keeps_exactly_are_invalid(hostile_server
         "update_entity": {"name": "Ada", "changes": {"properties": props}},
         "connect_entities": {"relations": [{"from": "Ada", "to": "Acme", "type": "likes", "properties": props}]},
     }
-    async with hostile_server.client(seeded.tenant, SCOPES) as c:
+    async with clients(hostile_server, seeded.tenant, SCOPES) as c:
         for tool, args in cases.items():
             await check(c, admin, [seeded.schema], tool, args, {"invalid"})
 
 
 async def test_properties_at_the_bounds_are_kept_exactly(hostile_server, seeded, tenant):
     props = {"max": 2**63 - 1, "min": -(2**63), "big": 9.2e18, "nest": _nested(31), "text": "zoë ✓ 𝄞"}
-    async with hostile_server.client(tenant, SCOPES) as c:
+    async with clients(hostile_server, tenant, SCOPES) as c:
         made = ok(
             await c.call_tool("upsert_entities", {"entities": [{"name": "Bounds", "type": "t", "properties": props}]})
         )
@@ -433,7 +462,7 @@ async def test_huge_numbers_in_arguments_are_invalid(hostile_server, admin, seed
         ("find_duplicates", {"limit": 2**64}),
         ("merge_entities", {"into": "Ada", "merge": ["Acme"], "expected_version": 2**64}),
     ]
-    async with hostile_server.client(seeded.tenant, SCOPES) as c:
+    async with clients(hostile_server, seeded.tenant, SCOPES) as c:
         for tool, args in cases:
             await check(c, admin, [seeded.schema], tool, args, {"invalid"})
 
@@ -504,7 +533,7 @@ async def test_merge_alias_and_duplicate_tools_refuse_oversized_and_mistyped_arg
 @pytest.mark.parametrize("name", ["null", "true", "false", "[1]", "{}", "123", '"quoted"', "[]"])
 async def test_names_that_look_like_json_are_names(hostile_server, tenant, name):
     """The SDK JSON-decodes string arguments typed other than `str`; optional strings must not be."""
-    async with hostile_server.client(tenant, SCOPES) as c:
+    async with clients(hostile_server, tenant, SCOPES) as c:
         made = ok(await c.call_tool("upsert_entities", {"entities": [{"name": name, "type": "t", "area": name}]}))
         eid = made["results"][0]["id"]
         assert ok(await c.call_tool("get_entity", {"name": name}))["id"] == eid
@@ -533,7 +562,7 @@ async def test_names_that_look_like_json_are_names(hostile_server, tenant, name)
 )
 async def test_malformed_tenant_claims_are_forbidden_and_create_nothing(hostile_server, admin, claim):
     tenants = await admin.fetchval("SELECT count(*) FROM engram.tenants")
-    async with hostile_server.client(claim, SCOPES) as c:
+    async with clients(hostile_server, claim, SCOPES) as c:
         for tool, args in (
             ("get_entity", {"name": "Ada"}),
             ("upsert_entities", {"entities": [{"name": "A", "type": "t"}]}),
@@ -549,7 +578,7 @@ async def test_malformed_tenant_claims_are_forbidden_and_create_nothing(hostile_
 async def test_another_tenant_reaches_nothing_with_this_tenants_ids_names_and_cursors(hostile_server, admin, seeded):
     """Tenant B with A's ids, names and cursors on every tool: `not_found`, `invalid` or empty; A is untouched."""
     other = seeded.tenant + "-b"
-    async with hostile_server.client(other, SCOPES) as b:
+    async with clients(hostile_server, other, SCOPES) as b:
         ok(
             await b.call_tool(
                 "upsert_entities", {"entities": [{"name": "B0", "type": "t"}, {"name": "B1", "type": "t"}]}
@@ -604,7 +633,7 @@ async def test_another_tenant_reaches_nothing_with_this_tenants_ids_names_and_cu
             {"ok"},
         ),
     ]
-    async with hostile_server.client(other, SCOPES) as b:
+    async with clients(hostile_server, other, SCOPES) as b:
         for tool, args, expect in cases:
             await check(b, admin, schemas, tool, args, expect)
         for tool, args in [

@@ -48,7 +48,7 @@ async def test_second_tenant_cannot_see_or_reach_the_first(client_for, tenant):
         assert [r["from"] for r in got["relations"]] == ["Team A"]
 
 
-async def test_every_native_tool_keeps_tenants_apart(client_for, tenant):
+async def test_every_native_tool_keeps_tenants_apart(server, client_for, tenant):
     """Tenant B uses tenant A's ids, names and cursors with every tool; A's data never moves."""
     other = tenant + "-b"
     async with client_for(tenant) as a:
@@ -86,7 +86,7 @@ async def test_every_native_tool_keeps_tenants_apart(client_for, tenant):
         "subgraph": [{"entities": [ids[0]]}],
         "restore_entities": [{"ids": [ids[0]]}],
     }
-    async with client_for(other) as b:
+    async with client_for(other) as b, server.at("memory").client(other) as m:
         ok(await b.call_tool("upsert_entities", {"entities": [{"name": "B0", "type": "mine"}]}))
         for tool, cases in not_found.items():
             for args in cases:
@@ -107,17 +107,17 @@ async def test_every_native_tool_keeps_tenants_apart(client_for, tenant):
         assert (stats["entities"], stats["relations"], stats["observations"]) == (1, 0, 0)
         assert ok(await b.call_tool("hierarchy", {}))["total"] == 1
         for tool, args in [("search_nodes", {"query": "fact"}), ("open_nodes", {"names": ["A0"]}), ("read_graph", {})]:
-            result = ok(await b.call_tool(tool, args))
+            result = ok(await m.call_tool(tool, args))
             assert "A0" not in str(result) and "fact" not in str(result), tool
         assert (
             error_code(
-                await b.call_tool("add_observations", {"observations": [{"entityName": "A0", "contents": ["planted"]}]})
+                await m.call_tool("add_observations", {"observations": [{"entityName": "A0", "contents": ["planted"]}]})
             )
             == "not_found"
         )
-        ok(await b.call_tool("delete_entities", {"entityNames": ["A0", "A1"]}))
-        ok(await b.call_tool("delete_observations", {"deletions": [{"entityName": "A0", "observations": ["fact 0"]}]}))
-        ok(await b.call_tool("delete_relations", {"relations": [{"from": "A0", "to": "A1", "relationType": "knows"}]}))
+        ok(await m.call_tool("delete_entities", {"entityNames": ["A0", "A1"]}))
+        ok(await m.call_tool("delete_observations", {"deletions": [{"entityName": "A0", "observations": ["fact 0"]}]}))
+        ok(await m.call_tool("delete_relations", {"relations": [{"from": "A0", "to": "A1", "relationType": "knows"}]}))
 
     async with client_for(tenant) as a:
         after = ok(await a.call_tool("get_entity", {"id": ids[0], "include_history": True}))

@@ -26,7 +26,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptio
 BOUNDED = {
     "ENGRAM_EMBEDDING_PROVIDER": "none",
     "ENGRAM_TOOL_SETS": "native,memory,neo4j",
-    "ENGRAM_NEO4J_NAMESPACE": "n4j",
     "ENGRAM_WALK_LEVEL_EDGES": "50",
     "ENGRAM_WALK_FRONTIER": "20",
     "ENGRAM_GRAPH_PAGE_RELATIONS": "30",
@@ -188,19 +187,21 @@ def test_set_limits_round_trip(bounded):
 
 
 async def test_oversized_observation_batches_are_refused(bounded):
-    async with bounded.client(new_tenant()) as c:
+    tenant = new_tenant()
+    async with bounded.client(tenant) as c, bounded.at("memory").client(tenant) as m:
         heavy = [{"name": f"e{i}", "type": "t", "observations": [f"o{j}" for j in range(100)]} for i in range(11)]
         refused = await c.call_tool("upsert_entities", {"entities": heavy})
         assert error_code(refused) == "limit" and details(refused)["reason"] == "batch_texts"
         memory = [{"name": e["name"], "entityType": "t", "observations": e["observations"]} for e in heavy]
-        assert error_code(await c.call_tool("create_entities", {"entities": memory})) == "limit"
+        assert error_code(await m.call_tool("create_entities", {"entities": memory})) == "limit"
         assert ok(await c.call_tool("find_entities", {}))["total"] == 0
         ok(await c.call_tool("upsert_entities", {"entities": heavy[:10]}))  # 1,000 observations: allowed
 
 
 async def test_walks_and_read_graph_report_truncated_on_a_hub(bounded):
     leaves = [f"leaf {i:03}" for i in range(120)]
-    async with bounded.client(new_tenant()) as c:
+    tenant = new_tenant()
+    async with bounded.client(tenant) as c:
         await seed(c, ["hub", "start", "end", *leaves])
         spokes = [{"from": "hub", "to": leaf, "type": "spoke"} for leaf in leaves]
         extra = [{"from": "start", "to": "hub", "type": "spoke"}, {"from": leaves[-1], "to": "end", "type": "spoke"}]
@@ -218,13 +219,11 @@ async def test_walks_and_read_graph_report_truncated_on_a_hub(bounded):
         small = ok(await c.call_tool("neighbors", {"entity": "end", "depth": 1}))
         assert not small["truncated"]
 
-        for tool, source, kind in (
-            ("read_graph", "from", "relationType"),
-            ("n4j-read_graph", "source", "relationType"),
-        ):
+    for tool_set, source, kind in (("memory", "from", "relationType"), ("neo4j", "source", "relationType")):
+        async with bounded.at(tool_set).client(tenant) as d:
             entities, relations, cut, cursor = [], [], 0, None
             while True:
-                page = ok(await c.call_tool(tool, {"cursor": cursor} if cursor else {}))
+                page = ok(await d.call_tool("read_graph", {"cursor": cursor} if cursor else {}))
                 assert len(page["relations"]) <= 30
                 entities += [e["name"] for e in page["entities"]]
                 relations += [(r[source], r[kind]) for r in page["relations"]]
@@ -234,7 +233,7 @@ async def test_walks_and_read_graph_report_truncated_on_a_hub(bounded):
                 cursor = page.get("nextCursor")
                 if not cursor:
                     break
-            assert cut >= 3, tool  # the hub's 120 relations take four pages of 30: three say more follow
+            assert cut >= 3, tool_set  # the hub's 120 relations take four pages of 30: three say more follow
             assert sorted(entities) == sorted(["hub", "start", "end", *leaves])  # each once
             assert len(relations) == 122 and relations.count(("hub", "spoke")) == 120
 

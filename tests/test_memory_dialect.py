@@ -4,7 +4,7 @@ Each test is one behaviour of the reference's KnowledgeGraphManager and tool han
 fields, structured and text content, annotations, duplicates, missing entities, cascades, relation
 selection), or one of Engram's documented fixes (docs/tools.md, "server-memory dialect"): dangling
 relations refused, batch duplicates written once, no lost concurrent writes, a paged read_graph,
-soft deletes, tenant isolation.
+soft deletes, tenant isolation. Against the /mcp/memory endpoint, as a client would use it.
 """
 
 from __future__ import annotations
@@ -93,6 +93,12 @@ ITEM_FIELDS = {
     ("add_observations", "observations"): {"entityName", "contents"},
     ("delete_observations", "deletions"): {"entityName", "observations"},
 }
+
+
+@pytest.fixture
+def server(server: Server) -> Server:
+    """The shared server at the server-memory endpoint (`client_for` uses it too)."""
+    return server.at("memory")
 
 
 def pretty(value: Any) -> str:
@@ -378,11 +384,11 @@ async def test_read_graph_of_a_small_graph_is_whole(client_for, tenant):
         assert resource.contents[0].text == pretty(graph)  # type: ignore[union-attr]
 
 
-async def test_deletes_are_soft_and_restore_entities_brings_them_back_with_relations(client_for, tenant):
-    async with client_for(tenant) as c:
+async def test_deletes_are_soft_and_restore_entities_brings_them_back_with_relations(server, tenant):
+    async with server.client(tenant) as c, server.at("native").client(tenant) as native:
         ok(await c.call_tool("create_entities", {"entities": [entity("Ada", "person", "born 1815"), entity("Acme")]}))
         ok(await c.call_tool("create_relations", {"relations": [rel("Ada", "Acme", "works at")]}))
-        ada_id = ok(await c.call_tool("get_entity", {"name": "Ada"}))["id"]
+        ada_id = ok(await native.call_tool("get_entity", {"name": "Ada"}))["id"]
 
         ok(await c.call_tool("delete_entities", {"entityNames": ["Ada"]}))
         assert await open_nodes(c, "Ada", "Acme") == {"entities": [entity("Acme")], "relations": []}
@@ -390,7 +396,7 @@ async def test_deletes_are_soft_and_restore_entities_brings_them_back_with_relat
         failed = await c.call_tool("add_observations", {"observations": [{"entityName": "Ada", "contents": ["x"]}]})
         assert error_code(failed) == "not_found"
 
-        ok(await c.call_tool("restore_entities", {"ids": [ada_id]}))
+        ok(await native.call_tool("restore_entities", {"ids": [ada_id]}))
         assert await open_nodes(c, "Ada") == {
             "entities": [entity("Ada", "person", "born 1815")],
             "relations": [rel("Ada", "Acme", "works at")],
@@ -497,7 +503,7 @@ async def test_a_read_only_token_cannot_write(client_for, tenant):
 def small_server(db_settings) -> Iterator[Server]:
     settings = {"ENGRAM_GRAPH_PAGE_SIZE": "3", "ENGRAM_MAX_RESULTS": "4", "ENGRAM_OBSERVATIONS_PER_ENTITY": "2"}
     with serve(db_settings, **settings) as running:
-        yield running
+        yield running.at("memory")
 
 
 async def test_read_graph_pages_hold_every_entity_and_relation_exactly_once(small_server, tenant):

@@ -361,7 +361,8 @@ async def test_hierarchy_stats_status(client_for, tenant):
 
         status = ok(await c.call_tool("server_status", {}))
         assert status["database"] == "ok" and status["graph"] == "ok"
-        assert {"get_entity", "create_entities", "server_status"} <= set(status["tools"])
+        assert {"get_entity", "upsert_entities", "server_status"} <= set(status["tools"])
+        assert "create_entities" not in status["tools"]  # the server-memory tools are at /mcp/memory
 
 
 async def test_resources_and_prompt(client_for, tenant):

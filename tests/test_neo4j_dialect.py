@@ -3,8 +3,9 @@
 Each test is one behaviour of the original's Neo4jMemory and tool handlers (names and namespace
 prefix, fields, the `{"result": ...}` wrapper and text content, MERGE semantics, missing entities,
 cascades, relation selection), or one of Engram's documented differences (docs/tools.md,
-"neo4j-memory dialect"). Two servers of its own: the neo4j set alone, as the original serves it,
-and every set at once with the neo4j set behind a namespace, a small read_graph page and cap.
+"neo4j-memory dialect"), against the /mcp/neo4j endpoint. Two servers of its own: the neo4j set
+alone, as the original serves it, and every set at once with the neo4j tools behind a namespace, a
+small read_graph page and cap.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from app.auth.principal import READ
-from tests.conftest import Server, error_code, free_port, ok, serve, server_env, start_server, text
+from tests.conftest import Server, error_code, ok, serve, text
 
 NAMES = [
     "read_graph",
@@ -119,7 +120,7 @@ def compact(value: Any) -> str:
 @pytest.fixture(scope="module")
 def neo4j_server(db_settings) -> Iterator[Server]:
     with serve(db_settings, ENGRAM_TOOL_SETS="neo4j") as running:
-        yield running
+        yield running.at("neo4j")
 
 
 @pytest.fixture(scope="module")
@@ -384,29 +385,24 @@ async def test_invalid_input_is_refused_before_anything_is_saved(neo4j_server, t
 
 
 async def test_a_namespace_prefixes_every_tool_with_one_hyphen(every_set_server, tenant):
-    async with every_set_server.client(tenant) as c:
+    async with every_set_server.at("neo4j").client(tenant) as c:
         tools = {t.name for t in (await c.list_tools()).tools}
         assert c.instructions is not None
-        assert all(name in c.instructions for name in ("mem-search_memories", "search_nodes", "upsert_entities"))
-    assert {f"mem-{n}" for n in NAMES} <= tools
-    assert {"read_graph", "create_entities", "search_nodes", "upsert_entities"} <= tools  # the memory set's own
-    assert not {"search_memories", "find_memories_by_name"} & tools
-
-
-def test_memory_and_neo4j_together_need_a_namespace(db_settings):
-    env = server_env(db_settings, free_port(), ENGRAM_TOOL_SETS="memory,neo4j")
-    with pytest.raises(RuntimeError, match="exited"):
-        start_server(env)
+        assert "mem-search_memories" in c.instructions
+        assert not any(name in c.instructions for name in ("search_nodes", "upsert_entities"))
+    assert tools == {f"mem-{n}" for n in NAMES}  # the endpoint serves the neo4j set only
+    async with every_set_server.at("memory").client(tenant) as c:
+        assert {"read_graph", "create_entities", "search_nodes"} <= {t.name for t in (await c.list_tools()).tools}
 
 
 async def test_types_written_by_other_sets_are_read_back_exactly(every_set_server, tenant):
     """Free-text types from the memory and native sets are returned, not refused by the label rule."""
-    async with every_set_server.client(tenant) as c:
+    async with every_set_server.at("memory").client(tenant) as m, every_set_server.at("neo4j").client(tenant) as c:
         made = {"name": "Ada", "entityType": "person of interest", "observations": ["wrote notes"]}
         await call(
-            c, "create_entities", {"entities": [made, {"name": "Acme", "entityType": "company", "observations": []}]}
+            m, "create_entities", {"entities": [made, {"name": "Acme", "entityType": "company", "observations": []}]}
         )
-        await call(c, "create_relations", {"relations": [{"from": "Ada", "to": "Acme", "relationType": "works at"}]})
+        await call(m, "create_relations", {"relations": [{"from": "Ada", "to": "Acme", "relationType": "works at"}]})
         expected = {
             "entities": [entity("Acme", "company"), entity("Ada", "person of interest", "wrote notes")],
             "relations": [rel("Ada", "Acme", "works at")],
@@ -420,13 +416,13 @@ async def test_types_written_by_other_sets_are_read_back_exactly(every_set_serve
 
 
 async def test_deletes_are_soft_and_restore_entities_brings_them_back(every_set_server, tenant):
-    async with every_set_server.client(tenant) as c:
+    async with every_set_server.at("neo4j").client(tenant) as c, every_set_server.client(tenant) as native:
         await call(c, "mem-create_entities", {"entities": [entity("Alice", "person", "engineer"), entity("Acme")]})
         await call(c, "mem-create_relations", {"relations": [rel("Alice", "Acme", "WORKS_AT")]})
-        alice = (await call(c, "get_entity", {"name": "Alice"}))["id"]
+        alice = (await call(native, "get_entity", {"name": "Alice"}))["id"]
         await call(c, "mem-delete_entities", {"entityNames": ["Alice"]})
         assert await find(c, "Alice", "Acme", prefix="mem-") == {"entities": [entity("Acme")], "relations": []}
-        await call(c, "restore_entities", {"ids": [alice]})
+        await call(native, "restore_entities", {"ids": [alice]})
         assert await find(c, "Alice", prefix="mem-") == {
             "entities": [entity("Alice", "person", "engineer")],
             "relations": [rel("Alice", "Acme", "WORKS_AT")],
@@ -436,7 +432,7 @@ async def test_deletes_are_soft_and_restore_entities_brings_them_back(every_set_
 async def test_read_graph_pages_hold_every_entity_and_relation_exactly_once(every_set_server, tenant):
     names = [f"e{i}" for i in range(7)]
     relations = [rel(names[i], names[(i * 3) % 7], "LINKS") for i in range(7)] + [rel("e6", "e0", "BACK")]
-    async with every_set_server.client(tenant) as c:
+    async with every_set_server.at("neo4j").client(tenant) as c:
         await call(c, "mem-create_entities", {"entities": [entity(n) for n in names]})
         await call(c, "mem-create_relations", {"relations": relations})
         pages, cursor = [], None

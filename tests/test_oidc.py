@@ -24,6 +24,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
 from app.auth import apikeys
+from app.config import ENDPOINT_PATHS
 from app.store import tenants
 from tests.conftest import ROOT, connect, error_code, free_port, ok, server_env, start_server
 from tests.oidc_issuer import CLIENT_ID, CLIENT_SECRET, StandInIssuer
@@ -286,6 +287,9 @@ async def test_api_keys_create_use_list_revoke_expire(oidc, tenant):
         ok(await writer.call_tool("upsert_entities", {"entities": [{"name": "Fact", "type": "t"}]}))
     async with connect(oidc.url, key) as bot:
         assert ok(await bot.call_tool("get_entity", {"name": "Fact"}))["name"] == "Fact"
+    for drop_in in ("memory", "neo4j"):  # a key is the tenant's, not a resource's: good at every endpoint
+        async with connect(f"{oidc.url}/{drop_in}", key) as bot:
+            assert [e["name"] for e in ok(await bot.call_tool("read_graph", {}))["entities"]] == ["Fact"]
     refused = httpx2.post(
         oidc.url,
         headers={
@@ -325,6 +329,55 @@ async def test_api_keys_create_use_list_revoke_expire(oidc, tenant):
     assert oidc.post(f"Bearer {key2}").status_code == 401  # expired
     assert key2.split("_", 2)[2].encode() not in bytes(stored)
     assert oidc.post(f"Bearer {key[:-1]}{'A' if key[-1] != 'A' else 'B'}").status_code == 401  # wrong secret
+
+
+def test_without_configured_audiences_each_endpoint_takes_tokens_for_itself_only(oidc, tenant):
+    """ENGRAM_OIDC_AUDIENCES unset: an endpoint's own URL is its audience, as RFC 8707 has it."""
+    urls = {path: f"{oidc.base}{path}" for path in ENDPOINT_PATHS.values()}
+    for path, url in urls.items():
+        token = oidc.issuer.sign(oidc.issuer.claims_for(url, tenant))
+        for other, other_url in urls.items():
+            answer = httpx2.post(other_url, content=orjson.dumps(INIT), headers=_headers(token), timeout=10)
+            if other == path:
+                assert answer.status_code == 200, (path, answer.text)
+            else:
+                challenge = answer.headers.get("www-authenticate", "")
+                assert answer.status_code == 401, (path, other)
+                assert f'resource_metadata="{oidc.base}/.well-known/oauth-protected-resource{other}"' in challenge
+
+
+def test_configured_audiences_hold_at_every_endpoint(db_settings, tenant):
+    """ENGRAM_OIDC_AUDIENCES: the identity provider's one audience for the API, at every endpoint."""
+    with StandInIssuer() as issuer:
+        port = free_port()
+        env = server_env(
+            db_settings,
+            port,
+            ENGRAM_AUTH_MODE="oidc",
+            ENGRAM_OIDC_ISSUER=issuer.url,
+            ENGRAM_OIDC_AUDIENCES="api://engram",
+            ENGRAM_EMBEDDING_PROVIDER="none",
+        )
+        process = start_server(env)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            for audience, status in (("api://engram", 200), (f"{base}/mcp", 401)):
+                token = issuer.sign(issuer.claims_for(audience, tenant))
+                for path in ENDPOINT_PATHS.values():
+                    url = f"{base}{path}"
+                    answer = httpx2.post(url, content=orjson.dumps(INIT), headers=_headers(token), timeout=10)
+                    assert answer.status_code == status, (audience, path)
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+
+
+def _headers(token: str) -> dict[str, str]:
+    return {
+        "Authorization": f"Bearer {token}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+    }
 
 
 async def test_managed_tenants_must_exist(db_settings, tenant):

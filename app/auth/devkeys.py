@@ -43,12 +43,14 @@ def mint_token(
     scopes: tuple[str, ...] = (READ, WRITE),
     ttl: int | None = None,
     key: ECKey | None = None,
+    audience: str | list[str] | None = None,
 ) -> str:
+    """A development token; its `aud` names every served endpoint unless `audience` says otherwise."""
     key = key or load_or_create_key(settings.dev_key_file)
     now = int(time.time())
     claims = {
         "iss": settings.issuer,
-        "aud": settings.resource_url,
+        "aud": audience if audience is not None else list(settings.endpoint_urls.values()),
         "sub": subject,
         "client_id": "engram-cli",
         settings.tenant_claim: tenant,

@@ -1,9 +1,12 @@
-"""Bearer-token verification for the MCP endpoint (the SDK's TokenVerifier protocol).
+"""Bearer-token verification for the MCP endpoints (the SDK's TokenVerifier protocol).
 
 Three kinds of token reach it: Engram API keys; JWTs, checked against the issuer's keys
 (signature with an asymmetric algorithm only, issuer, audience, expiry, not-before); and, when
 introspection is configured, opaque tokens, asked about at the issuer (RFC 7662). The answer for
 each token is cached until it expires (briefly for introspection), so a request costs one lookup.
+
+`TokenVerifier` accepts a token meant for any endpoint of this server; `EndpointVerifier` is what
+one endpoint uses: the same answer, refused unless the token's `aud` names that endpoint.
 """
 
 from __future__ import annotations
@@ -181,6 +184,28 @@ class TokenVerifier:
             subject=str(claims["sub"]),
             claims=claims,
         )
+
+
+class EndpointVerifier:
+    """One endpoint's verifier: a JWT or introspected token must name one of `audiences` in `aud`
+    (RFC 8707: a token for /mcp/memory is no good at /mcp). API keys are the tenant's own
+    credentials, not issued for a resource, and work at every endpoint."""
+
+    def __init__(self, verifier: TokenVerifier, audiences: Sequence[str]) -> None:
+        self._verifier = verifier
+        self.audiences = list(audiences)
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        found = await self._verifier.verify_token(token)
+        if found is None or token.startswith(PREFIX):
+            return found
+        aud = (found.claims or {}).get("aud")
+        named = {aud} if isinstance(aud, str) else set(aud) if isinstance(aud, list) else set()
+        if not named & set(self.audiences):
+            metrics.AUTH_FAILURES.labels("audience").inc()
+            logger.info("token refused: meant for another endpoint")
+            return None
+        return found.model_copy(update={"resource": self.audiences[0]})
 
 
 _REASONS = {

@@ -77,7 +77,7 @@ class Provider:
         events: Events,
         *,
         issuer: str,
-        resource: str,
+        resources: Sequence[str],
         consent_url: str,
         scope_names: Mapping[str, str],
         tenant_claim: str,
@@ -88,7 +88,7 @@ class Provider:
         self._keys = keys
         self._events = events
         self.issuer = issuer
-        self.resource = resource
+        self.resources = list(resources)  # the served MCP endpoints' URLs: what a token may be for
         self._consent_url = consent_url
         self._external = dict(scope_names)  # Engram name -> the name tokens carry
         self._tenant_claim = tenant_claim
@@ -106,12 +106,14 @@ class Provider:
     # --- authorization ----------------------------------------------------------------------------
 
     async def authorize(self, client: OAuthClientInformationFull, params: AuthorizationParams) -> str:
+        served = ", ".join(self.resources)
         if params.resource is None:
             await self._events("authorize", "no_resource", client_id=client.client_id)
-            raise AuthorizeError("invalid_request", f"`resource` is required: {self.resource}")
-        if params.resource.rstrip("/") != self.resource:
+            raise AuthorizeError("invalid_request", f"`resource` is required, one of: {served}")
+        resource = params.resource.rstrip("/")
+        if resource not in self.resources:
             await self._events("authorize", "wrong_resource", client_id=client.client_id)
-            raise AuthorizeError("invalid_target", f"this server issues tokens for {self.resource} only")
+            raise AuthorizeError("invalid_target", f"this server issues tokens for these resources only: {served}")
         request_id, id_hash = new_secret()
         stored = {
             "state": params.state,
@@ -119,7 +121,7 @@ class Provider:
             "code_challenge": params.code_challenge,
             "redirect_uri": str(params.redirect_uri),
             "redirect_uri_explicit": params.redirect_uri_provided_explicitly,
-            "resource": self.resource,
+            "resource": resource,  # the token's `aud`: good at that endpoint only
         }
         await self._db.run(
             oauth.save_request, id_hash, client.client_id, stored, timedelta(seconds=self.lifetimes.request)

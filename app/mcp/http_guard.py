@@ -1,6 +1,8 @@
 """Bounds on whole HTTP requests, before any of them reaches the MCP transport.
 
-- `GET /mcp` answers 405: it would open a server-to-client SSE stream that never ends, and this
+Only the MCP endpoints' paths (`paths`: /mcp, /mcp/memory, /mcp/neo4j, those served) are guarded.
+
+- `GET` on an endpoint answers 405: it would open a server-to-client SSE stream that never ends, and this
   server never pushes (stateless, one JSON body per POST). The transport allows a server to refuse it.
 - Request headers over ENGRAM_HTTP_MAX_HEADER_BYTES in total answer 431.
 - Each credential (the bearer token or API key presented, keyed by its hash) may send
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Collection
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -32,6 +35,7 @@ class HttpGuard:
         self,
         app: ASGIApp,
         *,
+        paths: Collection[str] = ("/mcp",),
         token_rate: float,
         token_burst: int,
         max_header_bytes: int,
@@ -39,6 +43,7 @@ class HttpGuard:
         failure_burst: int = 30,
     ) -> None:
         self.app = app
+        self.paths = frozenset(paths)
         self.token_rate = token_rate
         self.token_burst = token_burst
         self.max_header_bytes = max_header_bytes
@@ -55,7 +60,7 @@ class HttpGuard:
             metrics.LIMIT_REFUSALS.labels("header_size").inc()
             await _answer(send, 431, {"error": "request headers too large"})
             return
-        if scope["path"] == "/mcp":
+        if scope["path"] in self.paths:
             if scope["method"] == "GET":
                 await _answer(send, 405, {"error": "this server sends no event stream; POST requests"}, allow="POST")
                 return

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -39,8 +39,8 @@ _METHODS = {
 
 
 class Observe:
-    def __init__(self, tools: Collection[str], usage: Usage, tenant_labels: Collection[str]) -> None:
-        self.tools = tools
+    def __init__(self, tools: Mapping[str, str], usage: Usage, tenant_labels: Collection[str]) -> None:
+        self.tools = tools  # tool name -> its `tool` label (bounded: only the endpoint's own tools)
         self.usage = usage
         self.tenant_labels = set(tenant_labels)
 
@@ -55,7 +55,7 @@ class Observe:
             metrics.child(metrics.MCP_REQUESTS, method, "ok").inc()
             return result
         name = ctx.params.get("name") if isinstance(ctx.params, dict) else None
-        tool = name if name in self.tools else "unknown"
+        tool = self.tools.get(name, "unknown") if isinstance(name, str) else "unknown"
         call = Call(tool=tool, subject="", client_id="", started=time.perf_counter())
         token = CALL.set(call)
         try:

@@ -44,7 +44,9 @@ async def _read(uri: str, deadline: float, run: Callable[[], Awaitable[T]]) -> T
         raise ResourceError(str(exc)) from exc
 
 
-def register(mcp: MCPServer, services: Services, claims: Sequence[str], deadline: float) -> None:
+def register(mcp: MCPServer, services: Services, claims: Sequence[str], deadline: float, *, prompt: bool) -> None:
+    """The resources; and the prompt, which names the native tools, when `prompt`."""
+
     @mcp.resource(
         "memory://knowledge-graph",
         name="knowledge-graph",
@@ -68,6 +70,9 @@ def register(mcp: MCPServer, services: Services, claims: Sequence[str], deadline
             "memory://entities/{name}", deadline, lambda: services.entities.get(caller(claims, READ), name)
         )
         return orjson.dumps(found.model_dump(mode="json", by_alias=True)).decode()
+
+    if not prompt:
+        return
 
     @mcp.prompt(name="use_memory", title="Use Engram memory well", description="How to read and write the memory")
     def use_memory() -> str:

@@ -1,12 +1,18 @@
-"""The MCP server: instructions, the tool sets chosen by settings, resources and the prompt."""
+"""The MCP servers: one per tool set chosen by settings (ENGRAM_TOOL_SETS), each with its own
+instructions naming only its tools. The native and memory endpoints also serve the graph resources,
+the native one the prompt."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import ModuleType
 
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 
-from app.auth.verifier import TokenVerifier
-from app.config import Settings
+from app.auth.verifier import EndpointVerifier, TokenVerifier
+from app.config import ENDPOINT_PATHS, Settings
 from app.mcp import resources
 from app.mcp.observe import Observe
 from app.mcp.tools import admin, entities, graph, memory_dialect, merges, neo4j_dialect, relations, search
@@ -20,7 +26,7 @@ Engram is a persistent knowledge-graph memory shared by everyone in your tenant.
 Entities (people, projects, concepts) carry observations (atomic facts); relations link them
 with active-voice types ("works at", "depends on").
 """
-# How to use each tool set; the server's instructions name only the tools it serves.
+# How to use each tool set; each endpoint's instructions name only the tools it serves.
 USAGE = {
     "native": """\
 - Before answering from memory, look it up: search with the question in plain words, get_entity
@@ -47,39 +53,62 @@ USAGE = {
 }
 
 
-def instructions(tool_sets: list[str], neo4j_prefix: str) -> str:
-    return ABOUT + "".join(USAGE[name].format(p=neo4j_prefix) for name in USAGE if name in tool_sets)
+def instructions(tool_set: str, neo4j_prefix: str = "") -> str:
+    return ABOUT + USAGE[tool_set].format(p=neo4j_prefix)
 
 
-def build_mcp(
-    settings: Settings, services: Services, verifier: TokenVerifier, usage: Usage
-) -> tuple[MCPServer, ToolSet]:
-    neo4j_prefix = neo4j_dialect.tool_prefix(settings.neo4j_namespace)
+@dataclass(frozen=True)
+class Endpoint:
+    """One tool set's MCP server, served at `path` (`url`), taking the tokens its `verifier` accepts."""
+
+    tool_set: str
+    path: str
+    url: str
+    mcp: MCPServer
+    verifier: EndpointVerifier
+    scopes: Mapping[str, str]  # tool name -> the scope it needs
+
+
+def build_endpoints(settings: Settings, services: Services, verifier: TokenVerifier, usage: Usage) -> list[Endpoint]:
+    """One MCPServer per served tool set, all sharing the services (and so the pool, fairness and
+    deadlines), the verifier's cache and the usage counts."""
+    return [_endpoint(name, settings, services, verifier, usage) for name in settings.endpoint_urls]
+
+
+def _endpoint(name: str, settings: Settings, services: Services, verifier: TokenVerifier, usage: Usage) -> Endpoint:
     claims = [settings.tenant_claim, *settings.tenant_fallback_claims]
-    tools = ToolSet(claims, fairness=services.fairness, deadline=settings.call_deadline)
-    if "native" in settings.tool_sets:
-        for module in (entities, relations, graph, search, admin, merges):
-            module.register(tools, services)
-    if "memory" in settings.tool_sets:
-        memory_dialect.register(tools, services)
-    if "neo4j" in settings.tool_sets:
-        dialect = ToolSet(claims, neo4j_prefix, tools.scopes, tools.tools, services.fairness, settings.call_deadline)
-        neo4j_dialect.register(dialect, services)
+    neo4j_prefix = neo4j_dialect.tool_prefix(settings.neo4j_namespace) if name == "neo4j" else ""
+    tools = ToolSet(claims, neo4j_prefix, fairness=services.fairness, deadline=settings.call_deadline)
+    for module in _MODULES[name]:
+        module.register(tools, services)
+    # Metric and usage labels: the tool's name, and on the neo4j endpoint `neo4j/` and its original
+    # name (its names overlap the memory set's; a namespace does not multiply the labels).
+    labels = {t: f"neo4j/{t.removeprefix(neo4j_prefix)}" if name == "neo4j" else t for t in tools.scopes}
+    url = settings.endpoint_url(name)
+    audience = EndpointVerifier(verifier, settings.audiences_for(name))
     mcp = MCPServer(
         name="engram",
         title="Engram memory",
-        instructions=instructions(settings.tool_sets, neo4j_prefix),
+        instructions=instructions(name, neo4j_prefix),
         version=VERSION,
-        token_verifier=verifier,
+        token_verifier=audience,
         auth=AuthSettings(
             issuer_url=settings.issuer,
-            resource_server_url=settings.resource_url,
+            resource_server_url=url,
             required_scopes=[],
-            # The verifier checks `aud` against the resource URL itself.
+            # EndpointVerifier checks `aud` itself (ENGRAM_OIDC_AUDIENCES may name another audience).
             validate_token_resource=False,
         ),
         tools=tools.tools,
-        middleware=[Observe(tools.scopes, usage, settings.metrics_tenants)],
+        middleware=[Observe(labels, usage, settings.metrics_tenants)],
     )
-    resources.register(mcp, services, claims, settings.call_deadline)
-    return mcp, tools
+    if name != "neo4j":  # the graph resources, as server-memory has them; the prompt names native tools
+        resources.register(mcp, services, claims, settings.call_deadline, prompt=name == "native")
+    return Endpoint(name, ENDPOINT_PATHS[name], url, mcp, audience, tools.scopes)
+
+
+_MODULES: dict[str, tuple[ModuleType, ...]] = {
+    "native": (entities, relations, graph, search, admin, merges),
+    "memory": (memory_dialect,),
+    "neo4j": (neo4j_dialect,),
+}

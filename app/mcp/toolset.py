@@ -114,12 +114,45 @@ class ToolSet:
                 annotations=annotations,
                 meta={"engram/requiredScope": scope},  # tools/list shows every tool, marked with its scope
             )
-            tool.fn_metadata = _Arguments(**{f: getattr(tool.fn_metadata, f) for f in FuncMetadata.model_fields})
+            tool.parameters = lean(tool.parameters)
+            fields = {f: getattr(tool.fn_metadata, f) for f in FuncMetadata.model_fields}
+            fields["output_schema"] = lean(fields["output_schema"], output=True)
+            tool.fn_metadata = _Arguments(**fields)
             self.tools.append(tool)
             self.scopes[tool_name] = scope
             return fn
 
         return register
+
+
+def lean(schema: Any, *, output: bool = False) -> Any:
+    """A JSON schema as small as it can be with the same meaning, since every tools/list carries it.
+
+    The `title` keywords pydantic derives from names ("Entity Id" for entity_id) go: they repeat the
+    property and definition names (properties called `title` stay). In an output schema, defaults
+    (which only inputs use) go too, and `anyOf: [{type: X}, {type: null}]` becomes `type: [X, null]`.
+    """
+    if isinstance(schema, list):
+        return [lean(item, output=output) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if (key == "title" and isinstance(value, str)) or (output and key == "default"):
+            continue
+        if key in ("properties", "$defs", "patternProperties") and isinstance(value, dict):
+            out[key] = {name: lean(child, output=output) for name, child in value.items()}
+        elif key in ("const", "enum", "examples", "default"):
+            out[key] = value  # values, not schemas
+        else:
+            out[key] = lean(value, output=output)
+    branches = out.get("anyOf")
+    if output and isinstance(branches, list) and len(branches) == 2 and {"type": "null"} in branches:
+        other = next(b for b in branches if b != {"type": "null"})
+        if isinstance(other, dict) and set(other) == {"type"} and isinstance(other["type"], str):
+            del out["anyOf"]
+            out["type"] = [other["type"], "null"]
+    return out
 
 
 class InvalidArguments(ValidationError):

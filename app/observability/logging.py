@@ -55,7 +55,7 @@ def configure(level: str) -> None:
     logging.getLogger("httpx2").setLevel(logging.WARNING)
 
 
-_ROUTES = ("/mcp", "/healthz", "/readyz", "/metrics")
+_ROUTES = ("/mcp", "/mcp/memory", "/mcp/neo4j", "/healthz", "/readyz", "/metrics")
 
 
 def route_of(path: str) -> str:

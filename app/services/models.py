@@ -221,8 +221,7 @@ class UpsertResult(BaseModel):
     results: list[UpsertItem]
     embeddings_pending: int = Field(
         0,
-        description="Texts saved without an embedding yet (provider unavailable): `search` finds them by words now, "
-        "by meaning once a background task has embedded them.",
+        description="Texts saved without a vector (provider down): found by words now, by meaning once embedded.",
     )
 
 
@@ -277,15 +276,14 @@ class EntityPage(BaseModel):
 class Neighbor(BaseModel):
     entity: EntitySummary
     depth: int = Field(description="Relations between the start and this entity.")
-    via: Relation = Field(description="The relation by which the walk first reached this entity.")
+    via: Relation = Field(description="The relation that first reached this entity.")
 
 
 class NeighborsResult(BaseModel):
     start: EntitySummary
     neighbors: list[Neighbor]
     truncated: bool = Field(
-        description="True when `limit` cut the walk short, or a server bound on one level's size (a hub's "
-        "relations) did: narrow it with `relation_types` or `direction`."
+        description="`limit` or a server bound (a hub) cut the walk: narrow it with `relation_types` or `direction`."
     )
 
 
@@ -296,8 +294,7 @@ class PathResult(BaseModel):
     relations: list[Relation] = Field(default_factory=list, description="relations[i] joins nodes[i] and nodes[i+1].")
     truncated: bool = Field(
         False,
-        description="True when a server bound on one search level's size cut the search: a path (or a shorter "
-        "one) may exist beyond what was read; narrow it with `relation_types` or `direction`.",
+        description="A server bound (a hub) cut the search; a path may lie beyond: narrow it by type or direction.",
     )
 
 
@@ -318,8 +315,7 @@ class HierarchyResult(BaseModel):
     total: int
     truncated: bool = Field(
         False,
-        description="True when the tree was cut to its bounds (children per node, nodes in all); counts stay "
-        "exact. List one area or topic with find_entities.",
+        description="The tree was cut to its bounds; counts stay exact.",
     )
 
 

@@ -15,14 +15,12 @@ class Scores(BaseModel):
     semantic: float | None = Field(None, description="Cosine similarity of the best-matching text (-1 to 1).")
     keyword: float | None = Field(None, description="Full-text rank of the best-matching text (0-1).")
     name: float | None = Field(None, description="Trigram similarity of the entity's name to the query (0-1).")
-    fused: float = Field(
-        description="Reciprocal-rank fusion of the rankings that ran, scaled so that first place in all of them is 1."
-    )
+    fused: float = Field(description="Reciprocal-rank fusion of the rankings that ran; 1 is first in all of them.")
 
 
 class Match(BaseModel):
     kind: Literal["observation", "entity", "name"] = Field(
-        description="What matched: one observation, the entity's own name/type/description, or only its name."
+        description="What matched: an observation, the entity's name/type/description, or its name alone."
     )
     text: str = Field(description="The observation, or the entity's description.")
     snippet: str | None = Field(None, description="The text around the query's words, **marked**, when words matched.")
@@ -35,7 +33,7 @@ class SearchHit(BaseModel):
 
 
 class SearchResult(BaseModel):
-    mode: Mode = Field(description="The mode that ran (hybrid falls back to keyword when no vectors can be made).")
+    mode: Mode = Field(description="The mode that ran (hybrid is keyword when no vectors can be made).")
     hits: list[SearchHit]
     next_cursor: str | None = Field(None, description="Pass as `cursor` for the next page; absent on the last.")
     notices: list[str] = Field(default_factory=list, description="What limited this answer, if anything.")

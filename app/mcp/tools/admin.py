@@ -18,7 +18,7 @@ def register(tool: ToolSet, services: Services) -> None:
         limit: Annotated[int, Field(ge=1, le=services.limits.max_results)] = 50,
         cursor: models.Cursor | None = None,
     ) -> models.AuditPage:
-        """Who changed this tenant's memory: one entry per successful write tool call, newest first, with
-        the caller, the tool, the ids it changed, its duration and request id.
+        """Who changed this tenant's memory: one entry per successful write call, newest first, with
+        caller, tool, ids changed, duration and request id.
         """
         return await services.entities.audit(who, tool_name, limit, cursor)

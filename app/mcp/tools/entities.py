@@ -32,14 +32,12 @@ def register(tool: ToolSet, services: Services) -> None:
         entities: Annotated[list[models.EntityIn], Field(min_length=1, max_length=batch)],
         on_existing: Literal["merge", "skip", "error"] = "merge",
     ) -> models.UpsertResult:
-        """Create entities, or merge into existing ones with the same exact name.
+        """Create entities, or merge into existing ones of the same exact name.
 
-        Use it to record people, projects, concepts and the facts (observations) about them.
-        `merge` (default) sets the fields given, merges `properties` key by key and appends new
-        observations (exact duplicates are skipped); `skip` leaves existing entities alone;
-        `error` fails the whole call if any name exists. Entries of one batch with the same name
-        are merged. The batch is one transaction. Returns, per name, created / updated /
-        unchanged / skipped, with the id and version.
+        `on_existing`: `merge` (default) sets the given fields, merges `properties` by key and
+        appends new observations (exact duplicates skipped); `skip` leaves existing ones alone;
+        `error` fails the call if any name exists. One transaction. Returns, per name, created,
+        updated, unchanged or skipped, with id and version.
         """
         return await services.entities.upsert(who, entities, on_existing)
 
@@ -52,12 +50,11 @@ def register(tool: ToolSet, services: Services) -> None:
         include_history: bool = False,
         max_observations: Annotated[int, Field(ge=0, le=1000)] = 100,
     ) -> models.Entity:
-        """Read one entity by id or by name: its fields, observations, direct relations, and optionally history.
+        """Read one entity by id or name: fields, observations, direct relations and, with
+        `include_history`, its 20 latest changes.
 
-        A name is matched exactly, then case-insensitively; if several entities match
-        case-insensitively the call fails with `ambiguous` and lists them. Observations beyond
-        `max_observations` are counted in `observations_total`. `include_history` adds the 20
-        latest changes (entity_history pages through all of them).
+        A name matches exactly, else case-insensitively; several such matches fail with `ambiguous`,
+        listing them.
         """
         return await services.entities.get(
             who,
@@ -75,13 +72,12 @@ def register(tool: ToolSet, services: Services) -> None:
         name: EntityName = None,
         expected_version: Annotated[int | None, Field(ge=1, le=2**31 - 1)] = None,
     ) -> models.ChangeResult:
-        """Change some fields of one entity (id or name): rename it, retype it, edit its description,
-        category, certainty or properties.
+        """Change fields of one entity (id or name): name, type, description, category, certainty,
+        properties.
 
-        Fields left out keep their value; `properties` merge key by key; `unset_properties` removes
-        keys; `clear` empties fields. Pass `expected_version` (from get_entity) to make sure nobody
-        changed it since you read it: a different current version fails with `conflict`. Old
-        values go to the entity's history.
+        Fields left out keep their value; `properties` merge by key; `unset_properties` removes
+        keys; `clear` empties fields. With `expected_version` (from get_entity), a newer stored
+        version fails with `conflict`. Old values go to history.
         """
         return await services.entities.update(who, one_ref(id, name), changes, expected_version)
 
@@ -90,10 +86,8 @@ def register(tool: ToolSet, services: Services) -> None:
         who: Principal,
         entities: Annotated[list[models.Ref], Field(min_length=1, max_length=batch, description="Ids or names.")],
     ) -> models.ChangeResult:
-        """Delete entities (soft): they and their relations disappear from every read and walk.
-
-        Deleted entities can be brought back, relations included, with restore_entities and their
-        ids. Unknown names fail the whole call with `not_found`.
+        """Soft-delete entities (id or name) and their relations: they vanish from every read;
+        restore_entities brings them back. An unknown name fails the whole call (`not_found`).
         """
         return await services.entities.set_deleted(who, entities, True)
 
@@ -102,9 +96,8 @@ def register(tool: ToolSet, services: Services) -> None:
         who: Principal,
         ids: Annotated[list[models.Id], Field(min_length=1, max_length=batch)],
     ) -> models.ChangeResult:
-        """Undo remove_entities: bring deleted entities (by id) back with their observations and relations.
-
-        Fails with `conflict` if a live entity has taken a deleted entity's name meanwhile.
+        """Undo remove_entities: bring entities (by id) back with their observations and relations.
+        `conflict` if a live entity took the name meanwhile.
         """
         return await services.entities.set_deleted(who, ids, False)
 
@@ -112,9 +105,8 @@ def register(tool: ToolSet, services: Services) -> None:
     async def append_observations(
         who: Principal, items: Annotated[list[models.ObservationsIn], Field(min_length=1, max_length=batch)]
     ) -> models.ObservationsResult:
-        """Add facts to existing entities (id or name). Exact duplicates of stored facts are skipped.
-
-        An unknown entity fails the whole call and nothing is saved. Returns what each entity gained.
+        """Add facts to existing entities (id or name); exact duplicates are skipped. An unknown entity
+        fails the whole call. Returns what each entity gained.
         """
         return await services.entities.change_observations(who, items, add=True)
 
@@ -122,9 +114,8 @@ def register(tool: ToolSet, services: Services) -> None:
     async def remove_observations(
         who: Principal, items: Annotated[list[models.ObservationsIn], Field(min_length=1, max_length=batch)]
     ) -> models.ObservationsResult:
-        """Delete facts from entities by their exact text. Texts not stored are ignored.
-
-        An unknown entity fails the whole call. Returns what each entity lost.
+        """Delete facts from entities by exact text; texts not stored are ignored. An unknown entity
+        fails the whole call. Returns what each entity lost.
         """
         return await services.entities.change_observations(who, items, add=False)
 
@@ -136,10 +127,8 @@ def register(tool: ToolSet, services: Services) -> None:
         limit: Annotated[int, Field(ge=1, le=cap)] = 20,
         cursor: models.Cursor | None = None,
     ) -> models.HistoryPage:
-        """What changed on an entity, when, and by whom, newest first: field changes (old → new),
-        observations added and removed, relations made and removed, deletions and restores.
-
-        Pass `next_cursor` back as `cursor` for the next page.
+        """An entity's changes, newest first, with when and by whom: fields (old → new), observations,
+        relations, deletions, restores. Paged: pass `next_cursor` back as `cursor`.
         """
         return await services.entities.history(who, one_ref(id, name), limit, cursor)
 
@@ -160,13 +149,12 @@ def register(tool: ToolSet, services: Services) -> None:
         limit: Annotated[int, Field(ge=1, le=cap)] = 20,
         cursor: models.Cursor | None = None,
     ) -> models.EntityPage:
-        """List entities by exact filters (all given filters must hold), sorted, a page at a time.
+        """List entities matching all given filters, sorted, a page at a time.
 
-        `name_contains` matches names case-insensitively; `text_contains` matches names, types,
-        descriptions, observations and property values. `types` are exact. `sort`: recent
-        (last changed first), name, or certainty (highest first). Returns the page, the total
-        count, and `next_cursor` when there is more (pass it back as `cursor` with the same filters).
-        For questions in natural language, prefer `search`.
+        `name_contains`: names, ignoring case; `text_contains`: names, types, descriptions,
+        observations, property values; `types`: exact. `sort`: recent (last changed first), name, or
+        certainty (highest first). Returns the page, the total and `next_cursor` (pass it back as
+        `cursor` with the same filters). For questions in plain words, use `search`.
         """
         filters = EntityFilters(
             name_contains=name_contains,

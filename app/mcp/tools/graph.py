@@ -24,12 +24,10 @@ def register(tool: ToolSet, services: Services) -> None:
         relation_types: RelationTypes = None,
         limit: Annotated[int, Field(ge=1, le=cap)] = 50,
     ) -> models.NeighborsResult:
-        """Explore the graph around an entity, breadth first, up to `depth` relations away.
+        """Entities around one entity, breadth first, up to `depth` relations away.
 
-        Each neighbour appears once, at its shortest distance, with the relation that first reached
-        it (`via`, in its real direction). Filter by `direction` (out, in, both) and exact
-        `relation_types`. `truncated` is true when `limit`, or a bound on one level's size (a hub
-        with thousands of relations), cut the walk short.
+        Each appears once, at its shortest distance, with the relation that reached it (`via`, in
+        its real direction). Filter by `direction` and exact `relation_types`.
         """
         return await services.graph.neighbors(
             who, entity, depth=depth, direction=direction, types=relation_types, limit=limit
@@ -44,12 +42,10 @@ def register(tool: ToolSet, services: Services) -> None:
         direction: models.Direction = "both",
         relation_types: RelationTypes = None,
     ) -> models.PathResult:
-        """How two entities connect: a shortest chain of relations between them, up to `max_depth` long.
+        """How two entities connect: a shortest chain of relations, up to `max_depth` long.
 
-        Returns the nodes from start to end and the relations between them (`relations[i]` joins
-        `nodes[i]` and `nodes[i+1]`, each in its real direction). No path is a normal answer
-        (`found: false`), not an error. `truncated` says a bound on the search's size cut it (a hub
-        on the way): narrow it with `relation_types` or `direction`.
+        `nodes` run from start to end; `relations[i]` joins `nodes[i]` and `nodes[i+1]`, in its real
+        direction. No path is `found: false`, not an error.
         """
         return await services.graph.path(who, from_, to, max_depth=max_depth, direction=direction, types=relation_types)
 
@@ -61,9 +57,7 @@ def register(tool: ToolSet, services: Services) -> None:
         direction: models.Direction = "out",
         depth: Annotated[int, Field(ge=1, le=10)] = 5,
     ) -> models.NeighborsResult:
-        """Follow one kind of relation transitively, e.g. every prerequisite of a course, or every
-        part a component belongs to. Results are ordered by distance.
-        """
+        """Follow one relation type transitively, e.g. every prerequisite of a course; nearest first."""
         return await services.graph.chain(who, entity, relation_type=relation_type, direction=direction, depth=depth)
 
     @tool(READ, READ_ONLY)
@@ -74,8 +68,8 @@ def register(tool: ToolSet, services: Services) -> None:
         max_nodes: Annotated[int, Field(ge=1, le=500)] = 100,
         max_relations: Annotated[int, Field(ge=1, le=2000)] = 300,
     ) -> models.SubgraphResult:
-        """A bounded bundle of context in one call: the given entities, everything within `depth`
-        relations of them, and the relations among all of those.
+        """Context in one call: the given entities, everything within `depth` relations of them, and
+        the relations among all of those.
         """
         return await services.graph.subgraph(
             who, entities, depth=depth, max_nodes=max_nodes, max_relations=max_relations
@@ -83,23 +77,21 @@ def register(tool: ToolSet, services: Services) -> None:
 
     @tool(READ, READ_ONLY)
     async def hierarchy(who: Principal) -> models.HierarchyResult:
-        """The area → topic → subtopic tree of the memory with entity counts. Entities without an
-        area (or topic, subtopic) are grouped under `name: null` at that level. A large tree is cut
-        to its first children per node (`truncated: true`; counts stay exact): list one area or
-        topic with find_entities.
+        """The area → topic → subtopic tree with entity counts; `name: null` groups entities without a
+        value. A large tree is cut (`truncated`): list one area or topic with find_entities.
         """
         return await services.graph.hierarchy(who)
 
     @tool(READ, READ_ONLY)
     async def graph_stats(who: Principal) -> models.StatsResult:
-        """An overview of the memory: counts of entities, relations and observations, the commonest
-        entity and relation types, the most connected entities, and the latest changes.
+        """Overview: counts of entities, relations and observations, the commonest types, the most
+        connected entities, the latest changes.
         """
         return await services.graph.stats(who)
 
     @tool(READ, READ_ONLY, answers_offline=True)
     async def server_status(who: Principal) -> models.StatusResult:
-        """Whether the memory works right now: the database, this tenant's graph, the embedding
-        provider, and which tools are usable. Answers even when the database is down.
+        """Whether the memory works now: the database, this tenant's graph, the embedding provider, the
+        usable tools. Answers even when the database is down.
         """
         return await services.status.check(who, list(tool.scopes))

@@ -235,8 +235,8 @@ def register(tool: ToolSet, services: Services) -> None:
     ) -> Annotated[CallToolResult, KnowledgeGraph]:
         """Read the entire knowledge graph
 
-        A large graph comes in pages of whole entities, each with its outgoing relations: while the
-        answer has `nextCursor`, call again with `cursor` set to it for the rest.
+        A large graph comes in pages: while the answer has `nextCursor`, call again with it as
+        `cursor`.
         """
         return _reply(_graph(await services.graph.page(who, cursor), read_graph_name))
 

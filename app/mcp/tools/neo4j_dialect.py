@@ -136,9 +136,8 @@ def register(tool: ToolSet, services: Services) -> None:
     ) -> Annotated[CallToolResult, KnowledgeGraph]:
         """Read the entire knowledge graph with all entities and relationships.
 
-        Returns the memory graph: entities with their observations, and their relationships. A large
-        graph comes in pages of whole entities, each with its outgoing relationships: while the answer
-        has `nextCursor`, call again with `cursor` set to it for the rest.
+        A large graph comes in pages: while the answer has `nextCursor`, call again with it as
+        `cursor`.
         """
         return _graph(await services.graph.page(who, cursor), read_graph_name)
 
@@ -152,8 +151,7 @@ def register(tool: ToolSet, services: Services) -> None:
     ) -> Annotated[CallToolResult, Result]:
         """Create multiple new entities in the knowledge graph.
 
-        An entity that already exists by name takes the given type and observations (they replace
-        the stored ones). Returns the entities as given.
+        An existing name takes the given type and observations (they replace the stored ones).
         """
         last = {e.name: e for e in entities}  # like the original's MERGE one by one: the last entry of a name wins
         await services.entities.put(who, [(e.name, e.type, e.observations) for e in last.values()])
@@ -169,8 +167,8 @@ def register(tool: ToolSet, services: Services) -> None:
     ) -> Annotated[CallToolResult, Result]:
         """Create multiple new relationships between existing entities in the knowledge graph.
 
-        Both entities must exist (exact names), else nothing is created; an existing relationship is
-        not created twice. Returns the relationships as given.
+        Both ends must exist (exact names), else nothing is created; an existing one is not created
+        twice.
         """
         if relations:
             await services.relations.connect(
@@ -190,8 +188,7 @@ def register(tool: ToolSet, services: Services) -> None:
     ) -> Annotated[CallToolResult, Result]:
         """Add new observations/facts to existing entities in the knowledge graph.
 
-        Entities that do not exist are skipped; only observations not stored yet are added.
-        Returns, per existing entity, the observations added.
+        Unknown entities are skipped; texts already stored are not added again.
         """
         changed = await services.entities.change_observations_by_name(
             who, [(o.entityName, o.observations) for o in observations], add=True, missing_ok=True
@@ -212,7 +209,7 @@ def register(tool: ToolSet, services: Services) -> None:
     ) -> Annotated[CallToolResult, Result]:
         """Delete entities and all their associated relationships from the knowledge graph.
 
-        Names must match exactly; unknown names are ignored.
+        Exact names; unknown ones are ignored.
         """
         await services.entities.delete_by_name(who, entityNames)
         return _result("Entities deleted successfully")
@@ -227,7 +224,7 @@ def register(tool: ToolSet, services: Services) -> None:
     ) -> Annotated[CallToolResult, Result]:
         """Delete specific observations from existing entities in the knowledge graph.
 
-        Observation texts must match exactly (case-sensitive); unknown entities and texts are ignored.
+        Exact texts; unknown entities and texts are ignored.
         """
         await services.entities.change_observations_by_name(
             who, [(d.entityName, d.observations) for d in deletions], add=False, missing_ok=True
@@ -244,7 +241,7 @@ def register(tool: ToolSet, services: Services) -> None:
     ) -> Annotated[CallToolResult, Result]:
         """Delete specific relationships between entities in the knowledge graph.
 
-        Source, target and relationship type must match exactly; ones that do not exist are ignored.
+        Exact matches, any stored type; unknown ones are ignored.
         """
         keys = [models.RelationKey(from_=r.source, to=r.target, type=r.relationType) for r in relations]
         if keys:
@@ -260,10 +257,8 @@ def register(tool: ToolSet, services: Services) -> None:
             Field(description="Text to find in entity names, types or observations (case-insensitive)"),
         ],
     ) -> Annotated[CallToolResult, KnowledgeGraph]:
-        """Search for entities in the knowledge graph by name, type, or observation content.
-
-        Matches entities whose name, type or an observation contains the query text, ignoring case,
-        and returns them with the relationships that touch them.
+        """Search for entities in the knowledge graph whose name, type or an observation contains the
+        query, ignoring case, with the relationships that touch them.
         """
         return _graph(await services.graph.matching(who, query), read_graph_name)
 

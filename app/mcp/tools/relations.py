@@ -18,11 +18,11 @@ def register(tool: ToolSet, services: Services) -> None:
     async def connect_entities(
         who: Principal, relations: Annotated[list[models.RelationIn], Field(min_length=1, max_length=batch)]
     ) -> models.ConnectResult:
-        """Create directed relations between existing entities, e.g. Ada --works at--> Acme.
+        """Create directed relations between existing entities (id or name), e.g. Ada --works at-->
+        Acme.
 
-        Ends are given by id or name and must exist (else `not_found`, and nothing is saved).
-        Write types in active voice; they are free text. An exact duplicate (same from, type, to),
-        stored or repeated in the batch, is reported as `exists` with its id, not created twice.
+        Types are free text, in active voice. A missing end fails the call (`not_found`, nothing
+        saved); an exact duplicate (from, type, to) is reported as `exists`, not created twice.
         """
         return await services.relations.connect(who, relations)
 
@@ -32,8 +32,8 @@ def register(tool: ToolSet, services: Services) -> None:
         relations: Annotated[list[models.RelationKey], Field(max_length=batch)] = [],  # noqa: B006
         ids: Annotated[list[models.Id], Field(max_length=batch)] = [],  # noqa: B006
     ) -> models.DisconnectResult:
-        """Delete relations, given as (from, to, type) or by relation id. Ones that do not exist are counted
-        in `not_found`, not treated as errors. The change is recorded in both entities' history.
+        """Delete relations, given as (from, to, type) or by id. Missing ones are counted in
+        `not_found`, not errors.
         """
         if not relations and not ids:
             raise EngramError("invalid", "give `relations` or `ids`")

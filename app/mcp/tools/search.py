@@ -36,14 +36,12 @@ def register(tool: ToolSet, services: Services) -> None:
         limit: Annotated[int, Field(ge=1, le=50)] = 10,
         cursor: Annotated[Cursor | None, Field(description="`next_cursor` of the previous page.")] = None,
     ) -> SearchResult:
-        """Find entities by what they mean and by the words they contain: "what do I know about X?".
+        """Find entities by meaning and by words: "what do I know about X?" Use it before answering
+        from memory, with the question in plain words.
 
-        Use it before answering from memory, with the question in plain words. `hybrid` (default)
-        fuses meaning, words and names; `semantic` ranks by meaning only; `keyword` by words and
-        names only (quote "a phrase", use `or`, `-word` to exclude). Each hit gives the entity,
-        the observation or text that matched (with a **marked** snippet when words matched) and
-        its scores, so you can judge why it matched. Filters narrow by type, area, topic and
-        certainty. Results come `limit` at a time; pass `next_cursor` back for more.
+        `mode`: `hybrid` (default; meaning, words and names), `semantic`, or `keyword` ("a phrase",
+        `or`, `-word`). Each hit gives the entity, what matched (a **marked** snippet when words
+        matched) and its scores. Paged: pass `next_cursor` back as `cursor`.
         """
         if min_certainty is not None and max_certainty is not None and min_certainty > max_certainty:
             raise EngramError("invalid", "`min_certainty` must not exceed `max_certainty`")

@@ -286,24 +286,27 @@ async def test_search_finds_entities_by_alias(client_for, tenant):
         assert ok(await c.call_tool("search", {"query": "Enchantress", "mode": "keyword"}))["hits"] == []
 
 
-async def test_the_dialects_see_no_aliases(client_for, tenant):
+async def test_the_dialects_see_no_aliases(server, client_for, tenant):
     async with client_for(tenant) as c:
         await _seed(c, [{"name": "Ada", "type": "person", "observations": ["o1"]}, {"name": "Bob", "type": "person"}])
         ok(await c.call_tool("add_aliases", {"name": "Ada", "aliases": ["Countess"]}))
-        assert ok(await c.call_tool("open_nodes", {"names": ["Countess"]}))["entities"] == []
-        assert ok(await c.call_tool("search_nodes", {"query": "Countess"}))["entities"] == []
-        graph = ok(await c.call_tool("read_graph", {}))
+    async with server.at("memory").client(tenant) as m:
+        assert ok(await m.call_tool("open_nodes", {"names": ["Countess"]}))["entities"] == []
+        assert ok(await m.call_tool("search_nodes", {"query": "Countess"}))["entities"] == []
+        graph = ok(await m.call_tool("read_graph", {}))
         assert graph["entities"] == [
             {"name": "Ada", "entityType": "person", "observations": ["o1"]},
             {"name": "Bob", "entityType": "person", "observations": []},
         ]
         unknown = {"observations": [{"entityName": "Countess", "contents": ["x"]}]}
-        assert error_code(await c.call_tool("add_observations", unknown)) == "not_found"
+        assert error_code(await m.call_tool("add_observations", unknown)) == "not_found"
         rel = {"relations": [{"from": "Countess", "to": "Bob", "relationType": "knows"}]}
-        assert error_code(await c.call_tool("create_relations", rel)) == "not_found"
+        assert error_code(await m.call_tool("create_relations", rel)) == "not_found"
+    async with client_for(tenant) as c:
         # A merge keeps the old name as an alias: the dialects no longer find it by that name.
         ok(await c.call_tool("merge_entities", {"into": "Ada", "merge": ["Bob"]}))
-        assert ok(await c.call_tool("open_nodes", {"names": ["Bob"]}))["entities"] == []
+    async with server.at("memory").client(tenant) as m:
+        assert ok(await m.call_tool("open_nodes", {"names": ["Bob"]}))["entities"] == []
 
 
 # --- find_duplicates -----------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from app.auth.principal import READ, WRITE, Principal
 from app.errors import EngramError
 from app.mcp.toolset import ADDITIVE, DESTRUCTIVE, READ_ONLY, ToolSet
 from app.services import Services, models
-from app.services.filters import EntityFilters
+from app.services.filters import EntityFilters, moment, time_range
 
 EntityId = Annotated[models.Id | None, Field(description="The entity's id.")]
 EntityName = Annotated[models.Ref | None, Field(description="The entity's name.")]
@@ -31,6 +31,10 @@ def register(tool: ToolSet, services: Services) -> None:
         who: Principal,
         entities: Annotated[list[models.EntityIn], Field(min_length=1, max_length=batch)],
         on_existing: Literal["merge", "skip", "error"] = "merge",
+        source: Annotated[
+            models.Source | None,
+            Field(description="Where the observations of this call came from; default: your client id."),
+        ] = None,
     ) -> models.UpsertResult:
         """Create entities, or merge into existing ones with the same exact name.
 
@@ -39,9 +43,11 @@ def register(tool: ToolSet, services: Services) -> None:
         observations (exact duplicates are skipped); `skip` leaves existing entities alone;
         `error` fails the whole call if any name exists. Entries of one batch with the same name
         are merged. The batch is one transaction. Returns, per name, created / updated /
-        unchanged / skipped, with the id and version.
+        unchanged / skipped, with the id and version. The observations are recorded with `source`
+        (give the document or conversation they came from); for facts true only for a time, use
+        append_observations with `valid_from` / `valid_until`.
         """
-        return await services.entities.upsert(who, entities, on_existing)
+        return await services.entities.upsert(who, entities, on_existing, source)
 
     @tool(READ, READ_ONLY)
     async def get_entity(
@@ -51,13 +57,17 @@ def register(tool: ToolSet, services: Services) -> None:
         include_relations: bool = True,
         include_history: bool = False,
         max_observations: Annotated[int, Field(ge=0, le=1000)] = 100,
+        as_of: models.AsOf = None,
+        include_invalid: models.IncludeInvalid = False,
     ) -> models.Entity:
         """Read one entity by id or by name: its fields, observations, direct relations, and optionally history.
 
         A name is matched exactly, then case-insensitively; if several entities match
         case-insensitively the call fails with `ambiguous` and lists them. Observations beyond
-        `max_observations` are counted in `observations_total`. `include_history` adds the 20
-        latest changes (entity_history pages through all of them).
+        `max_observations` are counted in `observations_total`; `observation_records` gives each
+        one's source, author, time and validity. Only facts valid now are shown, unless `as_of`
+        (facts valid at that time) or `include_invalid` (every fact) says otherwise.
+        `include_history` adds the 20 latest changes (entity_history pages through all of them).
         """
         return await services.entities.get(
             who,
@@ -65,6 +75,7 @@ def register(tool: ToolSet, services: Services) -> None:
             include_relations=include_relations,
             include_history=include_history,
             max_observations=max_observations,
+            when=moment(as_of, include_invalid),
         )
 
     @tool(WRITE, DESTRUCTIVE)
@@ -110,13 +121,33 @@ def register(tool: ToolSet, services: Services) -> None:
 
     @tool(WRITE, ADDITIVE)
     async def append_observations(
-        who: Principal, items: Annotated[list[models.ObservationsIn], Field(min_length=1, max_length=batch)]
+        who: Principal, items: Annotated[list[models.NewObservations], Field(min_length=1, max_length=batch)]
     ) -> models.ObservationsResult:
         """Add facts to existing entities (id or name). Exact duplicates of stored facts are skipped.
 
-        An unknown entity fails the whole call and nothing is saved. Returns what each entity gained.
+        Each item may say when its facts hold (`valid_from`, `valid_until`; left out: always) and
+        where they came from (`source`; default: your client id). A text whose stored fact has
+        ended is recorded again, valid anew. An unknown entity fails the whole call and nothing is
+        saved. Returns what each entity gained.
         """
         return await services.entities.change_observations(who, items, add=True)
+
+    @tool(WRITE, DESTRUCTIVE)
+    async def invalidate_observations(
+        who: Principal,
+        items: Annotated[list[models.ObservationsIn], Field(min_length=1, max_length=batch)],
+        at: models.At = None,
+        reason: models.WhyEnded = None,
+    ) -> models.ObservationsResult:
+        """Mark facts as no longer true without deleting them: "Ada no longer works at Acme".
+
+        Each given observation (exact text) that is valid past `at` (default now) gets `valid_until`
+        = `at`: reads stop showing it from then on, while `as_of` reads of earlier times and
+        `include_invalid` still see it. Texts not stored, or already ended by then, are left alone.
+        The end and `reason` go to the entity's history. Use remove_observations only for facts
+        that were never true (mistakes). Returns what each entity had ended.
+        """
+        return await services.entities.invalidate_observations(who, items, at, reason)
 
     @tool(WRITE, DESTRUCTIVE)
     async def remove_observations(
@@ -156,6 +187,11 @@ def register(tool: ToolSet, services: Services) -> None:
         certainty_max: models.Certainty | None = None,
         created_after: datetime | None = None,
         created_before: datetime | None = None,
+        sources: models.Sources = None,
+        since: models.Since = None,
+        until: models.Until = None,
+        as_of: models.AsOf = None,
+        include_invalid: models.IncludeInvalid = False,
         sort: Literal["recent", "name", "certainty"] = "recent",
         limit: Annotated[int, Field(ge=1, le=cap)] = 20,
         cursor: models.Cursor | None = None,
@@ -166,8 +202,11 @@ def register(tool: ToolSet, services: Services) -> None:
         descriptions, observations and property values. `types` are exact. `sort`: recent
         (last changed first), name, or certainty (highest first). Returns the page, the total
         count, and `next_cursor` when there is more (pass it back as `cursor` with the same filters).
+        `sources`, `since` and `until` keep entities with an observation from those sources written
+        in that time range. Observations count as valid now, at `as_of`, or all (`include_invalid`).
         For questions in natural language, prefer `search`.
         """
+        time_range(since, until)
         filters = EntityFilters(
             name_contains=name_contains,
             text_contains=text_contains,
@@ -179,5 +218,9 @@ def register(tool: ToolSet, services: Services) -> None:
             certainty_max=certainty_max,
             created_after=created_after,
             created_before=created_before,
+            sources=sources,
+            since=since,
+            until=until,
+            when=moment(as_of, include_invalid),
         )
         return await services.entities.find(who, filters, sort, limit, cursor)

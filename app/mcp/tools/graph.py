@@ -8,6 +8,7 @@ from pydantic import Field
 from app.auth.principal import READ, Principal
 from app.mcp.toolset import READ_ONLY, ToolSet
 from app.services import Services, models
+from app.services.filters import moment
 
 RelationTypes = Annotated[list[models.TypeName] | None, Field(max_length=20, description="Exact relation types.")]
 
@@ -23,16 +24,25 @@ def register(tool: ToolSet, services: Services) -> None:
         direction: models.Direction = "both",
         relation_types: RelationTypes = None,
         limit: Annotated[int, Field(ge=1, le=cap)] = 50,
+        as_of: models.AsOf = None,
+        include_invalid: models.IncludeInvalid = False,
     ) -> models.NeighborsResult:
         """Explore the graph around an entity, breadth first, up to `depth` relations away.
 
         Each neighbour appears once, at its shortest distance, with the relation that first reached
         it (`via`, in its real direction). Filter by `direction` (out, in, both) and exact
         `relation_types`. `truncated` is true when `limit`, or a bound on one level's size (a hub
-        with thousands of relations), cut the walk short.
+        with thousands of relations), cut the walk short. Only relations valid now are walked,
+        unless `as_of` (valid at that time) or `include_invalid` (every relation) says otherwise.
         """
         return await services.graph.neighbors(
-            who, entity, depth=depth, direction=direction, types=relation_types, limit=limit
+            who,
+            entity,
+            depth=depth,
+            direction=direction,
+            types=relation_types,
+            limit=limit,
+            when=moment(as_of, include_invalid),
         )
 
     @tool(READ, READ_ONLY)
@@ -43,15 +53,26 @@ def register(tool: ToolSet, services: Services) -> None:
         max_depth: Annotated[int, Field(ge=1, le=10)] = 5,
         direction: models.Direction = "both",
         relation_types: RelationTypes = None,
+        as_of: models.AsOf = None,
+        include_invalid: models.IncludeInvalid = False,
     ) -> models.PathResult:
         """How two entities connect: a shortest chain of relations between them, up to `max_depth` long.
 
         Returns the nodes from start to end and the relations between them (`relations[i]` joins
         `nodes[i]` and `nodes[i+1]`, each in its real direction). No path is a normal answer
         (`found: false`), not an error. `truncated` says a bound on the search's size cut it (a hub
-        on the way): narrow it with `relation_types` or `direction`.
+        on the way): narrow it with `relation_types` or `direction`. Only relations valid now count,
+        unless `as_of` (valid at that time) or `include_invalid` (every relation) says otherwise.
         """
-        return await services.graph.path(who, from_, to, max_depth=max_depth, direction=direction, types=relation_types)
+        return await services.graph.path(
+            who,
+            from_,
+            to,
+            max_depth=max_depth,
+            direction=direction,
+            types=relation_types,
+            when=moment(as_of, include_invalid),
+        )
 
     @tool(READ, READ_ONLY)
     async def relation_chain(
@@ -60,11 +81,21 @@ def register(tool: ToolSet, services: Services) -> None:
         relation_type: models.TypeName,
         direction: models.Direction = "out",
         depth: Annotated[int, Field(ge=1, le=10)] = 5,
+        as_of: models.AsOf = None,
+        include_invalid: models.IncludeInvalid = False,
     ) -> models.NeighborsResult:
         """Follow one kind of relation transitively, e.g. every prerequisite of a course, or every
-        part a component belongs to. Results are ordered by distance.
+        part a component belongs to. Results are ordered by distance. Relations valid now, at
+        `as_of`, or all of them (`include_invalid`).
         """
-        return await services.graph.chain(who, entity, relation_type=relation_type, direction=direction, depth=depth)
+        return await services.graph.chain(
+            who,
+            entity,
+            relation_type=relation_type,
+            direction=direction,
+            depth=depth,
+            when=moment(as_of, include_invalid),
+        )
 
     @tool(READ, READ_ONLY)
     async def subgraph(
@@ -73,12 +104,20 @@ def register(tool: ToolSet, services: Services) -> None:
         depth: Annotated[int, Field(ge=1, le=3)] = 1,
         max_nodes: Annotated[int, Field(ge=1, le=500)] = 100,
         max_relations: Annotated[int, Field(ge=1, le=2000)] = 300,
+        as_of: models.AsOf = None,
+        include_invalid: models.IncludeInvalid = False,
     ) -> models.SubgraphResult:
         """A bounded bundle of context in one call: the given entities, everything within `depth`
-        relations of them, and the relations among all of those.
+        relations of them, and the relations among all of those. Relations valid now, at `as_of`,
+        or all of them (`include_invalid`, each with its interval).
         """
         return await services.graph.subgraph(
-            who, entities, depth=depth, max_nodes=max_nodes, max_relations=max_relations
+            who,
+            entities,
+            depth=depth,
+            max_nodes=max_nodes,
+            max_relations=max_relations,
+            when=moment(as_of, include_invalid),
         )
 
     @tool(READ, READ_ONLY)

@@ -22,7 +22,10 @@ def register(tool: ToolSet, services: Services) -> None:
 
         Ends are given by id or name and must exist (else `not_found`, and nothing is saved).
         Write types in active voice; they are free text. An exact duplicate (same from, type, to),
-        stored or repeated in the batch, is reported as `exists` with its id, not created twice.
+        stored or repeated in the batch, is reported as `exists` with its id, not created twice
+        (one whose stored relation has ended is created again, valid anew). Each relation may say
+        when it holds (`valid_from`, `valid_until`; left out: always) and where it came from
+        (`source`; default: your client id).
         """
         return await services.relations.connect(who, relations)
 
@@ -38,3 +41,24 @@ def register(tool: ToolSet, services: Services) -> None:
         if not relations and not ids:
             raise EngramError("invalid", "give `relations` or `ids`")
         return await services.relations.disconnect(who, relations, ids)
+
+    @tool(WRITE, DESTRUCTIVE)
+    async def invalidate_relations(
+        who: Principal,
+        relations: Annotated[list[models.RelationKey], Field(max_length=batch)] = [],  # noqa: B006
+        ids: Annotated[list[models.Id], Field(max_length=batch)] = [],  # noqa: B006
+        at: models.At = None,
+        reason: models.WhyEnded = None,
+    ) -> models.InvalidatedRelations:
+        """Mark relations as no longer true without deleting them: "Ada left Acme in 2024".
+
+        Relations are given as (from, to, type), ends by id or name, or by relation id. Each one
+        valid past `at` (default now) gets `valid_until` = `at`: walks, paths and reads stop using
+        it from then on, while `as_of` reads of earlier times and `include_invalid` still see it.
+        Missing relations and ones already ended by then are counted in `unchanged`. The end and
+        `reason` go to both entities' history. Use disconnect_entities only for relations that were
+        never true (mistakes).
+        """
+        if not relations and not ids:
+            raise EngramError("invalid", "give `relations` or `ids`")
+        return await services.relations.invalidate(who, relations, ids, at, reason)

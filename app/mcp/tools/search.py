@@ -10,8 +10,19 @@ from app.auth.principal import READ, Principal
 from app.errors import EngramError
 from app.mcp.toolset import READ_ONLY, ToolSet
 from app.services import Services
-from app.services.filters import SearchFilters
-from app.services.models import Certainty, Cursor, Label, LongText, TypeName
+from app.services.filters import SearchFilters, moment, time_range
+from app.services.models import (
+    AsOf,
+    Certainty,
+    Cursor,
+    IncludeInvalid,
+    Label,
+    LongText,
+    Since,
+    Sources,
+    TypeName,
+    Until,
+)
 from app.services.search import Query
 from app.services.search_models import Mode, SearchResult
 
@@ -33,6 +44,11 @@ def register(tool: ToolSet, services: Services) -> None:
             float | None,
             Field(ge=0, le=1, allow_inf_nan=False, description="Drop hits whose best score is below this."),
         ] = None,
+        sources: Sources = None,
+        since: Since = None,
+        until: Until = None,
+        as_of: AsOf = None,
+        include_invalid: IncludeInvalid = False,
         limit: Annotated[int, Field(ge=1, le=50)] = 10,
         cursor: Annotated[Cursor | None, Field(description="`next_cursor` of the previous page.")] = None,
     ) -> SearchResult:
@@ -43,8 +59,12 @@ def register(tool: ToolSet, services: Services) -> None:
         names only (quote "a phrase", use `or`, `-word` to exclude). Each hit gives the entity,
         the observation or text that matched (with a **marked** snippet when words matched) and
         its scores, so you can judge why it matched. Filters narrow by type, area, topic and
-        certainty. Results come `limit` at a time; pass `next_cursor` back for more.
+        certainty. `sources`, `since` and `until` match only observations recorded from those
+        sources in that time range; a hit on an observation shows its source, author, time and
+        validity. Observations count only while valid (now, or at `as_of`; every one with
+        `include_invalid`). Results come `limit` at a time; pass `next_cursor` back for more.
         """
+        time_range(since, until)
         if min_certainty is not None and max_certainty is not None and min_certainty > max_certainty:
             raise EngramError("invalid", "`min_certainty` must not exceed `max_certainty`")
         if not query.strip():
@@ -55,7 +75,15 @@ def register(tool: ToolSet, services: Services) -> None:
                 text=query.strip(),
                 mode=mode,
                 filters=SearchFilters(
-                    types=types, area=area, topic=topic, min_certainty=min_certainty, max_certainty=max_certainty
+                    types=types,
+                    area=area,
+                    topic=topic,
+                    min_certainty=min_certainty,
+                    max_certainty=max_certainty,
+                    sources=sources,
+                    since=since,
+                    until=until,
+                    when=moment(as_of, include_invalid),
                 ),
                 min_score=min_score,
                 limit=limit,

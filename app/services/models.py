@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import math
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from app.store.entities import UUID_PATTERN
 
@@ -46,13 +56,31 @@ Source = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, m
 Reason = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=1000), Clean]
 
 
+_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
+
+
+def iso_only(value: Any) -> Any:
+    """Times are ISO 8601 text: numbers (which the parser would read as Unix times) are refused."""
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str) or not _ISO_DATE.match(value):
+        raise ValueError("must be an ISO 8601 time, e.g. 2024-01-31T12:00:00Z")
+    return value
+
+
 def aware(value: datetime) -> datetime:
-    """A moment: a time without a zone is taken as UTC."""
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    """A moment in UTC: a time without a zone is taken as UTC; one that leaves the calendar once
+    in UTC (year 1 or 9999 with an offset) is refused."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("must lie between years 1 and 9999 in UTC") from None
 
 
 # A point in time (ISO 8601); without a zone, UTC.
-Moment = Annotated[datetime, AfterValidator(aware)]
+Moment = Annotated[datetime, BeforeValidator(iso_only), AfterValidator(aware)]
 
 
 # What the reading tools take to see the graph at another moment, or whole.

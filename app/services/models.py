@@ -90,7 +90,10 @@ AsOf = Annotated[
 ]
 IncludeInvalid = Annotated[
     bool,
-    Field(description="See every fact, also those no longer (or not yet) valid; each carries its interval."),
+    Field(
+        strict=True,  # true or false: not "yes", not 1
+        description="See every fact, also those no longer (or not yet) valid; each carries its interval.",
+    ),
 ]
 Sources = Annotated[
     list[Source] | None,

@@ -139,7 +139,9 @@ async def snapshot(admin: asyncpg.Connection, schema: str) -> dict[str, list[tup
         "entities": f"SELECT id, name, type, description, area, topic, subtopic, certainty, properties::text, version,"
         f" deleted_at IS NULL FROM {schema}.entities ORDER BY id",
         "vertices": f'SELECT id::text, ag_catalog.agtype_out(properties)::text FROM {schema}."Entity" ORDER BY id',
-        "observations": f"SELECT id, entity_id, content FROM {schema}.observations ORDER BY id",
+        "observations": f"SELECT id, entity_id, content, source, valid_from, valid_until FROM {schema}.observations"
+        " ORDER BY id",
+        "intervals": f"SELECT edge::text, valid_from, valid_until FROM {schema}.rel_intervals ORDER BY edge",
         "relations": "SELECT id::text, start_id::text, end_id::text, ag_catalog.agtype_out(properties)::text"
         f' FROM {schema}."REL" ORDER BY id',
         "history": f"SELECT count(*), max(id) FROM {schema}.history",
@@ -193,8 +195,9 @@ def catalogue(s: Seeded) -> dict[str, dict[str, Any]]:
                 }
             ],
             "on_existing": "merge",
+            "source": "a document",
         },
-        "get_entity": {"name": "Ada"},
+        "get_entity": {"name": "Ada", "as_of": "2020-01-01T00:00:00Z"},
         "update_entity": {
             "name": "Ada",
             "changes": {
@@ -211,7 +214,22 @@ def catalogue(s: Seeded) -> dict[str, dict[str, Any]]:
         },
         "remove_entities": {"entities": ["Ada"]},
         "restore_entities": {"ids": [s.ids["Gone"]]},
-        "append_observations": {"items": [{"entity": "Ada", "observations": ["new"]}]},
+        "append_observations": {
+            "items": [
+                {
+                    "entity": "Ada",
+                    "observations": ["new"],
+                    "valid_from": "2020-01-01T00:00:00Z",
+                    "valid_until": "2100-01-01T00:00:00Z",
+                    "source": "a document",
+                }
+            ]
+        },
+        "invalidate_observations": {
+            "items": [{"entity": "Ada", "observations": ["o1"]}],
+            "at": "2100-01-01T00:00:00Z",
+            "reason": "moved",
+        },
         "remove_observations": {"items": [{"entity": "Ada", "observations": ["o1"]}]},
         "entity_history": {"name": "Ada"},
         "find_entities": {
@@ -223,22 +241,67 @@ def catalogue(s: Seeded) -> dict[str, dict[str, Any]]:
             "subtopic": "s",
             "created_after": "2000-01-01T00:00:00Z",
             "created_before": "2100-01-01T00:00:00Z",
+            "sources": ["a document"],
+            "since": "2000-01-01T00:00:00Z",
+            "until": "2100-01-01T00:00:00Z",
+            "as_of": "2020-01-01T00:00:00Z",
             "sort": "name",
         },
         "connect_entities": {
             "relations": [
-                {"from": "Ada", "to": "Acme", "type": "likes", "notes": "n", "strength": 0.5, "properties": props}
+                {
+                    "from": "Ada",
+                    "to": "Acme",
+                    "type": "likes",
+                    "notes": "n",
+                    "strength": 0.5,
+                    "properties": props,
+                    "source": "a document",
+                    "valid_from": "2020-01-01T00:00:00Z",
+                }
             ]
+        },
+        "invalidate_relations": {
+            "relations": [{"from": "Ada", "to": "Acme", "type": "works at"}],
+            "ids": [s.relation_id],
+            "at": "2100-01-01T00:00:00Z",
+            "reason": "left",
         },
         "disconnect_entities": {
             "relations": [{"from": "Ada", "to": "Acme", "type": "works at"}],
             "ids": [s.relation_id],
         },
-        "search": {"query": "Ada", "mode": "keyword", "types": ["person"], "area": "a", "topic": "t"},
-        "neighbors": {"entity": "Ada", "direction": "both", "relation_types": ["works at"]},
-        "shortest_path": {"from": "Ada", "to": "Acme", "direction": "out", "relation_types": ["works at"]},
-        "relation_chain": {"entity": "Ada", "relation_type": "works at", "direction": "out"},
-        "subgraph": {"entities": ["Ada", ada]},
+        "search": {
+            "query": "Ada",
+            "mode": "keyword",
+            "types": ["person"],
+            "area": "a",
+            "topic": "t",
+            "sources": ["a document"],
+            "since": "2000-01-01T00:00:00Z",
+            "until": "2100-01-01T00:00:00Z",
+            "as_of": "2020-01-01T00:00:00Z",
+        },
+        "neighbors": {
+            "entity": "Ada",
+            "direction": "both",
+            "relation_types": ["works at"],
+            "as_of": "2020-01-01T00:00:00Z",
+        },
+        "shortest_path": {
+            "from": "Ada",
+            "to": "Acme",
+            "direction": "out",
+            "relation_types": ["works at"],
+            "as_of": "2020-01-01T00:00:00Z",
+        },
+        "relation_chain": {
+            "entity": "Ada",
+            "relation_type": "works at",
+            "direction": "out",
+            "as_of": "2020-01-01T00:00:00Z",
+        },
+        "subgraph": {"entities": ["Ada", ada], "as_of": "2020-01-01T00:00:00Z"},
         "hierarchy": {},
         "graph_stats": {},
         "server_status": {},

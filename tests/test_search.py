@@ -78,10 +78,12 @@ async def test_three_modes(client_for, tenant):
         hybrid = await search(c, "which foods are dangerous for my son?")
         assert hybrid["mode"] == "hybrid" and names(hybrid)[0] == "Peanut Allergy"
         top = hybrid["hits"][0]
-        assert top["match"] == {
+        assert {k: top["match"][k] for k in ("kind", "text", "snippet", "source", "valid_until")} == {
             "kind": "observation",
             "text": "Liam reacts badly to peanuts and tree nuts",
             "snippet": None,
+            "source": "engram-cli",  # the observation's record: by default, the writer's client id
+            "valid_until": None,
         }
         assert top["scores"]["semantic"] > 0.3 and 0 < top["scores"]["fused"] <= 1
         assert top["entity"]["area"] == "family" and top["entity"]["certainty"] == 100

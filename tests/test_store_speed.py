@@ -173,7 +173,9 @@ def edges(monkeypatch: pytest.MonkeyPatch) -> tuple[Edges, list[int]]:
                 steps.append(Step(target, source, source, target))
         return steps
 
-    async def expand(tx: Any, frontier: Sequence[str], *, outgoing: bool, incoming: bool, types: Any, limit: int):
+    async def expand(
+        tx: Any, frontier: Sequence[str], *, outgoing: bool, incoming: bool, types: Any, limit: int, when: Any = None
+    ):
         steps = level(frontier, outgoing, incoming)[:limit]
         read.append(len(steps))
         return steps
@@ -187,6 +189,7 @@ def edges(monkeypatch: pytest.MonkeyPatch) -> tuple[Edges, list[int]]:
         incoming: bool,
         types: Any,
         limit: int,
+        when: Any = None,
     ):
         joining = [s for s in level(frontier, outgoing, incoming) if s.other in others]
         if joining:

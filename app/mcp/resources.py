@@ -25,8 +25,9 @@ You have a long-term memory (Engram), shared with your team. Use it like this:
    person/project/concept and one short, self-contained fact per observation ("Prefers morning
    meetings", not "likes them"). Link entities with connect_entities using active-voice relation
    types ("works at", "depends on", "reports to").
-3. Keep the memory correct: when a fact changes, remove_observations the old one and add the new;
-   rename or retype with update_entity. Never store secrets or credentials.
+3. Keep the memory correct: when a fact stops being true, end it with invalidate_observations or
+   invalidate_relations (with a reason) and add the new one; remove_observations only facts that
+   were never true; rename or retype with update_entity. Never store secrets or credentials.
 4. Say when an answer comes from memory, and how sure it is (entities carry a certainty 0-100).
 """
 

@@ -33,8 +33,10 @@ USAGE = {
   for a known name, find_entities to list by filters, neighbors / shortest_path / subgraph to
   explore connections.
 - Record new facts with upsert_entities (it merges into existing names) and link entities with
-  connect_entities. Keep each observation to one fact. Fix mistakes with update_entity and
-  remove_observations; remove_entities is undone by restore_entities.
+  connect_entities. Keep each observation to one fact. When a fact stops being true, end it with
+  invalidate_observations / invalidate_relations (reads can still see it with `as_of`); fix
+  mistakes with update_entity and remove_observations; remove_entities is undone by
+  restore_entities.
 - Duplicates: find_duplicates proposes pairs; merge_entities folds one into another, keeping its
   name as an alias; add_aliases records other names an entity answers to.
 - Lists are paged: pass `next_cursor` back as `cursor`.

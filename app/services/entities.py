@@ -10,6 +10,7 @@ import hashlib
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 import orjson
@@ -23,8 +24,9 @@ from app.services.refs import choose, resolve
 from app.services.shapes import audit_entry, entity, history_entry, relation, summary
 from app.store import audit, entities, history, index, merges, relations
 from app.store.database import Tx
-from app.store.entities import EntityRow
+from app.store.entities import EntityRow, Provenance
 from app.store.history import Event
+from app.store.validity import NOW, When
 
 OnExisting = Literal["merge", "skip", "error"]
 
@@ -67,16 +69,18 @@ def _changes(row: EntityRow, values: dict[str, Any]) -> dict[str, list[Any]]:
 
 class Entities(Service):
     async def upsert(
-        self, who: Principal, items: Sequence[models.EntityIn], on_existing: OnExisting
+        self, who: Principal, items: Sequence[models.EntityIn], on_existing: OnExisting, source: str | None = None
     ) -> models.UpsertResult:
+        """Create or merge entities; their observations are recorded as coming from `source` (default:
+        the caller's client id)."""
         self.check_batch(len(items), sum(len(i.observations) for i in items))
         folded = _fold(items)
         async with self.tx(who, texts=_texts(folded)) as tx:
-            results = await self._upsert(tx, folded, on_existing, who.actor)
+            results = await self._upsert(tx, folded, on_existing, who.actor, Provenance(source or who.client_id))
         return models.UpsertResult(results=results, embeddings_pending=tx.pending)
 
     async def _upsert(
-        self, tx: Tx, folded: list[_Merged], on_existing: OnExisting, actor: str
+        self, tx: Tx, folded: list[_Merged], on_existing: OnExisting, actor: str, given: Provenance
     ) -> list[models.UpsertItem]:
         await entities.lock_names(tx, (m.name for m in folded))
         existing = await entities.live_by_names(tx, [m.name for m in folded], lock=True)
@@ -104,7 +108,8 @@ class Entities(Service):
         await entities.write_fields(tx, updates)
 
         writable = [m for m in folded if m.name not in existing or on_existing == "merge"]
-        added = await entities.add_observations(tx, [(ids[m.name], o) for m in writable for o in m.observations], actor)
+        pairs = [(ids[m.name], o) for m in writable for o in m.observations]
+        added = await entities.add_observations(tx, pairs, actor, [given] * len(pairs))
         events += [Event(eid, "observations_added", {"observations": texts}) for eid, texts in added.items()]
         touched = (changed | set(added)) - {e.id for e in new}
         versions = await entities.touch(tx, touched, actor) if touched else {}
@@ -136,13 +141,15 @@ class Entities(Service):
         include_relations: bool = True,
         include_history: bool = False,
         max_observations: int = 100,
+        when: When = NOW,
     ) -> models.Entity:
+        """One entity with the observations and relations that hold as `when` sees them."""
         cap = self.limits.max_results
         async with self.tx(who, readonly=True) as tx:
             # One statement: every candidate for the reference with its observations and relations;
             # the rule picks the one meant (an exact match, most often the only candidate).
             found = await relations.detail(
-                tx, ref, observations=max_observations, relations=cap + 1 if include_relations else None
+                tx, ref, observations=max_observations, relations=cap + 1 if include_relations else None, when=when
             )
             row = choose([ref], [d.entity for d in found])[ref]
             got = next(d for d in found if d.entity.row.id == row.id)
@@ -153,8 +160,11 @@ class Entities(Service):
         return entity(
             row,
             aliases=list(got.entity.aliases),
-            observations=got.observations,
+            observations=[o.text for o in got.observations],
             observations_total=got.observations_total,
+            observation_records=[
+                models.ObservationRecord.model_validate(o, from_attributes=True) for o in got.observations
+            ],
             relations=rels,
             relations_truncated=got.relations is not None and len(got.relations) > cap,
             history=entries,
@@ -225,11 +235,52 @@ class Entities(Service):
     async def change_observations(
         self, who: Principal, items: Sequence[models.ObservationsIn], *, add: bool
     ) -> models.ObservationsResult:
+        """Add (items may give their interval and source: `models.NewObservations`) or remove observations."""
         self.check_batch(sum(len(i.observations) for i in items))
         async with self.tx(who) as tx:
             found = await resolve(tx, list(dict.fromkeys(i.entity for i in items)), lock=True)
             pairs = [(found[i.entity].id, o) for i in items for o in i.observations]
-            done, versions = await self._observations(tx, pairs, add, who.actor)
+            given = [_provenance(who, i) for i in items for _ in i.observations]
+            done, versions = await self._observations(tx, pairs, add, who.actor, given)
+        return self._changed(found, items, done, versions)
+
+    async def invalidate_observations(
+        self, who: Principal, items: Sequence[models.ObservationsIn], at: datetime | None, reason: str | None
+    ) -> models.ObservationsResult:
+        """End facts without deleting them: each given text that holds past `at` (None: now) gets
+        valid_until = `at`; texts not stored, or ended by then, are left alone. A fact that begins at
+        or after `at` cannot end there: `invalid`, and nothing changes. History records the end and
+        the reason."""
+        self.check_batch(sum(len(i.observations) for i in items))
+        async with self.tx(who) as tx:
+            found = await resolve(tx, list(dict.fromkeys(i.entity for i in items)), lock=True)
+            pairs = [(found[i.entity].id, o) for i in items for o in i.observations]
+            result = await entities.end_observations(tx, pairs, at)
+            if result.too_early:
+                raise EngramError(
+                    "invalid",
+                    "these observations begin at or after `at`, so they cannot end then",
+                    observations=[text for _, text in result.too_early][:20],
+                )
+            versions = await entities.touch(tx, result.ended, who.actor)
+            until = None if at is None else at.isoformat()
+            await history.record(
+                tx,
+                [
+                    Event(e, "observations_invalidated", _ended({"observations": t}, until, reason))
+                    for e, t in result.ended.items()
+                ],
+                who.actor,
+            )
+        return self._changed(found, items, result.ended, versions)
+
+    @staticmethod
+    def _changed(
+        found: dict[str, EntityRow],
+        items: Sequence[models.ObservationsIn],
+        done: dict[str, list[str]],
+        versions: dict[str, int],
+    ) -> models.ObservationsResult:
         rows = {r.id: r for r in found.values()}
         return models.ObservationsResult(
             results=[
@@ -257,7 +308,7 @@ class Entities(Service):
             if missing and not missing_ok:
                 raise EngramError("not_found", f"Entity with name {missing[0]} not found", names=missing)
             pairs = [(found[name].id, t) for name, texts in items if name in found for t in texts]
-            done, _ = await self._observations(tx, pairs, add, who.actor)
+            done, _ = await self._observations(tx, pairs, add, who.actor, [Provenance(who.client_id)] * len(pairs))
         out: list[list[str] | None] = []
         claimed: set[tuple[str, str]] = set()
         for name, texts in items:  # report each change once, against the first item that asked for it
@@ -275,7 +326,7 @@ class Entities(Service):
         self.check_batch(len(items), sum(len(obs) for _, _, obs in items))
         folded = [_Merged(name, {"type": type_}, list(dict.fromkeys(obs))) for name, type_, obs in items]
         async with self.tx(who, texts=_texts(folded)) as tx:
-            await self._upsert(tx, folded, "merge", who.actor)
+            await self._upsert(tx, folded, "merge", who.actor, Provenance(who.client_id))
             found = await entities.live_by_names(tx, [m.name for m in folded])
             stored = await entities.observations(tx, [r.id for r in found.values()], 100_000)
             stale = [
@@ -285,13 +336,13 @@ class Entities(Service):
                 if text not in m.observations
             ]
             if stale:
-                await self._observations(tx, stale, False, who.actor)
+                await self._observations(tx, stale, False, who.actor, [])
 
     async def _observations(
-        self, tx: Tx, pairs: list[tuple[str, str]], add: bool, actor: str
+        self, tx: Tx, pairs: list[tuple[str, str]], add: bool, actor: str, given: Sequence[Provenance]
     ) -> tuple[dict[str, list[str]], dict[str, int]]:
         if add:
-            done = await entities.add_observations(tx, pairs, actor)
+            done = await entities.add_observations(tx, pairs, actor, given)
         else:
             done = await entities.remove_observations(tx, pairs)
         versions = await entities.touch(tx, done, actor)
@@ -348,6 +399,23 @@ class Entities(Service):
             more = len(rows) > limit
             next_cursor = self.cursors.encode(tx.tenant.id, listing, rows[limit - 1].id) if more else None
         return models.AuditPage(entries=[audit_entry(r) for r in rows[:limit]], next_cursor=next_cursor)
+
+
+def _provenance(who: Principal, item: models.ObservationsIn) -> Provenance:
+    """The source and interval an item of observations gives (`models.NewObservations`), the source
+    defaulting to the caller's client id."""
+    if isinstance(item, models.NewObservations):
+        return Provenance(item.source or who.client_id, item.valid_from, item.valid_until)
+    return Provenance(who.client_id)
+
+
+def _ended(changes: dict[str, Any], until: str | None, reason: str | None) -> dict[str, Any]:
+    """What history records of an invalidation: what ended, when (absent: at the change's own time), why."""
+    if until is not None:
+        changes["valid_until"] = until
+    if reason is not None:
+        changes["reason"] = reason
+    return changes
 
 
 def _texts(folded: Sequence[_Merged]) -> list[str]:

@@ -8,7 +8,9 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
+from app.errors import EngramError
 from app.store.rankings import Narrowing
+from app.store.validity import NOW, When
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +27,10 @@ class EntityFilters:
     certainty_max: int | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
+    sources: Sequence[str] | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    when: When = NOW
 
     def store_args(self) -> dict[str, Any]:
         """Keyword arguments of `store.entities.find`, which are named as these fields."""
@@ -34,3 +40,16 @@ class EntityFilters:
 # search: hits must pass every given filter. The store's own parameter object, named here for the
 # tools (which never name the store); its field order is part of a query's fingerprint.
 SearchFilters = Narrowing
+
+
+def moment(as_of: datetime | None, include_invalid: bool) -> When:
+    """What a read sees: the facts valid now (neither given), valid at `as_of`, or every fact."""
+    if as_of is not None and include_invalid:
+        raise EngramError("invalid", "give `as_of` or `include_invalid`, not both")
+    return When(at=as_of, everything=include_invalid)
+
+
+def time_range(since: datetime | None, until: datetime | None) -> None:
+    """A write-time range [since, until) must not be empty."""
+    if since is not None and until is not None and since >= until:
+        raise EngramError("invalid", "`since` must be before `until`")

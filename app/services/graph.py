@@ -22,6 +22,7 @@ from app.store import entities, history, overview, relations, traversal
 from app.store.database import Tx
 from app.store.entities import EntityRow
 from app.store.traversal import Step
+from app.store.validity import NOW, When
 
 UNCATEGORISED = None
 
@@ -49,10 +50,10 @@ class Bounds:
 
 
 async def _level(
-    tx: Tx, frontier: list[str], out: bool, inc: bool, types: Sequence[str] | None, limit: int
+    tx: Tx, frontier: list[str], out: bool, inc: bool, types: Sequence[str] | None, limit: int, when: When
 ) -> tuple[list[Step], bool]:
-    """The edges of one level, at most `limit`; and whether there were more."""
-    steps = await traversal.expand(tx, frontier, outgoing=out, incoming=inc, types=types, limit=limit + 1)
+    """The edges of one level that hold as `when` sees them, at most `limit`; and whether there were more."""
+    steps = await traversal.expand(tx, frontier, outgoing=out, incoming=inc, types=types, limit=limit + 1, when=when)
     return steps[:limit], len(steps) > limit
 
 
@@ -64,9 +65,12 @@ async def walk(
     types: Sequence[str] | None,
     limit: int,
     bounds: Bounds,
+    *,
+    when: When = NOW,
 ) -> tuple[list[Reached], bool]:
-    """Breadth-first from several vertices: each other node once, at its shortest distance, ≤ `limit`
-    nodes; and whether `bounds` cut the walk (a level had more edges, or more nodes to expand)."""
+    """Breadth-first from several vertices over the edges that hold as `when` sees them: each other
+    node once, at its shortest distance, ≤ `limit` nodes; and whether `bounds` cut the walk (a level
+    had more edges, or more nodes to expand)."""
     outgoing, incoming = _sides(direction)
     seen = set(starts)
     frontier = list(starts)
@@ -81,10 +85,10 @@ async def walk(
         # few times what is missing, and more (up to the bound) only when that did not bring enough.
         want = limit - len(reached)
         cap = min(4 * want + len(frontier), bounds.level_edges)
-        steps, more = await _level(tx, frontier, outgoing, incoming, types, cap)
+        steps, more = await _level(tx, frontier, outgoing, incoming, types, cap, when)
         if more and cap < bounds.level_edges and len({st.other for st in steps} - seen) < want:
             cap = bounds.level_edges
-            steps, more = await _level(tx, frontier, outgoing, incoming, types, cap)
+            steps, more = await _level(tx, frontier, outgoing, incoming, types, cap, when)
         cut = cut or (more and cap == bounds.level_edges)
         frontier = []
         for step in steps:
@@ -108,6 +112,7 @@ async def shortest(
     bounds: Bounds,
     *,
     joins: bool = False,
+    when: When = NOW,
 ) -> tuple[list[Step] | None, bool]:
     """The steps of a shortest path from `start` to `end`, by bidirectional breadth-first search; and
     whether `bounds` cut the search (then a path, or a shorter one, may exist beyond what was read).
@@ -132,7 +137,7 @@ async def shortest(
     while fronts[0] and fronts[1] and depths[0] + depths[1] < max_depth:
         side = 0 if len(fronts[0]) <= len(fronts[1]) else 1
         if joins:
-            found = await _join_round(tx, fronts, large, side, depths, max_depth, direction, types, bounds)
+            found = await _join_round(tx, fronts, large, side, depths, max_depth, direction, types, bounds, when)
             if isinstance(found, Step):
                 return [*_unwind(trees[0], found.node)[::-1], found, *_unwind(trees[1], found.other)], cut
             if found is None:
@@ -140,7 +145,7 @@ async def shortest(
             side, steps, more = found
         else:
             out, inc = (forward, backward) if side == 0 else (backward, forward)
-            steps, more = await _level(tx, fronts[side], out, inc, types, bounds.level_edges)
+            steps, more = await _level(tx, fronts[side], out, inc, types, bounds.level_edges, when)
         cut = cut or more
         mine, other = trees[side], trees[1 - side]
         level = depths[side] + 1
@@ -171,6 +176,7 @@ async def _join_round(
     direction: str,
     types: Sequence[str] | None,
     bounds: Bounds,
+    when: When,
 ) -> Step | tuple[int, list[Step], bool] | None:
     """One round of `shortest` with `joins`: an edge joining the two frontiers (oriented from the
     start's side), or the side expanded with its level and whether the bound cut it, or None when no
@@ -185,7 +191,7 @@ async def _join_round(
         whole = last or large[side]  # no other side to turn to: read the level whole
         limit = 0 if last else (bounds.level_edges if whole else bounds.probe_edges) + 1
         joined, steps = await traversal.expand_or_join(
-            tx, fronts[side], fronts[1 - side], outgoing=out, incoming=inc, types=types, limit=limit
+            tx, fronts[side], fronts[1 - side], outgoing=out, incoming=inc, types=types, limit=limit, when=when
         )
         if joined is not None:  # written from this side's node: the start's side comes first
             return joined if side == 0 else joined._replace(node=joined.other, other=joined.node)
@@ -241,14 +247,22 @@ class Graph(Service):
         return Bounds(self.limits.walk_level_edges, self.limits.walk_frontier)
 
     async def neighbors(
-        self, who: Principal, ref: str, *, depth: int, direction: str, types: list[str] | None, limit: int
+        self,
+        who: Principal,
+        ref: str,
+        *,
+        depth: int,
+        direction: str,
+        types: list[str] | None,
+        limit: int,
+        when: When = NOW,
     ) -> models.NeighborsResult:
         async with self.tx(who, readonly=True) as tx:
             start = (await resolve(tx, [ref]))[ref]
-            reached, cut = await walk(tx, [start.gid], depth, direction, types, limit + 1, self._bounds)
+            reached, cut = await walk(tx, [start.gid], depth, direction, types, limit + 1, self._bounds, when=when)
             kept = reached[:limit]
             # Each node's parent was reached before it: the start and the kept nodes are every end.
-            rows = await traversal.reached(tx, [(start.gid, None), *((r.gid, r.via) for r in kept)], types)
+            rows = await traversal.reached(tx, [(start.gid, None), *((r.gid, r.via) for r in kept)], types, when)
         rows[start.gid] = (start, None)
         return models.NeighborsResult(
             start=summary(start),
@@ -261,17 +275,27 @@ class Graph(Service):
         )
 
     async def path(
-        self, who: Principal, source: str, target: str, *, max_depth: int, direction: str, types: list[str] | None
+        self,
+        who: Principal,
+        source: str,
+        target: str,
+        *,
+        max_depth: int,
+        direction: str,
+        types: list[str] | None,
+        when: When = NOW,
     ) -> models.PathResult:
         async with self.tx(who, readonly=True) as tx:
             ends = await resolve(tx, list(dict.fromkeys([source, target])))
             a, b = ends[source], ends[target]
-            steps, cut = await shortest(tx, a.gid, b.gid, max_depth, direction, types, self._bounds, joins=True)
+            steps, cut = await shortest(
+                tx, a.gid, b.gid, max_depth, direction, types, self._bounds, joins=True, when=when
+            )
             if steps is None:
                 return models.PathResult(found=False, truncated=_truncated("path", cut))
             order = path_nodes(a.gid, steps)
             # The entities and the path's edges with their properties, read once the search is over.
-            rows = await traversal.reached(tx, [(a.gid, None), *zip(order[1:], steps, strict=True)], types)
+            rows = await traversal.reached(tx, [(a.gid, None), *zip(order[1:], steps, strict=True)], types, when)
             if not all(_shown(s, g, rows) for s, g in zip(steps, order[1:], strict=True)):  # deleted meanwhile
                 return models.PathResult(found=False, truncated=_truncated("path", cut))
         return models.PathResult(
@@ -283,22 +307,29 @@ class Graph(Service):
         )
 
     async def chain(
-        self, who: Principal, ref: str, *, relation_type: str, direction: str, depth: int
+        self, who: Principal, ref: str, *, relation_type: str, direction: str, depth: int, when: When = NOW
     ) -> models.NeighborsResult:
         return await self.neighbors(
-            who, ref, depth=depth, direction=direction, types=[relation_type], limit=self.limits.max_results
+            who, ref, depth=depth, direction=direction, types=[relation_type], limit=self.limits.max_results, when=when
         )
 
     async def subgraph(
-        self, who: Principal, refs: Sequence[str], *, depth: int, max_nodes: int, max_relations: int
+        self,
+        who: Principal,
+        refs: Sequence[str],
+        *,
+        depth: int,
+        max_nodes: int,
+        max_relations: int,
+        when: When = NOW,
     ) -> models.SubgraphResult:
         async with self.tx(who, readonly=True) as tx:
             starts = await resolve(tx, list(dict.fromkeys(refs)))
             gids = list(dict.fromkeys(r.gid for r in starts.values()))
-            reached, cut = await walk(tx, gids, depth, "both", None, max(max_nodes - len(gids), 0) + 1, self._bounds)
             room = max_nodes - len(gids)
+            reached, cut = await walk(tx, gids, depth, "both", None, max(room, 0) + 1, self._bounds, when=when)
             gids += [r.gid for r in reached[:room]]
-            rels = await relations.among(tx, gids, either_end=False, limit=max_relations + 1)
+            rels = await relations.among(tx, gids, either_end=False, limit=max_relations + 1, when=when)
             rows = await entities.by_gids(tx, gids)
         return models.SubgraphResult(
             entities=[summary(rows[g]) for g in gids if g in rows],

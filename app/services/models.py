@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime
+import re
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from app.store.entities import UUID_PATTERN
 
@@ -41,6 +51,66 @@ Id = Annotated[str, StringConstraints(pattern=UUID_PATTERN)]
 # A cursor is base64url text, a dot, and its signature: nothing else can be one.
 Cursor = Annotated[str, StringConstraints(min_length=1, max_length=1000, pattern=r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$")]
 Certainty = Annotated[int, Field(ge=0, le=100)]
+# Where a fact came from, in its writer's words (a document, a conversation, a tool): free text.
+Source = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200), Clean]
+Reason = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=1000), Clean]
+
+
+_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
+
+
+def iso_only(value: Any) -> Any:
+    """Times are ISO 8601 text: numbers (which the parser would read as Unix times) are refused."""
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str) or not _ISO_DATE.match(value):
+        raise ValueError("must be an ISO 8601 time, e.g. 2024-01-31T12:00:00Z")
+    return value
+
+
+def aware(value: datetime) -> datetime:
+    """A moment in UTC: a time without a zone is taken as UTC; one that leaves the calendar once
+    in UTC (year 1 or 9999 with an offset) is refused."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("must lie between years 1 and 9999 in UTC") from None
+
+
+# A point in time (ISO 8601); without a zone, UTC.
+Moment = Annotated[datetime, BeforeValidator(iso_only), AfterValidator(aware)]
+
+
+# What the reading tools take to see the graph at another moment, or whole.
+AsOf = Annotated[
+    Moment | None,
+    Field(description="Read the memory as it was (or will be) at this time: only facts valid then. Default: now."),
+]
+IncludeInvalid = Annotated[
+    bool,
+    Field(
+        strict=True,  # true or false: not "yes", not 1
+        description="See every fact, also those no longer (or not yet) valid; each carries its interval.",
+    ),
+]
+Sources = Annotated[
+    list[Source] | None,
+    Field(max_length=20, description="Only facts (observations) recorded from one of these sources."),
+]
+Since = Annotated[Moment | None, Field(description="Only facts (observations) written at or after this time.")]
+Until = Annotated[Moment | None, Field(description="Only facts (observations) written before this time.")]
+At = Annotated[Moment | None, Field(description="When the facts stop being true (past or future). Default: now.")]
+WhyEnded = Annotated[Reason | None, Field(description="Why they stopped being true; kept in the history.")]
+
+
+def check_interval(valid_from: datetime | None, valid_until: datetime | None) -> None:
+    """A validity interval must not be empty."""
+    if valid_from is not None and valid_until is not None and valid_from >= valid_until:
+        raise ValueError("`valid_from` must be before `valid_until`")
+
+
 Direction = Literal["out", "in", "both"]
 ClearableField = Literal["description", "area", "topic", "subtopic", "certainty"]
 
@@ -110,7 +180,24 @@ class EntityIn(Strict):
     _check_properties = field_validator("properties")(bounded_properties)
 
 
-class RelationIn(Strict):
+class Validity(Strict):
+    """When the facts of a write hold, and where they came from: both bounds are optional."""
+
+    valid_from: Moment | None = Field(
+        None, description="When the fact became true; left out: no lower bound (true for as long as known)."
+    )
+    valid_until: Moment | None = Field(None, description="When it stops being true; left out: no end.")
+    source: Source | None = Field(
+        None, description="Where the fact came from (a document, a conversation, ...); default: your client id."
+    )
+
+    @model_validator(mode="after")
+    def _interval(self) -> Validity:
+        check_interval(self.valid_from, self.valid_until)
+        return self
+
+
+class RelationIn(Validity):
     from_: Ref = Field(alias="from", description="Source entity: id or name.")
     to: Ref = Field(description="Target entity: id or name.")
     type: TypeName = Field(description="Active-voice relation, e.g. 'works at', 'depends on'.")
@@ -130,6 +217,10 @@ class RelationKey(Strict):
 class ObservationsIn(Strict):
     entity: Ref = Field(description="The entity: id or name.")
     observations: Annotated[list[Observation], Field(min_length=1, max_length=100)]
+
+
+class NewObservations(ObservationsIn, Validity):
+    """Observations to add, with when they hold and where they came from (for all of this item's)."""
 
 
 class EntityPatch(Strict):
@@ -181,6 +272,20 @@ class Relation(BaseModel):
     properties: dict[str, Any] | None = None
     created_at: str | None = None
     created_by: str | None = None
+    source: str | None = Field(None, description="Where the relation came from, as its writer said.")
+    valid_from: str | None = Field(None, description="When it became true; absent: no lower bound.")
+    valid_until: str | None = Field(None, description="When it stopped (or stops) being true; absent: no end.")
+
+
+class ObservationRecord(BaseModel):
+    """One observation with its record: where it came from, who wrote it when, and when it holds."""
+
+    text: str
+    source: str | None = Field(None, description="Where it came from, as its writer said (absent for old facts).")
+    created_by: str
+    created_at: datetime
+    valid_from: datetime | None = Field(None, description="When it became true; absent: no lower bound.")
+    valid_until: datetime | None = Field(None, description="When it stopped (or stops) being true; absent: no end.")
 
 
 class HistoryEntry(BaseModel):
@@ -199,6 +304,9 @@ class Entity(EntitySummary):
     properties: dict[str, Any] = Field(default_factory=dict)
     observations: list[str]
     observations_total: int = Field(description="All observations; more than listed when capped.")
+    observation_records: list[ObservationRecord] = Field(
+        default_factory=list, description="The same observations, in the same order, each with its record."
+    )
     version: int
     created_at: datetime
     updated_at: datetime
@@ -259,6 +367,11 @@ class ConnectResult(BaseModel):
 class DisconnectResult(BaseModel):
     removed: list[Relation]
     not_found: int = Field(description="How many of the given relations did not exist.")
+
+
+class InvalidatedRelations(BaseModel):
+    invalidated: list[Relation] = Field(description="The relations this call ended, as they are now.")
+    unchanged: int = Field(description="How many of the given relations do not exist or had ended by then.")
 
 
 class HistoryPage(BaseModel):

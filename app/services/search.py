@@ -59,7 +59,7 @@ class Query:
     cursor: str | None = None
 
     def fingerprint(self) -> str:
-        key = orjson.dumps([self.text, self.mode, *self.filters.params(), self.min_score])
+        key = orjson.dumps([self.text, self.mode, *self.filters.params(), *self.filters.fact_params(), self.min_score])
         return hashlib.sha256(key).hexdigest()[:16]
 
 
@@ -116,7 +116,8 @@ class Search(Service):
                     ranked_by["keyword"] = _best_per_entity(
                         await rankings.by_words(tx, q.text, strict, common, texts, CANDIDATES, q.filters)
                     )
-                    if len(q.text.split()) <= NAME_QUERY_MAX_WORDS:
+                    # A name is no fact with a source or a write time: with such filters, only observations match.
+                    if len(q.text.split()) <= NAME_QUERY_MAX_WORDS and not q.filters.by_facts:
                         ranked_by["name"] = await rankings.by_name(tx, q.text, depth, q.filters)
                 vector = None
                 if embedding is not None:
@@ -205,7 +206,16 @@ class Search(Service):
             doc = shown[c.entity_id]
             if doc is not None and doc in texts:
                 m = texts[doc]
-                match = Match(kind=m.kind, text=m.text, snippet=m.snippet)  # type: ignore[arg-type]
+                match = Match(
+                    kind=m.kind,  # type: ignore[arg-type]
+                    text=m.text,
+                    snippet=m.snippet,
+                    source=m.source,
+                    created_by=m.created_by,
+                    created_at=m.created_at,
+                    valid_from=m.valid_from,
+                    valid_until=m.valid_until,
+                )
             else:
                 match = Match(kind="name", text=row.name)
             hits.append(

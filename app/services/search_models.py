@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -24,6 +25,12 @@ class Match(BaseModel):
     )
     text: str = Field(description="The observation, or the entity's description.")
     snippet: str | None = Field(None, description="The text around the query's words, **marked**, when words matched.")
+    # An observation's record (absent for the entity's own text and names):
+    source: str | None = Field(None, description="Where the observation came from, as its writer said.")
+    created_by: str | None = Field(None, description="Who wrote the observation.")
+    created_at: datetime | None = Field(None, description="When the observation was written.")
+    valid_from: datetime | None = Field(None, description="When it became true; absent: no lower bound.")
+    valid_until: datetime | None = Field(None, description="When it stopped (or stops) being true; absent: no end.")
 
 
 class SearchHit(BaseModel):

@@ -41,4 +41,7 @@ def relation(rel: Relation) -> models.Relation:
         properties=p.get("properties"),
         created_at=p.get("created_at"),
         created_by=p.get("created_by"),
+        source=p.get("source"),
+        valid_from=p.get("valid_from"),
+        valid_until=p.get("valid_until"),
     )

@@ -204,7 +204,11 @@ class Transfer(Service):
         # Ids are kept by the engram format only: the others list entities by name, so that a file
         # imported and exported again comes out the same.
         by_name = fmt != "engram"
-        while page := await transfer.entity_page(tx, after, EXPORT_PAGE, deleted=deleted, by_name=by_name):
+        # The memory and neo4j formats cannot say that a fact has ended: they carry what holds now.
+        valid_only = fmt != "engram"
+        while page := await transfer.entity_page(
+            tx, after, EXPORT_PAGE, deleted=deleted, by_name=by_name, valid_only=valid_only
+        ):
             if fmt == "engram":
                 yield b"".join(formats.engram_entity(e.row, e.observations, e.aliases, e.merged_into) for e in page)
             elif fmt == "memory":
@@ -219,7 +223,7 @@ class Transfer(Service):
         if fmt == "neo4j":
             yield formats.NEO4J_MIDDLE
         after = None
-        while rels := await transfer.relation_page(tx, after, EXPORT_PAGE, deleted=deleted):
+        while rels := await transfer.relation_page(tx, after, EXPORT_PAGE, deleted=deleted, valid_only=valid_only):
             if fmt == "engram":
                 yield b"".join(formats.engram_relation(r) for r in rels)
             elif fmt == "memory":
@@ -584,10 +588,7 @@ class _Run:
                     )
                 )
                 live_entity = r.deleted_at is None
-                observations += [
-                    transfer.ImportedObservation(eid, o.text, o.created_at, o.created_by, live_entity)
-                    for o in r.observations
-                ]
+                observations += [_observation(eid, o, live_entity) for o in r.observations]
                 events.append(Event(eid, "created", {"name": r.name, "type": r.type, "import": self.fmt}))
                 delta.add("entities.created")
                 named.append((eid, r.aliases))
@@ -618,10 +619,7 @@ class _Run:
                 updates.append(entities.NewEntity(id=row.id, **values))
                 events.append(Event(row.id, "updated", changes))
                 changed.add(row.id)
-            observations += [
-                transfer.ImportedObservation(row.id, o.text, o.created_at, o.created_by, row.deleted_at is None)
-                for o in r.observations
-            ]
+            observations += [_observation(row.id, o, row.deleted_at is None) for o in r.observations]
             merging.append(row.id)
             named.append((row.id, r.aliases))
         await transfer.insert_entities(tx, new, self.actor)
@@ -703,3 +701,10 @@ class _Run:
         )
         delta.add("history.added", added)
         delta.add("history.skipped", len(batch) - added)
+
+
+def _observation(entity_id: str, o: formats.Obs, live: bool) -> transfer.ImportedObservation:
+    """An observation as a file gives it (its record and interval, where the engram format has them)."""
+    return transfer.ImportedObservation(
+        entity_id, o.text, o.created_at, o.created_by, live, o.source, o.valid_from, o.valid_until
+    )

@@ -56,6 +56,9 @@ class Obs:
     text: str
     created_at: datetime | None = None
     created_by: str | None = None
+    source: str | None = None
+    valid_from: datetime | None = None
+    valid_until: datetime | None = None
 
 
 @dataclass(slots=True)
@@ -465,8 +468,10 @@ _ENGRAM_ENTITY = {
 }  # fmt: skip
 _ENGRAM_RELATION = {
     "type", "id", "from", "to", "from_id", "to_id", "relation_type", "strength", "notes", "properties",
-    "created_at", "created_by",
+    "created_at", "created_by", "source", "valid_from", "valid_until",
 }  # fmt: skip
+_ENGRAM_OBSERVATION = {"text", "created_at", "created_by", "source", "valid_from", "valid_until"}
+MAX_SOURCE = 200
 _ENGRAM_HISTORY = {"type", "entity_id", "other_id", "relation_id", "action", "changes", "actor", "at"}
 _ACTION = re.compile(r"^[a-z][a-z_]{0,49}$")
 
@@ -481,15 +486,18 @@ def _engram_entity(line: int, v: dict[str, Any]) -> EntityRecord:
     _unknown(v, _ENGRAM_ENTITY)
     observations = []
     for i, o in enumerate(_list(v.get("observations"), "observations", MAX_OBSERVATIONS)):
-        if not isinstance(o, dict) or set(o) - {"text", "created_at", "created_by"}:
-            raise Refusal(f"observations.{i}: must be {{text, created_at, created_by}}")
-        observations.append(
-            Obs(
-                _observation(o.get("text"), f"observations.{i}.text"),
-                _optional_time(o.get("created_at"), f"observations.{i}.created_at"),
-                _optional(o.get("created_by"), f"observations.{i}.created_by", MAX_ACTOR),
-            )
+        if not isinstance(o, dict) or set(o) - _ENGRAM_OBSERVATION:
+            raise Refusal(f"observations.{i}: must be {{{', '.join(sorted(_ENGRAM_OBSERVATION))}}}")
+        obs = Obs(
+            _observation(o.get("text"), f"observations.{i}.text"),
+            _optional_time(o.get("created_at"), f"observations.{i}.created_at"),
+            _optional(o.get("created_by"), f"observations.{i}.created_by", MAX_ACTOR),
+            _optional(o.get("source"), f"observations.{i}.source", MAX_SOURCE),
+            _optional_time(o.get("valid_from"), f"observations.{i}.valid_from"),
+            _optional_time(o.get("valid_until"), f"observations.{i}.valid_until"),
         )
+        _interval(obs.valid_from, obs.valid_until, f"observations.{i}")
+        observations.append(obs)
     description = v.get("description")
     fields = {
         "description": "" if description is None else _text(description, "description", low=0, high=4000, strip=False),
@@ -531,6 +539,13 @@ def _engram_relation(line: int, v: dict[str, Any]) -> RelationRecord:
         extra["created_at"] = v["created_at"]  # kept as written
     if v.get("created_by") is not None:
         extra["created_by"] = _text(v.get("created_by"), "created_by", low=1, high=MAX_ACTOR)
+    if v.get("source") is not None:
+        extra["source"] = _text(v.get("source"), "source", low=1, high=MAX_SOURCE)
+    bounds = [_optional_time(v.get(k), k) for k in ("valid_from", "valid_until")]
+    _interval(*bounds, "relation")
+    for key in ("valid_from", "valid_until"):
+        if v.get(key) is not None:
+            extra[key] = v[key]  # kept as written
     return RelationRecord(
         line,
         _name(v.get("from"), "from"),
@@ -541,6 +556,11 @@ def _engram_relation(line: int, v: dict[str, Any]) -> RelationRecord:
         target_id=_optional_id(v.get("to_id"), "to_id"),
         extra=extra,
     )
+
+
+def _interval(valid_from: datetime | None, valid_until: datetime | None, what: str) -> None:
+    if valid_from is not None and valid_until is not None and valid_from >= valid_until:
+        raise Refusal(f"{what}: valid_from must be before valid_until")
 
 
 def _history(line: int, v: dict[str, Any]) -> HistoryRecord:
@@ -632,7 +652,15 @@ def engram_entity(
             "deleted_at": _when(row.deleted_at),
             **extra,
             "observations": [
-                {"text": o.text, "created_at": _when(o.created_at), "created_by": o.created_by} for o in observations
+                {
+                    "text": o.text,
+                    "created_at": _when(o.created_at),
+                    "created_by": o.created_by,
+                    "source": o.source,
+                    "valid_from": _when(o.valid_from),
+                    "valid_until": _when(o.valid_until),
+                }
+                for o in observations
             ],
         }
     )
@@ -649,7 +677,7 @@ def engram_relation(r: Any) -> bytes:
         "to_id": r.target_id,
         "relation_type": p.get("type"),
     }
-    for key in ("strength", "notes", "properties", "created_at", "created_by"):
+    for key in ("strength", "notes", "properties", "created_at", "created_by", "source", "valid_from", "valid_until"):
         if p.get(key) is not None:
             out[key] = p[key]
     return line(out)

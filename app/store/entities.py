@@ -16,6 +16,7 @@ from typing import Any
 import asyncpg
 
 from app.store.database import Tx, timed
+from app.store.validity import NOW, When, holds, valid_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,25 +316,48 @@ async def live_names_taken(tx: Tx, names: Sequence[str]) -> list[str]:
 # --- observations ---------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """Where a written fact came from and when it holds: its writer's `source` (free text) and its
+    validity interval (None: open)."""
+
+    source: str | None = None
+    valid_from: datetime | None = None
+    valid_until: datetime | None = None
+
+
 @timed
-async def add_observations(tx: Tx, pairs: Sequence[tuple[str, str]], actor: str) -> dict[str, list[str]]:
-    """Insert (entity id, text) pairs in order, skipping exact duplicates; returns what each entity gained."""
+async def add_observations(
+    tx: Tx, pairs: Sequence[tuple[str, str]], actor: str, given: Sequence[Provenance]
+) -> dict[str, list[str]]:
+    """Insert (entity id, text) pairs in order, each with its `given` provenance, skipping exact
+    duplicates of facts the entity holds; a text whose stored fact has ended (valid_until passed) is
+    written again: it holds anew, with the new provenance. Returns what each entity gained."""
     if not pairs:
         return {}
+    first = {p: g for p, g in reversed(list(zip(pairs, given, strict=True)))}  # the first of each repeat
+    kept = list(dict.fromkeys(pairs))
     rows = await tx.fetch(
         """
-        INSERT INTO {s}.observations (entity_id, content, created_by)
-        SELECT p.entity_id, p.content, $3
-        FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS p(entity_id, content, n)
+        INSERT INTO {s}.observations AS o (entity_id, content, created_by, source, valid_from, valid_until)
+        SELECT p.entity_id, p.content, $3, p.source, p.valid_from, p.valid_until
+        FROM unnest($1::uuid[], $2::text[], $4::text[], $5::timestamptz[], $6::timestamptz[]) WITH ORDINALITY
+            AS p(entity_id, content, source, valid_from, valid_until, n)
         ORDER BY p.n
-        ON CONFLICT (entity_id, md5(content)) DO NOTHING
-        RETURNING entity_id::text, content
+        ON CONFLICT (entity_id, md5(content)) DO UPDATE
+        SET source = excluded.source, valid_from = excluded.valid_from, valid_until = excluded.valid_until,
+            created_at = now(), created_by = excluded.created_by
+        WHERE o.valid_until IS NOT NULL AND o.valid_until <= now()
+        RETURNING entity_id::text, content, xmax = 0 AS fresh
         """,
-        [p[0] for p in pairs],
-        [p[1] for p in pairs],
+        [p[0] for p in kept],
+        [p[1] for p in kept],
         actor,
+        [first[p].source for p in kept],
+        [first[p].valid_from for p in kept],
+        [first[p].valid_until for p in kept],
     )
-    _count(tx, rows, 1)
+    _count(tx, [r for r in rows if r["fresh"]], 1)  # a fact written again was counted already
     return _group(rows)
 
 
@@ -353,6 +377,45 @@ async def remove_observations(tx: Tx, pairs: Sequence[tuple[str, str]]) -> dict[
     )
     _count(tx, rows, -1)
     return _group(rows)
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """Facts an invalidation matched: per entity, the texts it ended; and those it could not end
+    because they begin at or after the given end (nothing is ended then)."""
+
+    ended: dict[str, list[str]]
+    too_early: list[tuple[str, str]]
+
+
+@timed
+async def end_observations(tx: Tx, pairs: Sequence[tuple[str, str]], at: datetime | None) -> Ended:
+    """End the (entity id, text) facts that hold past `at` (None: now): their valid_until becomes
+    `at`. Facts already ended by then, and texts not stored, are left alone. If one of them begins
+    at or after `at`, nothing changes and those are returned in `too_early`."""
+    if not pairs:
+        return Ended({}, [])
+    rows = await tx.fetch(
+        """
+        WITH m AS MATERIALIZED (
+            SELECT o.id, o.entity_id, o.content,
+                   coalesce(o.valid_from >= coalesce($3::timestamptz, now()), false) AS early
+            FROM {s}.observations o
+            JOIN (SELECT DISTINCT * FROM unnest($1::uuid[], $2::text[]) AS p(entity_id, content)) p
+              ON o.entity_id = p.entity_id AND md5(o.content) = md5(p.content) AND o.content = p.content
+            WHERE o.valid_until IS NULL OR o.valid_until > coalesce($3::timestamptz, now())
+        ), u AS (
+            UPDATE {s}.observations o SET valid_until = coalesce($3::timestamptz, now())
+            FROM m WHERE o.id = m.id AND NOT EXISTS (SELECT 1 FROM m WHERE m.early)
+        )
+        SELECT m.entity_id::text, m.content, m.early FROM m ORDER BY m.id
+        """,
+        [p[0] for p in pairs],
+        [p[1] for p in pairs],
+        at,
+    )
+    early = [(r[0], r[1]) for r in rows if r[2]]
+    return Ended({} if early else _group(rows), early)
 
 
 def _count(tx: Tx, rows: Sequence[asyncpg.Record], sign: int) -> None:
@@ -377,19 +440,21 @@ class Observations:
 
 
 @timed
-async def observations(tx: Tx, entity_ids: Sequence[str], per_entity: int) -> dict[str, Observations]:
-    """The first `per_entity` observations of each entity, oldest first, and each entity's total."""
+async def observations(tx: Tx, entity_ids: Sequence[str], per_entity: int, when: When = NOW) -> dict[str, Observations]:
+    """The first `per_entity` observations of each entity that count at `when`, oldest first, and how
+    many count."""
     rows = await tx.fetch(
-        """
+        f"""
         SELECT entity_id::text, content, total FROM (
             SELECT o.entity_id, o.content, row_number() OVER w AS n,
                    count(*) OVER (PARTITION BY o.entity_id) AS total
-            FROM {s}.observations o WHERE o.entity_id = ANY($1::uuid[])
+            FROM {{s}}.observations o WHERE o.entity_id = ANY($1::uuid[]) AND {holds("o", "$3", "$4")}
             WINDOW w AS (PARTITION BY o.entity_id ORDER BY o.id)
         ) x WHERE n <= $2 ORDER BY entity_id, n
         """,
         list(entity_ids),
         per_entity,
+        *when.params(),
     )
     texts: dict[str, list[str]] = {eid: [] for eid in entity_ids}
     totals: dict[str, int] = {}
@@ -398,9 +463,10 @@ async def observations(tx: Tx, entity_ids: Sequence[str], per_entity: int) -> di
         totals[eid] = total
     if per_entity == 0:  # no rows came back: count separately
         for eid, total in await tx.fetch(
-            "SELECT entity_id::text, count(*) FROM {s}.observations WHERE entity_id = ANY($1::uuid[])"
-            " GROUP BY entity_id",
+            "SELECT entity_id::text, count(*) FROM {s}.observations o WHERE entity_id = ANY($1::uuid[])"
+            f" AND {holds('o', '$2', '$3')} GROUP BY entity_id",
             list(entity_ids),
+            *when.params(),
         ):
             totals[eid] = total
     return {eid: Observations(texts[eid], totals.get(eid, 0)) for eid in entity_ids}
@@ -439,11 +505,17 @@ async def find(
     certainty_max: int | None = None,
     created_after: datetime | None = None,
     created_before: datetime | None = None,
+    sources: Sequence[str] | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    when: When = NOW,
 ) -> tuple[list[tuple[EntityRow, str]], int]:
     """A page of live entities matching every given filter, keyset-paged, each with its sort key as
     text; and the total matching.
 
-    `after` is the (sort key as text, id) of the last row of the previous page.
+    `after` is the (sort key as text, id) of the last row of the previous page. Observations count
+    only as `when` sees them; with `sources`, `since` or `until`, an entity needs an observation
+    from one of those sources written in [since, until).
     """
     key, direction = _SORTS[sort]
     op = ">" if direction == "ASC" else "<"
@@ -452,13 +524,19 @@ async def find(
         AND ($1::text IS NULL OR e.name ILIKE $1)
         AND ($2::text IS NULL OR e.name ILIKE $2 OR e.type ILIKE $2 OR e.description ILIKE $2
              OR e.properties::text ILIKE $2
-             OR EXISTS (SELECT 1 FROM {s}.observations o WHERE o.entity_id = e.id AND o.content ILIKE $2))
+             OR EXISTS (SELECT 1 FROM {s}.observations o WHERE o.entity_id = e.id AND o.content ILIKE $2
+                        AND HOLDS))
         AND ($3::text[] IS NULL OR e.type = ANY($3))
         AND ($4::text IS NULL OR e.area = $4) AND ($5::text IS NULL OR e.topic = $5)
         AND ($6::text IS NULL OR e.subtopic = $6)
         AND ($7::int IS NULL OR e.certainty >= $7) AND ($8::int IS NULL OR e.certainty <= $8)
         AND ($9::timestamptz IS NULL OR e.created_at >= $9) AND ($10::timestamptz IS NULL OR e.created_at < $10)
-    """
+        AND (($11::text[] IS NULL AND $12::timestamptz IS NULL AND $13::timestamptz IS NULL)
+             OR EXISTS (SELECT 1 FROM {s}.observations o WHERE o.entity_id = e.id AND HOLDS
+                        AND ($11::text[] IS NULL OR o.source = ANY($11::text[]))
+                        AND ($12::timestamptz IS NULL OR o.created_at >= $12)
+                        AND ($13::timestamptz IS NULL OR o.created_at < $13)))
+    """.replace("HOLDS", holds("o", "$14", "$15"))
     args = [
         like_pattern(name_contains) if name_contains else None,
         like_pattern(text_contains) if text_contains else None,
@@ -470,12 +548,16 @@ async def find(
         certainty_max,
         created_after,
         created_before,
+        list(sources) if sources else None,
+        since,
+        until,
+        *when.params(),
     ]
     rows = await tx.fetch(
         f"""
         SELECT {COLUMNS}, ({key})::text AS sort_key FROM {{s}}.entities e
-        WHERE {where} AND ($11::text IS NULL OR ({key}, e.id) {op} ($11::text::{_key_type(sort)}, $12::uuid))
-        ORDER BY {key} {direction}, e.id {direction} LIMIT $13
+        WHERE {where} AND ($16::text IS NULL OR ({key}, e.id) {op} ($16::text::{_key_type(sort)}, $17::uuid))
+        ORDER BY {key} {direction}, e.id {direction} LIMIT $18
         """,
         *args,
         after[0] if after else None,
@@ -518,7 +600,7 @@ async def matching_text(tx: Tx, text: str, limit: int) -> list[EntityRow]:
         WHERE e.deleted_at IS NULL AND e.id IN (
             SELECT id FROM {{s}}.entities WHERE name ILIKE $1 OR type ILIKE $1
             UNION ALL
-            SELECT entity_id FROM {{s}}.observations WHERE content ILIKE $1)
+            SELECT o.entity_id FROM {{s}}.observations o WHERE o.content ILIKE $1 AND {valid_at("o", "NULL")})
         ORDER BY e.name LIMIT $2
         """,
         like_pattern(text),

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from app.store.database import Tx, timed
 from app.store.index import Model, Vector, vector_literal
+from app.store.validity import NOW, When, valid_at
 
 # Parameters $3-$7 of every ranking query (`Narrowing.params`); soft-deleted entities never match.
 _FILTERS = """
@@ -26,20 +28,60 @@ _FILTERS = """
 """
 
 
+def _facts(n: int) -> str:
+    """What a document `d` must pass, from parameters $n-$n+4 (`Narrowing.fact_params`): an
+    observation counts only while it holds at the moment (unless every fact counts), and with a
+    source or write-time filter only observations from those sources written in [since, until) match
+    (the entity's own text has no source). The validity test anti-joins the few observations that
+    have an interval (a partial index holds them)."""
+    sources, since, until, at, everything = (f"${n + i}" for i in range(5))
+    return f"""
+    AND (CASE WHEN d.observation_id IS NULL
+              THEN {sources}::text[] IS NULL AND {since}::timestamptz IS NULL AND {until}::timestamptz IS NULL
+              ELSE ({everything}::boolean OR NOT EXISTS (
+                        SELECT 1 FROM {{s}}.observations o WHERE o.id = d.observation_id
+                          AND (o.valid_from IS NOT NULL OR o.valid_until IS NOT NULL)
+                          AND NOT ({valid_at("o", at)})))
+                   AND (({sources}::text[] IS NULL AND {since}::timestamptz IS NULL AND {until}::timestamptz IS NULL)
+                        OR EXISTS (SELECT 1 FROM {{s}}.observations o WHERE o.id = d.observation_id
+                                     AND ({sources}::text[] IS NULL OR o.source = ANY({sources}::text[]))
+                                     AND ({since}::timestamptz IS NULL OR o.created_at >= {since}::timestamptz)
+                                     AND ({until}::timestamptz IS NULL OR o.created_at < {until}::timestamptz)))
+         END)
+    """
+
+
 @dataclass(frozen=True, slots=True)
 class Narrowing:
-    """What every ranking's hits must pass (types, area and topic case-insensitively); None: anything."""
+    """What every ranking's hits must pass (types, area and topic case-insensitively); None: anything.
+
+    The fact filters (sources, since, until: an observation's source and write time) and the moment
+    (`when`) apply to the texts that match: observations that do not hold at that moment match
+    nothing."""
 
     types: Sequence[str] | None = None
     area: str | None = None
     topic: str | None = None
     min_certainty: int | None = None
     max_certainty: int | None = None
+    sources: Sequence[str] | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    when: When = NOW
 
     def params(self) -> tuple[Any, ...]:
         """Parameters $3-$7 of a ranking query."""
         types = list(self.types) if self.types else None
         return (types, self.area, self.topic, self.min_certainty, self.max_certainty)
+
+    def fact_params(self) -> tuple[Any, ...]:
+        """The five parameters of `_facts`: sources, since, until, the moment, every fact."""
+        return (list(self.sources) if self.sources else None, self.since, self.until, *self.when.params())
+
+    @property
+    def by_facts(self) -> bool:
+        """Only observations from given sources or write times can match (names cannot)."""
+        return bool(self.sources) or self.since is not None or self.until is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,13 +125,14 @@ async def by_vector(
         SELECT entity_id::text, id, distance FROM (
             SELECT d.entity_id, d.id, d.embedding{cast} <=> $1::text{cast} AS distance
             FROM {{s}}.search_docs d JOIN {{s}}.entities e ON e.id = d.entity_id
-            WHERE d.model_id = {int(model.id)} {_FILTERS}
+            WHERE d.model_id = {int(model.id)} {_FILTERS} {_facts(8)}
             ORDER BY distance LIMIT $2
         ) x ORDER BY distance
         """,
         vector_literal(query),
         limit,
         *narrow.params(),
+        *narrow.fact_params(),
     )
     return [Ranked(r[0], r[1], 1.0 - r[2]) for r in rows]
 
@@ -149,7 +192,7 @@ async def by_words(
                                FROM unnest(tsvector_to_array(to_tsvector('english', $1::text))) AS w) AS each) q,
                  LATERAL (SELECT * FROM {{s}}.search_docs d WHERE d.tsv @@ q.q LIMIT $10) d
                  JOIN {{s}}.entities e ON e.id = d.entity_id
-            WHERE true {_FILTERS}
+            WHERE true {_FILTERS} {_facts(11)}
         ) m
         ORDER BY share DESC, density DESC, id LIMIT $2
         """,
@@ -159,6 +202,7 @@ async def by_words(
         strict,
         list(common),
         candidates,
+        *narrow.fact_params(),
     )
     return [Ranked(r[0], r[1], r[2]) for r in rows]
 
@@ -198,6 +242,12 @@ class Shown:
     kind: str  # "entity" (its name, type and description) or "observation"
     text: str  # the observation, or the entity's description (its name and type when it has none)
     snippet: str | None  # the text around the query's words, marked, when words matched
+    # An observation's record (None for the entity's own text):
+    source: str | None = None
+    created_by: str | None = None
+    created_at: datetime | None = None
+    valid_from: datetime | None = None
+    valid_until: datetime | None = None
 
 
 @timed
@@ -208,7 +258,8 @@ async def matched_texts(
     rows = await tx.fetch(
         """
         SELECT d.id, d.observation_id IS NULL AS is_entity,
-               coalesce(o.content, nullif(e.description, ''), e.name || ' (' || e.type || ')') AS text
+               coalesce(o.content, nullif(e.description, ''), e.name || ' (' || e.type || ')') AS text,
+               o.source, o.created_by, o.created_at, o.valid_from, o.valid_until
         FROM {s}.search_docs d
         JOIN {s}.entities e ON e.id = d.entity_id
         LEFT JOIN {s}.observations o ON o.id = d.observation_id
@@ -219,6 +270,7 @@ async def matched_texts(
     out: dict[int, tuple[str, str, str | None]] = {
         r["id"]: ("entity" if r["is_entity"] else "observation", r["text"], None) for r in rows
     }
+    record = {r["id"]: tuple(r)[3:] for r in rows}
     marked = [i for i in highlight if i in out]
     if marked:
         snippets = await tx.fetch(
@@ -235,7 +287,7 @@ async def matched_texts(
         for r in snippets:
             kind, text, _ = out[r[0]]
             out[r[0]] = (kind, text, r[1])
-    return {doc: Shown(*shown) for doc, shown in out.items()}
+    return {doc: Shown(*shown, *record[doc]) for doc, shown in out.items()}
 
 
 @timed

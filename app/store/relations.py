@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -22,9 +23,11 @@ from app.store.entities import (
     COLUMNS,
     Candidate,
     EntityRow,
+    Provenance,
     candidate,
     candidate_args,
 )
+from app.store.validity import NOW, When, edge_holds, holds
 
 REL_TYPE = "ag_catalog.agtype_access_operator(VARIADIC ARRAY[r.properties, '\"type\"'::ag_catalog.agtype])::text"
 REL_ID = "ag_catalog.agtype_access_operator(VARIADIC ARRAY[r.properties, '\"id\"'::ag_catalog.agtype])::text"
@@ -76,11 +79,21 @@ class NewRelation:
     strength: float | None = None
     notes: str | None = None
     properties: dict[str, Any] | None = None
+    provenance: Provenance = field(default_factory=Provenance)
+
+
+# The write time and interval of a relation written now, as its properties hold them (JSON text of
+# timestamptz, as PostgreSQL writes it): parameters $4 (valid_from) and $5 (valid_until) per row.
+_STAMPS = "jsonb_strip_nulls(jsonb_build_object('created_at', now(), 'valid_from', u.vf, 'valid_until', u.vu))"
 
 
 @timed
 async def insert(tx: Tx, items: Sequence[NewRelation], actor: str) -> list[str | None]:
-    """Create edges; returns each item's new relation id, or None where (from, type, to) already existed."""
+    """Create edges; returns each item's new relation id, or None where (from, type, to) already existed.
+
+    An edge with an interval is listed in ``rel_intervals`` too. An existing edge whose interval has
+    ended (valid_until passed) is written again instead: it holds anew with this write's fields,
+    source, interval, author and time, and its id is returned as for a new one."""
     props = []
     for i in items:
         p: dict[str, Any] = {"id": str(uuid.uuid4()), "type": i.type, "created_by": actor}
@@ -90,22 +103,65 @@ async def insert(tx: Tx, items: Sequence[NewRelation], actor: str) -> list[str |
             p["notes"] = i.notes
         if i.properties:
             p["properties"] = i.properties
+        if i.provenance.source is not None:
+            p["source"] = i.provenance.source
         props.append(p)
-    rows = await tx.fetch(
-        f"""
-        INSERT INTO {{s}}."REL" (start_id, end_id, properties)
-        SELECT a::ag_catalog.graphid, b::ag_catalog.graphid,
-               (p::jsonb || jsonb_build_object('created_at', now()))::text::ag_catalog.agtype
-        FROM unnest($1::text[], $2::text[], $3::text[]) AS u(a, b, p)
-        ON CONFLICT DO NOTHING
-        RETURNING {REL_ID.replace("r.properties", "properties")}
-        """,
+    args = (
         [i.source.gid for i in items],
         [i.target.gid for i in items],
         [orjson.dumps(p).decode() for p in props],
+        [i.provenance.valid_from for i in items],
+        [i.provenance.valid_until for i in items],
+    )
+    unnest = (
+        "unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[]) WITH ORDINALITY"
+        " AS u(a, b, p, vf, vu, n)"
+    )
+    rows = await tx.fetch(
+        f"""
+        WITH u AS MATERIALIZED (SELECT * FROM {unnest}), ins AS (
+            INSERT INTO {{s}}."REL" (start_id, end_id, properties)
+            SELECT a::ag_catalog.graphid, b::ag_catalog.graphid, (p::jsonb || {_STAMPS})::text::ag_catalog.agtype
+            FROM u ORDER BY u.n
+            ON CONFLICT DO NOTHING
+            RETURNING id, start_id, end_id, {REL_ID.replace("r.properties", "properties")} AS rid
+        ), iv AS (
+            INSERT INTO {{s}}.rel_intervals (edge, start_id, end_id, valid_from, valid_until)
+            SELECT ins.id, ins.start_id, ins.end_id, u.vf, u.vu FROM ins JOIN u ON u.p::jsonb->>'id' = ins.rid
+            WHERE u.vf IS NOT NULL OR u.vu IS NOT NULL
+        )
+        SELECT rid FROM ins
+        """,
+        *args,
     )
     created = {r[0] for r in rows}
-    return [p["id"] if p["id"] in created else None for p in props]
+    # Edges that were there already: those whose interval has ended hold again, as written now.
+    rows = await tx.fetch(
+        f"""
+        WITH u AS MATERIALIZED (SELECT * FROM {unnest}), m AS MATERIALIZED (
+            SELECT DISTINCT ON (r.id) r.id, u.p, u.vf, u.vu FROM u
+            JOIN {{s}}."REL" r ON r.start_id = u.a::ag_catalog.graphid AND r.end_id = u.b::ag_catalog.graphid
+                 AND {REL_TYPE} = u.p::jsonb->>'type'
+            JOIN {{s}}.rel_intervals ri ON ri.edge = r.id AND ri.valid_until <= now()
+            WHERE u.p::jsonb->>'id' <> ALL($6::text[])
+            ORDER BY r.id, u.n
+        ), kept AS (
+            UPDATE {{s}}.rel_intervals ri SET valid_from = m.vf, valid_until = m.vu
+            FROM m WHERE ri.edge = m.id AND (m.vf IS NOT NULL OR m.vu IS NOT NULL)
+        ), dropped AS (
+            DELETE FROM {{s}}.rel_intervals ri USING m WHERE ri.edge = m.id AND m.vf IS NULL AND m.vu IS NULL
+        )
+        UPDATE {{s}}."REL" r
+        SET properties = ((ag_catalog.agtype_out(r.properties)::text::jsonb - 'valid_from' - 'valid_until')
+                          || (m.p::jsonb - 'id') || {_STAMPS.replace("u.", "m.")})::text::ag_catalog.agtype
+        FROM m WHERE r.id = m.id
+        RETURNING {REL_ID}, m.p::jsonb->>'id'
+        """,
+        *args,
+        list(created),
+    )
+    reopened = {r[1]: r[0] for r in rows}  # the id the item would have had -> the edge's own id
+    return [p["id"] if p["id"] in created else reopened.get(p["id"]) for p in props]
 
 
 @timed
@@ -134,7 +190,66 @@ async def by_ids(tx: Tx, ids: Sequence[str]) -> list[Relation]:
 
 @timed
 async def delete(tx: Tx, ids: Sequence[str]) -> None:
-    await tx.execute(f'DELETE FROM {{s}}."REL" r WHERE {REL_ID} = ANY($1::text[])', list(ids))
+    await tx.execute(
+        f"""
+        WITH gone AS (DELETE FROM {{s}}."REL" r WHERE {REL_ID} = ANY($1::text[]) RETURNING r.id)
+        DELETE FROM {{s}}.rel_intervals ri USING gone WHERE ri.edge = gone.id
+        """,
+        list(ids),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class EndedRelations:
+    """Relations an invalidation ended (their ids), or, when some could not be ended because they
+    begin at or after the given end, those (and nothing was ended)."""
+
+    ended: list[str]
+    too_early: list[str]
+
+
+@timed
+async def end(tx: Tx, ids: Sequence[str], at: datetime | None) -> EndedRelations:
+    """End the relations that hold past `at` (None: now): their valid_until becomes `at`, in their
+    properties and in ``rel_intervals``. Relations ended by then are left alone."""
+    moment = "coalesce($2::timestamptz, now())"
+    rows = await tx.fetch(
+        f"""
+        WITH m AS MATERIALIZED (
+            SELECT r.id, r.start_id, r.end_id, {REL_ID} AS rid, ri.valid_from,
+                   coalesce(ri.valid_from >= {moment}, false) AS early
+            FROM {{s}}."REL" r LEFT JOIN {{s}}.rel_intervals ri ON ri.edge = r.id
+            WHERE {REL_ID} = ANY($1::text[]) AND (ri.valid_until IS NULL OR ri.valid_until > {moment})
+        ), iv AS (
+            INSERT INTO {{s}}.rel_intervals (edge, start_id, end_id, valid_from, valid_until)
+            SELECT m.id, m.start_id, m.end_id, m.valid_from, {moment} FROM m
+            WHERE NOT EXISTS (SELECT 1 FROM m WHERE m.early)
+            ON CONFLICT (edge) DO UPDATE SET valid_until = excluded.valid_until
+        ), u AS (
+            UPDATE {{s}}."REL" r
+            SET properties = (ag_catalog.agtype_out(r.properties)::text::jsonb
+                              || jsonb_build_object('valid_until', {moment}))::text::ag_catalog.agtype
+            FROM m WHERE r.id = m.id AND NOT EXISTS (SELECT 1 FROM m WHERE m.early)
+        )
+        SELECT rid, early FROM m ORDER BY m.id
+        """,
+        list(ids),
+        at,
+    )
+    early = [r[0] for r in rows if r[1]]
+    return EndedRelations([] if early else [r[0] for r in rows], early)
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """An observation with its record: who wrote it, from what source, when, and when it holds."""
+
+    text: str
+    source: str | None
+    created_by: str
+    created_at: datetime
+    valid_from: datetime | None
+    valid_until: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +258,7 @@ class Detail:
     its live relations."""
 
     entity: Candidate
-    observations: list[str]
+    observations: list[Fact]
     observations_total: int
     relations: list[Relation] | None
 
@@ -155,10 +270,11 @@ _RELATION_ROW = """ROW(ag_catalog.agtype_out(r.properties)::text, se.id::text, s
 
 
 @timed
-async def detail(tx: Tx, ref: str, *, observations: int, relations: int | None) -> list[Detail]:
+async def detail(tx: Tx, ref: str, *, observations: int, relations: int | None, when: When = NOW) -> list[Detail]:
     """Every candidate for `ref` (as `entities.resolve` finds them), each with its first `observations`
     observations and their total and, unless `relations` is None, its first `relations` live relations
-    in both directions (outgoing first, then by the names of the ends): one statement.
+    in both directions (outgoing first, then by the names of the ends): one statement. Observations
+    and relations count only as `when` sees them.
 
     Which candidate the reference means is the services' rule (app/services/refs.py). The relations
     are read from the edge table by the entity's graph id, one indexed scan per direction.
@@ -166,18 +282,21 @@ async def detail(tx: Tx, ref: str, *, observations: int, relations: int | None) 
     rows = await tx.fetch(
         f"""
         SELECT {COLUMNS}, {CANDIDATE_EXTRAS},
-            ARRAY(SELECT o.content FROM {{s}}.observations o WHERE o.entity_id = e.id ORDER BY o.id LIMIT $4)
-                AS observations,
-            (SELECT count(*) FROM {{s}}.observations o WHERE o.entity_id = e.id) AS observations_total,
+            ARRAY(SELECT ROW(o.content, o.source, o.created_by, o.created_at, o.valid_from, o.valid_until)
+                  FROM {{s}}.observations o WHERE o.entity_id = e.id AND {holds("o", "$6", "$7")}
+                  ORDER BY o.id LIMIT $4) AS observations,
+            (SELECT count(*) FROM {{s}}.observations o WHERE o.entity_id = e.id AND {holds("o", "$6", "$7")})
+                AS observations_total,
             CASE WHEN $5::int IS NOT NULL THEN ARRAY(
                 SELECT {_RELATION_ROW}
                 FROM (
-                    SELECT r.start_id, r.end_id, r.properties FROM {{s}}."REL" r WHERE r.start_id = e.gid
+                    SELECT r.id, r.start_id, r.end_id, r.properties FROM {{s}}."REL" r WHERE r.start_id = e.gid
                     UNION ALL
-                    SELECT r.start_id, r.end_id, r.properties FROM {{s}}."REL" r WHERE r.end_id = e.gid
+                    SELECT r.id, r.start_id, r.end_id, r.properties FROM {{s}}."REL" r WHERE r.end_id = e.gid
                 ) r
                 JOIN {{s}}.entities se ON se.gid = r.start_id AND se.deleted_at IS NULL
                 JOIN {{s}}.entities te ON te.gid = r.end_id AND te.deleted_at IS NULL
+                WHERE {edge_holds("r.id", "$6", "$7")}
                 ORDER BY se.id = e.id DESC, se.name, te.name
                 LIMIT $5
             ) END AS relations
@@ -187,11 +306,12 @@ async def detail(tx: Tx, ref: str, *, observations: int, relations: int | None) 
         *candidate_args([ref]),
         observations,
         relations,
+        *when.params(),
     )
     return [
         Detail(
             candidate(r),
-            r["observations"],
+            [Fact(*o) for o in r["observations"]],
             r["observations_total"],
             None if r["relations"] is None else [Relation(orjson.loads(x[0]), *x[1:]) for x in r["relations"]],
         )
@@ -227,8 +347,9 @@ async def touching(tx: Tx, entity_id: str, limit: int) -> list[Relation]:
 
 
 @timed
-async def among(tx: Tx, gids: Sequence[str], *, either_end: bool, limit: int) -> list[Relation]:
-    """Live relations with both ends (or, with `either_end`, at least one end) among `gids`."""
+async def among(tx: Tx, gids: Sequence[str], *, either_end: bool, limit: int, when: When = NOW) -> list[Relation]:
+    """Live relations with both ends (or, with `either_end`, at least one end) among `gids`, that
+    count as `when` sees them."""
     join = "OR" if either_end else "AND"
     # Materialized: the edges of these ends first. Left to itself, right after an import (no
     # planner statistics yet) the planner joined entities x entities first: 0.9 s at 1k entities.
@@ -236,14 +357,16 @@ async def among(tx: Tx, gids: Sequence[str], *, either_end: bool, limit: int) ->
         f"""
         WITH r AS MATERIALIZED (
             SELECT * FROM {{s}}."REL" r
-            WHERE r.start_id = ANY($1::text[]::ag_catalog.graphid[])
-                  {join} r.end_id = ANY($1::text[]::ag_catalog.graphid[])
+            WHERE (r.start_id = ANY($1::text[]::ag_catalog.graphid[])
+                   {join} r.end_id = ANY($1::text[]::ag_catalog.graphid[]))
+              AND {edge_holds("r.id", "$3", "$4")}
         )
         """
         + _SELECT.replace('FROM {s}."REL" r', "FROM r")
         + "ORDER BY se.name, te.name LIMIT $2",
         list(gids),
         limit,
+        *when.params(),
     )
     return [_relation(r) for r in rows]
 
@@ -252,16 +375,17 @@ async def among(tx: Tx, gids: Sequence[str], *, either_end: bool, limit: int) ->
 async def from_source_names(
     tx: Tx, after: str | None, last: str, after_key: tuple[str, str, str] | None, limit: int
 ) -> list[tuple[Relation, tuple[str, str, str]]]:
-    """Live relations whose source's name is in (after, last] (a read_graph page owns its entities'
-    outgoing edges), by source name, target name and edge id; from just past `after_key`, at most
+    """Live relations that hold now whose source's name is in (after, last] (a read_graph page owns its
+    entities' outgoing edges), by source name, target name and edge id; from just past `after_key`, at most
     `limit`. Each comes with its key, to continue from."""
     rows = await tx.fetch(
         _SELECT.replace("SELECT ", "SELECT r.id::text AS rid, ", 1)
         + """
         WHERE ($1::text IS NULL OR se.name > $1) AND se.name <= $2
           AND ($3::text IS NULL OR (se.name, te.name, r.id) > ($3, $4, $5::text::ag_catalog.graphid))
+          AND VALID_NOW
         ORDER BY se.name, te.name, r.id LIMIT $6
-        """,
+        """.replace("VALID_NOW", edge_holds("r.id", "NULL", "false")),
         after,
         last,
         *(after_key or (None, None, None)),

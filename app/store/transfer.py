@@ -18,7 +18,7 @@ import orjson
 from app.store.database import Database, Tenant, Tx, timed
 from app.store.entities import COLUMNS, EntityRow, NewEntity, name_key
 from app.store.history import Change
-from app.store.relations import REL_ID
+from app.store.validity import edge_holds, valid_at
 
 _ENTITY_WIDTH = len(EntityRow.__dataclass_fields__)
 
@@ -37,6 +37,9 @@ class StoredObservation:
     text: str
     created_at: datetime
     created_by: str
+    source: str | None = None
+    valid_from: datetime | None = None
+    valid_until: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,22 +52,25 @@ class ExportedEntity:
 
 @timed
 async def entity_page(
-    tx: Tx, after: str | None, limit: int, *, deleted: bool, by_name: bool = False
+    tx: Tx, after: str | None, limit: int, *, deleted: bool, by_name: bool = False, valid_only: bool = False
 ) -> list[ExportedEntity]:
     """Entities after `after` in id order (or, live ones only, in name order), each with all its
-    observations (oldest first) and aliases; deleted ones too with `deleted`."""
+    observations (oldest first; with `valid_only`, those that hold now) and aliases; deleted ones
+    too with `deleted`."""
     key = "e.name" if by_name else "e.id"
     if by_name and deleted:
         raise ValueError("names are unique among live entities only")
     rows = await tx.fetch(
         f"""
-        SELECT {COLUMNS}, o.texts, o.ats, o.bys, e.merged_into::text AS merged_into,
+        SELECT {COLUMNS}, o.texts, o.ats, o.bys, o.sources, o.froms, o.untils,
+            e.merged_into::text AS merged_into,
             ARRAY(SELECT a.alias FROM {{s}}.aliases a WHERE a.entity_id = e.id ORDER BY a.alias_key) AS aliases
         FROM {{s}}.entities e
         CROSS JOIN LATERAL (
             SELECT array_agg(content ORDER BY id) AS texts, array_agg(created_at ORDER BY id) AS ats,
-                   array_agg(created_by ORDER BY id) AS bys
-            FROM {{s}}.observations WHERE entity_id = e.id
+                   array_agg(created_by ORDER BY id) AS bys, array_agg(source ORDER BY id) AS sources,
+                   array_agg(valid_from ORDER BY id) AS froms, array_agg(valid_until ORDER BY id) AS untils
+            FROM {{s}}.observations o WHERE entity_id = e.id AND (NOT $4 OR {valid_at("o", "NULL")})
         ) o
         WHERE ($1::text IS NULL OR {key} > $1::text::{"text" if by_name else "uuid"}) AND ($3 OR e.deleted_at IS NULL)
         ORDER BY {key} LIMIT $2
@@ -72,14 +78,15 @@ async def entity_page(
         after,
         limit,
         deleted,
+        valid_only,
     )
     out = []
     for r in rows:
-        texts, ats, bys = r["texts"] or [], r["ats"] or [], r["bys"] or []
+        columns = [r[k] or [] for k in ("texts", "ats", "bys", "sources", "froms", "untils")]
         out.append(
             ExportedEntity(
                 EntityRow(*r[:_ENTITY_WIDTH]),
-                [StoredObservation(t, a, b) for t, a, b in zip(texts, ats, bys, strict=True)],
+                [StoredObservation(*o) for o in zip(*columns, strict=True)],
                 list(r["aliases"]),
                 r["merged_into"],
             )
@@ -100,22 +107,25 @@ class ExportedRelation:
 
 
 @timed
-async def relation_page(tx: Tx, after: int | None, limit: int, *, deleted: bool) -> list[ExportedRelation]:
+async def relation_page(
+    tx: Tx, after: int | None, limit: int, *, deleted: bool, valid_only: bool = False
+) -> list[ExportedRelation]:
     """Relations in the order they were written (edge id) after `after`; those with a deleted end
-    only with `deleted`."""
+    only with `deleted`; with `valid_only`, those that hold now."""
     rows = await tx.fetch(
-        """
+        f"""
         SELECT r.id::text::bigint AS gid, r.properties AS props, se.id::text, se.name, te.id::text, te.name
-        FROM {s}."REL" r
-        JOIN {s}.entities se ON se.gid = r.start_id
-        JOIN {s}.entities te ON te.gid = r.end_id
+        FROM {{s}}."REL" r
+        JOIN {{s}}.entities se ON se.gid = r.start_id
+        JOIN {{s}}.entities te ON te.gid = r.end_id
         WHERE ($1::bigint IS NULL OR r.id > $1::bigint::text::ag_catalog.graphid)
-          AND ($3 OR (se.deleted_at IS NULL AND te.deleted_at IS NULL))
+          AND ($3 OR (se.deleted_at IS NULL AND te.deleted_at IS NULL)) AND {edge_holds("r.id", "NULL", "NOT $4")}
         ORDER BY r.id LIMIT $2
         """,
         after,
         limit,
         deleted,
+        valid_only,
     )
     return [ExportedRelation(r[0], orjson.loads(r[1]), r[2], r[3], r[4], r[5]) for r in rows]
 
@@ -222,6 +232,9 @@ class ImportedObservation:
     created_at: datetime | None = None  # None: now
     created_by: str | None = None  # None: the importer
     live: bool = True  # its entity is live (what quotas count)
+    source: str | None = None
+    valid_from: datetime | None = None
+    valid_until: datetime | None = None
 
 
 @timed
@@ -232,10 +245,12 @@ async def insert_observations(tx: Tx, items: Sequence[ImportedObservation], acto
         return {}
     rows = await tx.fetch(
         """
-        INSERT INTO {s}.observations (entity_id, content, created_at, created_by)
-        SELECT p.entity_id, p.content, coalesce(p.created_at, now()), coalesce(p.created_by, $5)
-        FROM unnest($1::uuid[], $2::text[], $3::timestamptz[], $4::text[]) WITH ORDINALITY
-            AS p(entity_id, content, created_at, created_by, n)
+        INSERT INTO {s}.observations (entity_id, content, created_at, created_by, source, valid_from, valid_until)
+        SELECT p.entity_id, p.content, coalesce(p.created_at, now()), coalesce(p.created_by, $5), p.source,
+               p.valid_from, p.valid_until
+        FROM unnest($1::uuid[], $2::text[], $3::timestamptz[], $4::text[], $6::text[], $7::timestamptz[],
+                    $8::timestamptz[]) WITH ORDINALITY
+            AS p(entity_id, content, created_at, created_by, source, valid_from, valid_until, n)
         ORDER BY p.n
         ON CONFLICT (entity_id, md5(content)) DO NOTHING
         RETURNING entity_id::text, content
@@ -245,6 +260,9 @@ async def insert_observations(tx: Tx, items: Sequence[ImportedObservation], acto
         [i.created_at for i in items],
         [i.created_by for i in items],
         actor,
+        [i.source for i in items],
+        [i.valid_from for i in items],
+        [i.valid_until for i in items],
     )
     dead = {i.entity_id for i in items if not i.live}
     out: dict[str, list[str]] = {}
@@ -260,18 +278,26 @@ async def insert_observations(tx: Tx, items: Sequence[ImportedObservation], acto
 async def insert_relations(tx: Tx, items: Sequence[tuple[str, str, dict[str, Any]]]) -> set[str]:
     """Insert edges (source gid, target gid, properties with `id` and `type`); an edge whose id or
     (source, target, type) is taken already is skipped. Returns the ids inserted. Properties without
-    `created_at` get the transaction's time, as JSON writes it (as a tool's relation has it)."""
+    `created_at` get the transaction's time, as JSON writes it (as a tool's relation has it). An
+    edge whose properties give `valid_from` or `valid_until` (times) is listed in ``rel_intervals``."""
     if not items:
         return set()
     now = orjson.loads(await tx.fetchval("SELECT to_json(now())::text"))
     rows = await tx.fetch(
-        f"""
-        INSERT INTO {{s}}."REL" (start_id, end_id, properties)
-        SELECT a::ag_catalog.graphid, b::ag_catalog.graphid, p::ag_catalog.agtype
-        FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS u(a, b, p, n)
-        ORDER BY u.n
-        ON CONFLICT DO NOTHING
-        RETURNING {REL_ID.replace("r.properties", "properties")}
+        """
+        WITH ins AS (
+            INSERT INTO {s}."REL" (start_id, end_id, properties)
+            SELECT a::ag_catalog.graphid, b::ag_catalog.graphid, p::ag_catalog.agtype
+            FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS u(a, b, p, n)
+            ORDER BY u.n
+            ON CONFLICT DO NOTHING
+            RETURNING id, start_id, end_id, ag_catalog.agtype_out(properties)::text::jsonb AS p
+        ), iv AS (
+            INSERT INTO {s}.rel_intervals (edge, start_id, end_id, valid_from, valid_until)
+            SELECT id, start_id, end_id, (p->>'valid_from')::timestamptz, (p->>'valid_until')::timestamptz
+            FROM ins WHERE p ? 'valid_from' OR p ? 'valid_until'
+        )
+        SELECT p->>'id' FROM ins
         """,
         [i[0] for i in items],
         [i[1] for i in items],

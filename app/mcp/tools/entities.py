@@ -10,7 +10,7 @@ from app.auth.principal import READ, WRITE, Principal
 from app.errors import EngramError
 from app.mcp.toolset import ADDITIVE, DESTRUCTIVE, READ_ONLY, ToolSet
 from app.services import Services, models
-from app.services.filters import EntityFilters
+from app.services.filters import EntityFilters, moment, time_range
 
 EntityId = Annotated[models.Id | None, Field(description="The entity's id.")]
 EntityName = Annotated[models.Ref | None, Field(description="The entity's name.")]
@@ -31,15 +31,20 @@ def register(tool: ToolSet, services: Services) -> None:
         who: Principal,
         entities: Annotated[list[models.EntityIn], Field(min_length=1, max_length=batch)],
         on_existing: Literal["merge", "skip", "error"] = "merge",
+        source: Annotated[
+            models.Source | None,
+            Field(description="Where the observations of this call came from; default: your client id."),
+        ] = None,
     ) -> models.UpsertResult:
         """Create entities, or merge into existing ones of the same exact name.
 
         `on_existing`: `merge` (default) sets the given fields, merges `properties` by key and
         appends new observations (exact duplicates skipped); `skip` leaves existing ones alone;
         `error` fails the call if any name exists. One transaction. Returns, per name, created,
-        updated, unchanged or skipped, with id and version.
+        updated, unchanged or skipped, with id and version. `source`: where the observations came
+        from; for facts true only for a time, use append_observations with `valid_from`/`valid_until`.
         """
-        return await services.entities.upsert(who, entities, on_existing)
+        return await services.entities.upsert(who, entities, on_existing, source)
 
     @tool(READ, READ_ONLY)
     async def get_entity(
@@ -49,12 +54,16 @@ def register(tool: ToolSet, services: Services) -> None:
         include_relations: bool = True,
         include_history: bool = False,
         max_observations: Annotated[int, Field(ge=0, le=1000)] = 100,
+        as_of: models.AsOf = None,
+        include_invalid: models.IncludeInvalid = False,
     ) -> models.Entity:
         """Read one entity by id or name: fields, observations, direct relations and, with
         `include_history`, its 20 latest changes.
 
         A name matches exactly, else case-insensitively; several such matches fail with `ambiguous`,
-        listing them.
+        listing them. Shows facts valid now; `as_of` reads them as they were at a time,
+        `include_invalid` shows all. `observation_records` gives each one's source, author, time
+        and validity.
         """
         return await services.entities.get(
             who,
@@ -62,6 +71,7 @@ def register(tool: ToolSet, services: Services) -> None:
             include_relations=include_relations,
             include_history=include_history,
             max_observations=max_observations,
+            when=moment(as_of, include_invalid),
         )
 
     @tool(WRITE, DESTRUCTIVE)
@@ -103,12 +113,31 @@ def register(tool: ToolSet, services: Services) -> None:
 
     @tool(WRITE, ADDITIVE)
     async def append_observations(
-        who: Principal, items: Annotated[list[models.ObservationsIn], Field(min_length=1, max_length=batch)]
+        who: Principal, items: Annotated[list[models.NewObservations], Field(min_length=1, max_length=batch)]
     ) -> models.ObservationsResult:
-        """Add facts to existing entities (id or name); exact duplicates are skipped. An unknown entity
-        fails the whole call. Returns what each entity gained.
+        """Add facts to existing entities (id or name); exact duplicates are skipped. Each item may
+        say when its facts hold (`valid_from`, `valid_until`; default always) and where they came
+        from (`source`; default your client id); an ended fact written again is valid anew. An
+        unknown entity fails the whole call. Returns what each entity gained.
         """
         return await services.entities.change_observations(who, items, add=True)
+
+    @tool(WRITE, DESTRUCTIVE)
+    async def invalidate_observations(
+        who: Principal,
+        items: Annotated[list[models.ObservationsIn], Field(min_length=1, max_length=batch)],
+        at: models.At = None,
+        reason: models.WhyEnded = None,
+    ) -> models.ObservationsResult:
+        """Mark facts as no longer true without deleting them: "Ada no longer works at Acme".
+
+        Each given observation (exact text) that is valid past `at` (default now) gets `valid_until`
+        = `at`: reads stop showing it from then on, while `as_of` reads of earlier times and
+        `include_invalid` still see it. Texts not stored, or already ended by then, are left alone.
+        The end and `reason` go to the entity's history. Use remove_observations only for facts
+        that were never true (mistakes). Returns what each entity had ended.
+        """
+        return await services.entities.invalidate_observations(who, items, at, reason)
 
     @tool(WRITE, DESTRUCTIVE)
     async def remove_observations(
@@ -145,6 +174,11 @@ def register(tool: ToolSet, services: Services) -> None:
         certainty_max: models.Certainty | None = None,
         created_after: datetime | None = None,
         created_before: datetime | None = None,
+        sources: models.Sources = None,
+        since: models.Since = None,
+        until: models.Until = None,
+        as_of: models.AsOf = None,
+        include_invalid: models.IncludeInvalid = False,
         sort: Literal["recent", "name", "certainty"] = "recent",
         limit: Annotated[int, Field(ge=1, le=cap)] = 20,
         cursor: models.Cursor | None = None,
@@ -152,10 +186,12 @@ def register(tool: ToolSet, services: Services) -> None:
         """List entities matching all given filters, sorted, a page at a time.
 
         `name_contains`: names, ignoring case; `text_contains`: names, types, descriptions,
-        observations, property values; `types`: exact. `sort`: recent (last changed first), name, or
+        observations, property values; `types`: exact. `sources`, `since`, `until`: an observation
+        from those sources written in that range. `sort`: recent (last changed first), name, or
         certainty (highest first). Returns the page, the total and `next_cursor` (pass it back as
         `cursor` with the same filters). For questions in plain words, use `search`.
         """
+        time_range(since, until)
         filters = EntityFilters(
             name_contains=name_contains,
             text_contains=text_contains,
@@ -167,5 +203,9 @@ def register(tool: ToolSet, services: Services) -> None:
             certainty_max=certainty_max,
             created_after=created_after,
             created_before=created_before,
+            sources=sources,
+            since=since,
+            until=until,
+            when=moment(as_of, include_invalid),
         )
         return await services.entities.find(who, filters, sort, limit, cursor)

@@ -8,6 +8,7 @@ from pydantic import Field
 from app.auth.principal import READ, Principal
 from app.mcp.toolset import READ_ONLY, ToolSet
 from app.services import Services, models
+from app.services.filters import moment
 
 RelationTypes = Annotated[list[models.TypeName] | None, Field(max_length=20, description="Exact relation types.")]
 
@@ -23,14 +24,23 @@ def register(tool: ToolSet, services: Services) -> None:
         direction: models.Direction = "both",
         relation_types: RelationTypes = None,
         limit: Annotated[int, Field(ge=1, le=cap)] = 50,
+        as_of: models.AsOf = None,
+        include_invalid: models.IncludeInvalid = False,
     ) -> models.NeighborsResult:
         """Entities around one entity, breadth first, up to `depth` relations away.
 
         Each appears once, at its shortest distance, with the relation that reached it (`via`, in
-        its real direction). Filter by `direction` and exact `relation_types`.
+        its real direction). Filter by `direction` and exact `relation_types`. Walks relations
+        valid now (see `as_of`, `include_invalid`).
         """
         return await services.graph.neighbors(
-            who, entity, depth=depth, direction=direction, types=relation_types, limit=limit
+            who,
+            entity,
+            depth=depth,
+            direction=direction,
+            types=relation_types,
+            limit=limit,
+            when=moment(as_of, include_invalid),
         )
 
     @tool(READ, READ_ONLY)
@@ -41,13 +51,24 @@ def register(tool: ToolSet, services: Services) -> None:
         max_depth: Annotated[int, Field(ge=1, le=10)] = 5,
         direction: models.Direction = "both",
         relation_types: RelationTypes = None,
+        as_of: models.AsOf = None,
+        include_invalid: models.IncludeInvalid = False,
     ) -> models.PathResult:
         """How two entities connect: a shortest chain of relations, up to `max_depth` long.
 
         `nodes` run from start to end; `relations[i]` joins `nodes[i]` and `nodes[i+1]`, in its real
-        direction. No path is `found: false`, not an error.
+        direction. No path is `found: false`, not an error. Uses relations valid now (see `as_of`,
+        `include_invalid`).
         """
-        return await services.graph.path(who, from_, to, max_depth=max_depth, direction=direction, types=relation_types)
+        return await services.graph.path(
+            who,
+            from_,
+            to,
+            max_depth=max_depth,
+            direction=direction,
+            types=relation_types,
+            when=moment(as_of, include_invalid),
+        )
 
     @tool(READ, READ_ONLY)
     async def relation_chain(
@@ -56,9 +77,18 @@ def register(tool: ToolSet, services: Services) -> None:
         relation_type: models.TypeName,
         direction: models.Direction = "out",
         depth: Annotated[int, Field(ge=1, le=10)] = 5,
+        as_of: models.AsOf = None,
+        include_invalid: models.IncludeInvalid = False,
     ) -> models.NeighborsResult:
         """Follow one relation type transitively, e.g. every prerequisite of a course; nearest first."""
-        return await services.graph.chain(who, entity, relation_type=relation_type, direction=direction, depth=depth)
+        return await services.graph.chain(
+            who,
+            entity,
+            relation_type=relation_type,
+            direction=direction,
+            depth=depth,
+            when=moment(as_of, include_invalid),
+        )
 
     @tool(READ, READ_ONLY)
     async def subgraph(
@@ -67,12 +97,19 @@ def register(tool: ToolSet, services: Services) -> None:
         depth: Annotated[int, Field(ge=1, le=3)] = 1,
         max_nodes: Annotated[int, Field(ge=1, le=500)] = 100,
         max_relations: Annotated[int, Field(ge=1, le=2000)] = 300,
+        as_of: models.AsOf = None,
+        include_invalid: models.IncludeInvalid = False,
     ) -> models.SubgraphResult:
         """Context in one call: the given entities, everything within `depth` relations of them, and
-        the relations among all of those.
+        the relations among all of those (valid now; see `as_of`, `include_invalid`).
         """
         return await services.graph.subgraph(
-            who, entities, depth=depth, max_nodes=max_nodes, max_relations=max_relations
+            who,
+            entities,
+            depth=depth,
+            max_nodes=max_nodes,
+            max_relations=max_relations,
+            when=moment(as_of, include_invalid),
         )
 
     @tool(READ, READ_ONLY)

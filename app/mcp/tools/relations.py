@@ -22,7 +22,8 @@ def register(tool: ToolSet, services: Services) -> None:
         Acme.
 
         Types are free text, in active voice. A missing end fails the call (`not_found`, nothing
-        saved); an exact duplicate (from, type, to) is reported as `exists`, not created twice.
+        saved); an exact duplicate (from, type, to) is reported as `exists`, not created twice (an
+        ended one is created again). Each may carry `valid_from`/`valid_until` and a `source`.
         """
         return await services.relations.connect(who, relations)
 
@@ -38,3 +39,24 @@ def register(tool: ToolSet, services: Services) -> None:
         if not relations and not ids:
             raise EngramError("invalid", "give `relations` or `ids`")
         return await services.relations.disconnect(who, relations, ids)
+
+    @tool(WRITE, DESTRUCTIVE)
+    async def invalidate_relations(
+        who: Principal,
+        relations: Annotated[list[models.RelationKey], Field(max_length=batch)] = [],  # noqa: B006
+        ids: Annotated[list[models.Id], Field(max_length=batch)] = [],  # noqa: B006
+        at: models.At = None,
+        reason: models.WhyEnded = None,
+    ) -> models.InvalidatedRelations:
+        """Mark relations as no longer true without deleting them: "Ada left Acme in 2024".
+
+        Relations are given as (from, to, type), ends by id or name, or by relation id. Each one
+        valid past `at` (default now) gets `valid_until` = `at`: walks, paths and reads stop using
+        it from then on, while `as_of` reads of earlier times and `include_invalid` still see it.
+        Missing relations and ones already ended by then are counted in `unchanged`. The end and
+        `reason` go to both entities' history. Use disconnect_entities only for relations that were
+        never true (mistakes).
+        """
+        if not relations and not ids:
+            raise EngramError("invalid", "give `relations` or `ids`")
+        return await services.relations.invalidate(who, relations, ids, at, reason)

@@ -10,8 +10,19 @@ from app.auth.principal import READ, Principal
 from app.errors import EngramError
 from app.mcp.toolset import READ_ONLY, ToolSet
 from app.services import Services
-from app.services.filters import SearchFilters
-from app.services.models import Certainty, Cursor, Label, LongText, TypeName
+from app.services.filters import SearchFilters, moment, time_range
+from app.services.models import (
+    AsOf,
+    Certainty,
+    Cursor,
+    IncludeInvalid,
+    Label,
+    LongText,
+    Since,
+    Sources,
+    TypeName,
+    Until,
+)
 from app.services.search import Query
 from app.services.search_models import Mode, SearchResult
 
@@ -33,6 +44,11 @@ def register(tool: ToolSet, services: Services) -> None:
             float | None,
             Field(ge=0, le=1, allow_inf_nan=False, description="Drop hits whose best score is below this."),
         ] = None,
+        sources: Sources = None,
+        since: Since = None,
+        until: Until = None,
+        as_of: AsOf = None,
+        include_invalid: IncludeInvalid = False,
         limit: Annotated[int, Field(ge=1, le=50)] = 10,
         cursor: Annotated[Cursor | None, Field(description="`next_cursor` of the previous page.")] = None,
     ) -> SearchResult:
@@ -41,8 +57,11 @@ def register(tool: ToolSet, services: Services) -> None:
 
         `mode`: `hybrid` (default; meaning, words and names), `semantic`, or `keyword` ("a phrase",
         `or`, `-word`). Each hit gives the entity, what matched (a **marked** snippet when words
-        matched) and its scores. Paged: pass `next_cursor` back as `cursor`.
+        matched, with its source and time) and its scores. `sources`, `since`, `until` keep only
+        observations from those sources written in that range; only facts valid now count (see
+        `as_of`, `include_invalid`). Paged: pass `next_cursor` back as `cursor`.
         """
+        time_range(since, until)
         if min_certainty is not None and max_certainty is not None and min_certainty > max_certainty:
             raise EngramError("invalid", "`min_certainty` must not exceed `max_certainty`")
         if not query.strip():
@@ -53,7 +72,15 @@ def register(tool: ToolSet, services: Services) -> None:
                 text=query.strip(),
                 mode=mode,
                 filters=SearchFilters(
-                    types=types, area=area, topic=topic, min_certainty=min_certainty, max_certainty=max_certainty
+                    types=types,
+                    area=area,
+                    topic=topic,
+                    min_certainty=min_certainty,
+                    max_certainty=max_certainty,
+                    sources=sources,
+                    since=since,
+                    until=until,
+                    when=moment(as_of, include_invalid),
                 ),
                 min_score=min_score,
                 limit=limit,

@@ -25,13 +25,8 @@ Y2019, Y2020, Y2021, Y2022, Y2023, Y2024 = (f"{y}-01-01T00:00:00+00:00" for y in
 
 @pytest.fixture(scope="module")
 def vserver(db_settings) -> Iterator[Server]:
-    """Every tool set (neo4j's behind the prefix `neo-`), searching by words only."""
-    with serve(
-        db_settings,
-        ENGRAM_TOOL_SETS="native,memory,neo4j",
-        ENGRAM_NEO4J_NAMESPACE="neo",
-        ENGRAM_EMBEDDING_PROVIDER="none",
-    ) as running:
+    """Every tool set, each at its endpoint, searching by words only."""
+    with serve(db_settings, ENGRAM_TOOL_SETS="native,memory,neo4j", ENGRAM_EMBEDDING_PROVIDER="none") as running:
         yield running
 
 
@@ -273,22 +268,23 @@ async def test_search_and_listing_see_what_holds(vserver, tenant):
 async def test_the_dialects_never_show_ended_facts(vserver, tenant):
     async with vserver.client(tenant, SCOPES) as c:
         await _career(c)
-        for tool, args in (
-            ("read_graph", {}),
-            ("search_nodes", {"query": "a"}),
-            ("open_nodes", {"names": ["Ada", "Acme", "Bob", "Initech"]}),
-            ("neo-read_graph", {}),
-            ("neo-find_memories_by_name", {"names": ["Ada", "Acme", "Bob", "Initech"]}),
-        ):
-            graph = ok(await c.call_tool(tool, args))
-            ada = next(e for e in graph["entities"] if e["name"] == "Ada")
-            assert ada["observations"] == ["born in London"], tool
-            pairs = sorted(
-                (r.get("from") or r.get("source"), r.get("to") or r.get("target")) for r in graph["relations"]
-            )
-            assert ("Ada", "Acme") not in pairs and ("Ada", "Initech") in pairs, tool
-            shapes = ({"from", "to", "relationType"}, {"source", "target", "relationType"})
-            assert all(set(r) in shapes for r in graph["relations"]), tool  # no interval, no source
+    names = {"names": ["Ada", "Acme", "Bob", "Initech"]}
+    for tool_set, tool, args in (
+        ("memory", "read_graph", {}),
+        ("memory", "search_nodes", {"query": "a"}),
+        ("memory", "open_nodes", names),
+        ("neo4j", "read_graph", {}),
+        ("neo4j", "find_memories_by_name", names),
+    ):
+        async with vserver.at(tool_set).client(tenant, SCOPES) as d:
+            graph = ok(await d.call_tool(tool, args))
+        ada = next(e for e in graph["entities"] if e["name"] == "Ada")
+        assert ada["observations"] == ["born in London"], tool
+        pairs = sorted((r.get("from") or r.get("source"), r.get("to") or r.get("target")) for r in graph["relations"])
+        assert ("Ada", "Acme") not in pairs and ("Ada", "Initech") in pairs, tool
+        shapes = ({"from", "to", "relationType"}, {"source", "target", "relationType"})
+        assert all(set(r) in shapes for r in graph["relations"]), tool  # no interval, no source
+    async with vserver.at("memory").client(tenant, SCOPES) as c:
         assert ok(await c.call_tool("search_nodes", {"query": "Paris"}))["entities"] == []
         # What is hidden there does not exist there: adding it again makes it hold again.
         added = ok(

@@ -26,6 +26,7 @@ from app.admin_routes import AdminRoutes
 from app.auth.verifier import TokenVerifier
 from app.auth_mode import authorization_server, token_verifier
 from app.config import Settings
+from app.console import console_routes
 from app.lifespan import Lifespan
 from app.mcp.http_guard import HttpGuard, OutageAnswers
 from app.mcp.scope_guard import ScopeGuard
@@ -57,6 +58,7 @@ def create_app(settings: Settings) -> Starlette:
         *(auth.routes() if auth is not None else []),
         *_resource_metadata(settings),
         *AdminRoutes(settings, services.transfer, verifier, _metadata_url(settings)).routes(),
+        *console_routes(settings, services, auth, verifier),
         Mount("/", app=_mcp_endpoint(settings, mcp, verifier, tools.scopes)),
     ]
     lifespan = Lifespan(settings, db, indexer=indexer, usage=usage, mcp=mcp, auth=auth, http=http)

@@ -120,3 +120,23 @@ class Accounts:
                 assert user is not None
             await self._db.run(accounts.add_membership, user.id, DEV_TENANT, "admin")
         return user
+
+    # --- a tenant's members, for its administrators (the console) -----------------------------
+
+    async def members(self, tenant: str) -> list[Membership]:
+        """The tenant's members as (username, role), by username."""
+        return [Membership(name, role) for name, _, role in await self._db.run(accounts.list_memberships, tenant)]
+
+    async def set_member(self, tenant: str, username: str, role: str, by: str) -> None:
+        """Make `username` a member of `tenant` with `role` (added, or its role changed); recorded as an event."""
+        if role not in accounts.ROLES:
+            raise EngramError("invalid", "role: one of " + ", ".join(accounts.ROLES))
+        user = await self._db.run(accounts.by_username, username.strip().lower())
+        if user is None:
+            raise EngramError("not_found", "no user with this username")
+        await self._db.run(accounts.add_membership, user.id, tenant, role)
+        await self._events("membership", "set", user_id=user.id, tenant=tenant, detail=f"{role} by {by}")
+
+    async def remove_member(self, tenant: str, username: str, by: str) -> None:
+        await self._db.run(accounts.remove_membership, username, tenant)
+        await self._events("membership", "removed", tenant=tenant, detail=f"{username} by {by}")

@@ -205,6 +205,8 @@ async def test_sign_in_keeps_the_token_on_the_server(builtin, acme, browse):
     # Signed out, the session is gone: the old cookie opens nothing.
     signed_out = await browser.post("/console/sign-out", {"csrf": browser.csrf(page)})
     assert signed_out.url.path == "/console"
+    # ... and out of the authorization server: the next sign-in asks for the password again.
+    assert 'name="password"' in (await browser.get("/console/sign-in")).text
     replay = httpx2.AsyncClient(base_url=builtin.base, cookies={"engram-console": session.value})
     assert (await replay.get("/console/find")).headers["location"] == "/console"
 
@@ -607,3 +609,20 @@ async def test_a_person_tends_memory_in_chromium(builtin, acme):
     for name in ("find", "search", "entity", "graph", "admin"):
         width, height = png_size(ARTIFACTS / f"{name}.png")
         assert width == 1200 and height >= 600
+
+
+async def test_find_filters_by_type_and_time_and_marks_matches(builtin, acme, browse):
+    alice = await browse(acme.admin, acme.id)
+    machines = (await alice.page("/console/find?type=machine")).split('id="listing"')[1]
+    assert "Analytical Engine" in machines and "Difference Engine" in machines and "Ada Lovelace" not in machines
+    assert "2 entities of type machine" in await alice.page("/console/find?type=machine")
+    future = await alice.page("/console/find?after=2999-01-01")
+    assert "0 entities" in future
+    today = await alice.page("/console/find?before=2999-01-01&after=2000-01-01&type=person")
+    assert "Ada Lovelace" in today.split('id="listing"')[1]
+    hits = (await alice.page("/console/find?q=first+program")).split('id="hits"')[1]
+    assert "Ada Lovelace" in hits and "<mark>" in hits and "**" not in hits
+    typed = (await alice.page("/console/find?q=engine&type=person")).split('id="hits"')[1]
+    assert "Analytical Engine" not in typed
+    recent = (await alice.page("/console/find")).split('id="recent"')[1]
+    assert "created" in recent or "observations added" in recent or "related" in recent

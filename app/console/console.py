@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import hmac
+import re
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -32,8 +33,10 @@ from app.console.signin import SignIn, pkce_pair
 from app.console.web import HERE, Static, problem, render, secure
 from app.errors import EngramError
 from app.services import Services
+from app.services.models import UUID_PATTERN
 
 PREFIX = "/console"
+ENTITY_ID = re.compile(UUID_PATTERN)
 FORM_BYTES = 64 * 1024  # a console form: a few fields of at most a few KiB each
 REFRESH_AHEAD = 30  # seconds before the access token ends that it is refreshed
 
@@ -173,7 +176,7 @@ class Console:
             try:
                 return await handler(request, visit)
             except EngramError as exc:
-                return self.refused(request, visit, exc, request.headers.get("x-back", ""))
+                return self.refused(request, visit, exc, _back_to(request))
 
         return endpoint
 
@@ -246,10 +249,17 @@ class Console:
         return response
 
     async def sign_out(self, request: Request, visit: Visit) -> Response:
+        """Signed out everywhere this browser was: the console's session, its grant (its tokens stop
+        working within seconds), and the authorization server's own session."""
         await self.form(request, visit)
         self.sessions.close(request.cookies.get(self.cookies.session))
+        await self.sign.revoke(visit.session.refresh_token or visit.session.access_token)
+        signed_in = request.cookies.get(self.auth.pages.cookies.session)
+        if signed_in and len(signed_in) <= 100:
+            await self.auth.accounts.close_session(signed_in)
         response = RedirectResponse(PREFIX, status_code=303)
         self.cookies.clear(response, self.cookies.session)
+        self.auth.pages.cookies.set(response, self.auth.pages.cookies.session, "", 0)
         return secure(response)
 
     # --- routes ------------------------------------------------------------------------------------
@@ -288,8 +298,13 @@ class Console:
         routes.append(Route(f"{PREFIX}/static/{{version}}/{{name}}", self.static.serve, methods=["GET"]))
         return routes
 
-    async def aclose(self) -> None:
-        await self.sign.aclose()
+
+def _back_to(request: Request) -> str:
+    """Where a refused action's page links back to: the entity it was about, else the console."""
+    parts = request.url.path.split("/")
+    if request.method == "POST" and len(parts) > 3 and parts[2] == "entity" and ENTITY_ID.fullmatch(parts[3]):
+        return f"{PREFIX}/entity/{parts[3]}"
+    return PREFIX
 
 
 def _bounded(endpoint: Callable[[Request], Awaitable[Response]], limit: int) -> ASGIApp:

@@ -46,6 +46,7 @@ class SignIn:
         self._resource = resource
         self._scopes = " ".join(scopes)
         self.callback = callback
+        self._auth = auth
         auth.add_first_party(CLIENT_ID, CLIENT_NAME, callback)
         token = request_response(TokenHandler(auth.provider, auth.clients).handle)  # type: ignore[arg-type]
         self._http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=token), base_url=issuer)
@@ -79,12 +80,15 @@ class SignIn:
             {"grant_type": "refresh_token", "refresh_token": refresh_token, "resource": self._resource}
         )
 
+    async def revoke(self, token: str) -> None:
+        """Ends the grant the token belongs to (every token of this sign-in)."""
+        client = await self._auth.clients.get(CLIENT_ID)
+        if client is not None:
+            await self._auth.provider.revoke(client, token)
+
     async def _token(self, form: dict[str, str]) -> Tokens | None:
         answer = await self._http.post("/token", data={**form, "client_id": CLIENT_ID})
         if answer.status_code != 200:
             return None
         body = answer.json()
         return Tokens(body["access_token"], body.get("refresh_token"), time.time() + float(body.get("expires_in", 0)))
-
-    async def aclose(self) -> None:
-        await self._http.aclose()

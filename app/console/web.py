@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.templating import Jinja2Templates
@@ -23,6 +24,15 @@ from app.errors import EngramError
 
 HERE = Path(__file__).parent
 TEMPLATES = Jinja2Templates(directory=HERE / "templates")
+
+
+def marked(snippet: str) -> Markup:
+    """A search snippet's **marked** words as <mark>, everything else escaped."""
+    parts = snippet.split("**")
+    return Markup("").join(Markup("<mark>{}</mark>").format(p) if i % 2 else escape(p) for i, p in enumerate(parts))
+
+
+TEMPLATES.env.filters["marked"] = marked
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"

@@ -19,6 +19,9 @@
   let ticks = 0;
 
   const layer = (cls) => { const g = document.createElementNS(NS, "g"); g.setAttribute("class", cls); svg.appendChild(g); return g; };
+  const defs = el("defs", {}, svg);
+  const arrow = el("marker", { id: "arrow", viewBox: "0 0 10 10", refX: "22", refY: "5", markerWidth: "7", markerHeight: "7", orient: "auto-start-reverse" }, defs);
+  el("path", { d: "M 0 0 L 10 5 L 0 10 z", class: "arrow" }, arrow);
   const edgeLayer = layer("edges");
   const nodeLayer = layer("nodes");
 
@@ -49,7 +52,7 @@
     }
     for (const e of data.edges) {
       if (edges.has(e.id)) continue;
-      const line = el("line", { class: "edge" }, edgeLayer);
+      const line = el("line", { class: "edge", "marker-end": "url(#arrow)" }, edgeLayer);
       const label = el("text", { class: "edge-label", "text-anchor": "middle" }, edgeLayer);
       label.textContent = e.type;
       edges.set(e.id, { ...e, el: line, label });
@@ -125,7 +128,7 @@
       if (!a || !b) continue;
       const dx = b.x - a.x, dy = b.y - a.y;
       const d = Math.sqrt(dx * dx + dy * dy) || 1;
-      const f = (d - 110) * 0.02;
+      const f = (d - 140) * 0.02;
       a.vx += (dx / d) * f; a.vy += (dy / d) * f;
       b.vx -= (dx / d) * f; b.vy -= (dy / d) * f;
     }

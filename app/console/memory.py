@@ -27,6 +27,7 @@ ENTITY_ID = TypeAdapter(models.Id)
 RELATION_ID = TypeAdapter(models.Id)
 LISTED = 50  # entities a listing page shows
 HITS = 25  # search hits shown
+RECENT = 20  # recently changed entities read to name the recent changes
 HISTORY = 100  # history entries on an entity page
 GRAPH_NODES = 40  # a drawing larger than this is a hairball: the rest is counted as "N more"
 GRAPH_EDGES = 200
@@ -84,26 +85,23 @@ class MemoryPages:
 
     async def find(self, request: Request, visit: Visit) -> Response:
         visit.require(READ)
-        who, run = visit.who, self.c.run
+        who, run, find = visit.who, self.c.run, self.services.entities.find
         form = parse(FindForm, _given(request.query_params, "q", "type", "mode", "after", "before"))
         stats = await run(who, "graph_stats", self.services.graph.stats, writes=False)
         hits, listing, notices = None, None, []
         if form.q and form.q.strip():
-            filters = SearchFilters(types=[form.type] if form.type else None)
-            q = Query(text=form.q.strip(), mode=form.mode, filters=filters, limit=HITS)
+            kinds = SearchFilters(types=[form.type] if form.type else None)
+            q = Query(text=form.q.strip(), mode=form.mode, filters=kinds, limit=HITS)
             result = await run(who, "search", self.services.search.search, q, writes=False)
             hits, notices = result.hits, list(result.notices)
             if form.after or form.before:
                 notices.append("Search does not filter by time; the dates apply to the listing without a query.")
         else:
-            filters = EntityFilters(
-                types=[form.type] if form.type else None,
-                created_after=_day(form.after),
-                created_before=_day(form.before + timedelta(days=1) if form.before else None),  # the whole day
-            )
-            find = self.services.entities.find
-            listing = await run(who, "find_entities", find, filters, "recent", LISTED, None, writes=False)
+            listing = await run(who, "find_entities", find, _listing(form), "recent", LISTED, None, writes=False)
         shown = [h.entity for h in hits or []] + (listing.entities if listing else [])
+        if hits is not None or _listing(form) != EntityFilters():  # name the recent changes: the latest changed
+            latest = await run(who, "find_entities", find, EntityFilters(), "recent", RECENT, None, writes=False)
+            shown += latest.entities
         names = {e.id: e.name for e in shown}
         context = {"form": form, "stats": stats, "hits": hits, "listing": listing, "notices": notices, "names": names}
         return self.c.page(request, "find.html", context, visit)
@@ -262,6 +260,15 @@ class MemoryPages:
             "more": more,
             "more_plus": more_plus,
         }
+
+
+def _listing(form: FindForm) -> EntityFilters:
+    """The listing's filters: a type, and creation dates (`before` includes its whole day)."""
+    return EntityFilters(
+        types=[form.type] if form.type else None,
+        created_after=_day(form.after),
+        created_before=_day(form.before + timedelta(days=1) if form.before else None),
+    )
 
 
 def _day(value: date | None) -> datetime | None:

@@ -9,6 +9,7 @@ hostile input is refused without changing anything.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import re
 import shutil
@@ -29,7 +30,7 @@ from app.config import Settings
 from app.console import OFF_IN_OIDC_MODE, console_routes
 from tests.conftest import ROOT, Server, ok, serve
 from tests.oauth_agent import Person, hidden_fields, oauth_client
-from tests.test_authserver import CHROMIUM_ARGS, PASSWORD, add_user
+from tests.test_authserver import CHROMIUM_ARGS, PASSWORD, add_user, engram
 
 ARTIFACTS = ROOT / "test-artifacts" / "console"
 CHROMIUM = shutil.which("chromium")
@@ -161,30 +162,35 @@ class Browser:
         return await self.http.post(path, data=data, **kw)
 
 
+async def console_sign_in(server: Server, person: Person, tenant: str) -> Browser:
+    """Sign in at /console as `person`, picking `tenant` on the authorization server's page."""
+    http = httpx2.AsyncClient(base_url=server.base, follow_redirects=True, timeout=30)
+    page = await http.get("/console/sign-in")
+    assert 'name="password"' in page.text
+    consent = await http.post(
+        "/oauth/sign-in", data={**hidden_fields(page.text), "username": person.username, "password": PASSWORD}
+    )
+    assert 'Open <span class="client">Engram console</span> for which memory?' in consent.text
+    assert 'name="remember"' not in consent.text  # the console's tenant page is shown at every sign-in
+    landed = await http.post(
+        "/oauth/consent", data={**hidden_fields(consent.text), "decision": "allow", "tenant": tenant}
+    )
+    assert landed.url.path == "/console/find", landed.text
+    assert f'id="tenant">{tenant}<' in landed.text
+    return Browser(http)
+
+
 @pytest.fixture
 async def browse(builtin: Server) -> AsyncIterator[Any]:
-    opened: list[httpx2.AsyncClient] = []
+    opened: list[Browser] = []
 
     async def sign_in(person: Person, tenant: str) -> Browser:
-        http = httpx2.AsyncClient(base_url=builtin.base, follow_redirects=True, timeout=30)
-        opened.append(http)
-        page = await http.get("/console/sign-in")
-        assert 'name="password"' in page.text
-        consent = await http.post(
-            "/oauth/sign-in", data={**hidden_fields(page.text), "username": person.username, "password": PASSWORD}
-        )
-        assert 'Open <span class="client">Engram console</span> for which memory?' in consent.text
-        assert 'name="remember"' not in consent.text  # the console's tenant page is shown at every sign-in
-        landed = await http.post(
-            "/oauth/consent", data={**hidden_fields(consent.text), "decision": "allow", "tenant": tenant}
-        )
-        assert landed.url.path == "/console/find", landed.text
-        assert f'id="tenant">{tenant}<' in landed.text
-        return Browser(http)
+        opened.append(await console_sign_in(builtin, person, tenant))
+        return opened[-1]
 
     yield sign_in
-    for http in opened:
-        await http.aclose()
+    for browser in opened:
+        await browser.http.aclose()
 
 
 async def entity_state(server: Server, tenant: Tenant, name: str) -> dict[str, Any]:
@@ -220,6 +226,39 @@ async def test_a_forged_callback_or_a_replayed_code_signs_nobody_in(builtin):
     answer = await http.get("/console/callback", params={"code": "x", "state": "y", "iss": builtin.base})
     assert answer.status_code == 400 and "expired or was not started here" in answer.text
     assert "engram-console" not in answer.cookies
+
+
+async def test_the_session_outlives_its_access_token_and_ends_with_its_grant(db_settings):
+    """The console refreshes the access token before it ends (a minute here), and a revoked grant
+    (`engram revoke --user`) ends the console session too."""
+    with serve(db_settings, ENGRAM_AUTH_MODE="builtin", ENGRAM_EMBEDDING_PROVIDER="none",
+               ENGRAM_ACCESS_TOKEN_TTL_SECONDS="60") as short:  # fmt: skip
+        tenant = f"console-{uuid.uuid4().hex[:10]}"
+        person = add_user(short, tenant, "writer")
+        browser = await console_sign_in(short, person, tenant)
+
+        def refreshes() -> int:
+            listed = engram(short.env, "audit", "auth", "--limit", "10000")
+            assert listed.returncode == 0, listed.stderr
+            return sum(
+                1
+                for line in listed.stdout.splitlines()
+                if line.split("\t")[1:5] == ["refresh", "ok", person.username, "engram-console"]
+            )
+
+        assert refreshes() == 0
+        await asyncio.sleep(31)  # past the point where the console refreshes a 60-second token
+        assert 'id="tenant"' in await browser.page("/console/find")
+        assert refreshes() == 1
+        revoked = engram(short.env, "revoke", "--user", person.username)
+        assert revoked.returncode == 0, revoked.stderr
+        for _ in range(60):  # replicas read the revoked grants every few seconds
+            answer = await browser.http.get("/console/find", follow_redirects=False)
+            if answer.status_code == 303:
+                break
+            await asyncio.sleep(0.5)
+        assert answer.status_code == 303 and answer.headers["location"] == "/console"
+        await browser.http.aclose()
 
 
 # --- isolation --------------------------------------------------------------------------------

@@ -14,11 +14,19 @@ from app.errors import EngramError
 from app.store import accounts
 from app.store.accounts import Membership, User
 
-__all__ = ["Accounts", "Membership", "SignInRefused", "Throttle", "User"]
+__all__ = ["Accounts", "Member", "Membership", "SignInRefused", "Throttle", "User"]
 from app.store.database import Database
 
 DEV_USER = "dev"
 DEV_TENANT = "demo"
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One member of a tenant, as its administrators see it."""
+
+    username: str
+    role: str
 
 
 class SignInRefused(Exception):
@@ -123,9 +131,9 @@ class Accounts:
 
     # --- a tenant's members, for its administrators (the console) -----------------------------
 
-    async def members(self, tenant: str) -> list[Membership]:
-        """The tenant's members as (username, role), by username."""
-        return [Membership(name, role) for name, _, role in await self._db.run(accounts.list_memberships, tenant)]
+    async def members(self, tenant: str) -> list[Member]:
+        """The tenant's members, by username."""
+        return [Member(name, role) for name, _, role in await self._db.run(accounts.list_memberships, tenant)]
 
     async def set_member(self, tenant: str, username: str, role: str, by: str) -> None:
         """Make `username` a member of `tenant` with `role` (added, or its role changed); recorded as an event."""

@@ -521,10 +521,16 @@ async def test_a_large_neighbourhood_is_bounded_with_a_count(builtin, browse):
 
 async def test_admin_exports_imports_and_manages_members(builtin, browse):
     t = await seed(builtin, [{"name": "Exported", "type": "note", "observations": ["goes out"]}], [])
+    elsewhere = f"console-{uuid.uuid4().hex[:10]}"
+    for tenant, name in ((t.id, "nightly report"), (elsewhere, "not ours")):
+        made = engram(builtin.env, "apikey", "create", "--tenant", tenant, "--scope", "memory:read", "--name", name)
+        assert made.returncode == 0, made.stderr
     alice = await browse(t.admin, t.id)
     page = await alice.page("/console/admin")
     csrf = alice.csrf(page)
     assert t.admin.username in page and ">1</dd>" in page  # one entity
+    keys = table(page, "keys")
+    assert "nightly report" in keys and "memory:read" in keys and "not ours" not in keys and "egk_" not in keys
     exported = await alice.post("/console/admin/export", {"format": "engram", "csrf": csrf})
     assert exported.status_code == 200 and "attachment" in exported.headers["content-disposition"]
     assert "goes out" in exported.text

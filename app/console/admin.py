@@ -69,7 +69,8 @@ class AdminPages:
         visit.require(ADMIN)
         stats = await self.c.run(visit.who, "graph_stats", self.c.services.graph.stats, writes=False)
         members = await self.c.auth.accounts.members(visit.who.tenant)
-        context = {"stats": stats, "members": members, "max_bytes": self.max_bytes}
+        keys = await self.c.run(visit.who, "api_keys", self.c.services.entities.api_keys, writes=False)
+        context = {"stats": stats, "members": members, "keys": keys, "max_bytes": self.max_bytes}
         return self.c.page(request, "admin.html", context, visit)
 
     async def audit(self, request: Request, visit: Visit) -> Response:

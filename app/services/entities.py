@@ -21,7 +21,7 @@ from app.services.base import Service
 from app.services.filters import EntityFilters
 from app.services.refs import choose, resolve
 from app.services.shapes import audit_entry, entity, history_entry, relation, summary
-from app.store import audit, entities, history, index, relations
+from app.store import audit, entities, history, index, relations, tenants
 from app.store.database import Tx
 from app.store.entities import EntityRow
 from app.store.history import Event
@@ -342,6 +342,12 @@ class Entities(Service):
             more = len(rows) > limit
             next_cursor = self.cursors.encode(tx.tenant.id, listing, rows[limit - 1].id) if more else None
         return models.AuditPage(entries=[audit_entry(r) for r in rows[:limit]], next_cursor=next_cursor)
+
+    async def api_keys(self, who: Principal) -> list[models.ApiKey]:
+        """The tenant's API keys (without their secrets), newest first."""
+        async with self.tx(who, readonly=True) as tx:
+            rows = await tenants.keys_of_tenant(tx)
+        return [models.ApiKey.model_validate(r, from_attributes=True) for r in rows]
 
 
 def _texts(folded: Sequence[_Merged]) -> list[str]:

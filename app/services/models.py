@@ -372,6 +372,15 @@ class AuditEntry(BaseModel):
     request_id: str
 
 
+class ApiKey(BaseModel):
+    id: str
+    name: str
+    scopes: list[str]
+    created_at: datetime
+    expires_at: datetime | None = None
+    revoked_at: datetime | None = None
+
+
 class AuditPage(BaseModel):
     entries: list[AuditEntry]
     next_cursor: str | None = None

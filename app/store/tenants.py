@@ -1,15 +1,17 @@
-"""Tenant and API-key administration, on an owner connection (the `engram tenant` / `apikey` commands)."""
+"""Tenant and API-key administration, on an owner connection (the `engram tenant` / `apikey` commands);
+and a tenant's own view of its API keys, in its transaction (the console)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 import asyncpg
 
 from app.errors import EngramError
 from app.store import limits
-from app.store.database import Tenant, timed
+from app.store.database import Tenant, Tx, timed
 
 
 @timed
@@ -107,3 +109,26 @@ async def revoke_key(conn: asyncpg.Connection, key_id: str) -> bool:
         "UPDATE engram.api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL", key_id
     )
     return done.endswith(" 1")
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRow:
+    """An API key as its tenant's administrators may see it: never its secret's hash."""
+
+    id: str
+    name: str
+    scopes: list[str]
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+
+
+@timed
+async def keys_of_tenant(tx: Tx) -> list[KeyRow]:
+    """The tenant's API keys, newest first (row-level security keeps them to the tenant)."""
+    rows = await tx.fetch(
+        "SELECT id, name, scopes, created_at, expires_at, revoked_at FROM engram.api_keys"
+        " WHERE tenant_id = $1::uuid ORDER BY created_at DESC LIMIT 1000",
+        tx.tenant.id,
+    )
+    return [KeyRow(*r) for r in rows]

@@ -553,6 +553,17 @@ async def test_admin_exports_imports_and_manages_members(builtin, browse):
     assert own.status_code == 400
 
 
+async def test_dev_mode_signs_the_dev_user_in_at_once(db_settings):
+    with serve(db_settings, ENGRAM_AUTH_MODE="dev", ENGRAM_EMBEDDING_PROVIDER="none") as dev:
+        async with httpx2.AsyncClient(base_url=dev.base, follow_redirects=True, timeout=30) as http:
+            consent = await http.get("/console/sign-in")
+            assert 'name="password"' not in consent.text and 'value="demo"' in consent.text
+            fields = {**hidden_fields(consent.text), "decision": "allow", "tenant": "demo"}
+            landed = await http.post("/oauth/consent", data=fields)
+            assert landed.url.path == "/console/find" and 'id="tenant">demo<' in landed.text
+            assert 'id="role">admin<' in landed.text
+
+
 # --- switched off -------------------------------------------------------------------------------
 
 

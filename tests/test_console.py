@@ -479,6 +479,10 @@ async def test_every_edit_lands_in_history_and_audit_with_the_person(builtin, br
     assert f"{t.subject} (you)" in audit and "engram-console" in audit
     filtered = (await alice.page("/console/admin/audit?tool=console:connect")).split('id="audit"')[1]
     assert "console:connect" in filtered and "console:update_entity" not in filtered
+    theirs = table(await alice.page(f"/console/admin/audit?subject={uuid.uuid4()}"), "audit")
+    assert "No entries." in theirs
+    mine = table(await alice.page(f"/console/admin/audit?subject={t.subject}&tool=console:disconnect"), "audit")
+    assert mine.count("console:disconnect") == 1
 
 
 async def test_a_stale_form_is_a_conflict(builtin, browse):

@@ -30,6 +30,7 @@ class AuditForm(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     tool: models.TypeName | None = None
+    subject: models.Ref | None = None
     cursor: models.Cursor | None = None
 
 
@@ -76,9 +77,10 @@ class AdminPages:
     async def audit(self, request: Request, visit: Visit) -> Response:
         visit.require(ADMIN)
         q = request.query_params
-        form = parse(AuditForm, {k: v for k in ("tool", "cursor") if (v := q.get(k))})
+        form = parse(AuditForm, {k: v for k in ("tool", "subject", "cursor") if (v := q.get(k))})
+        audit = self.c.services.entities.audit
         page = await self.c.run(
-            visit.who, "audit_log", self.c.services.entities.audit, form.tool, AUDIT_PAGE, form.cursor, writes=False
+            visit.who, "audit_log", audit, form.tool, AUDIT_PAGE, form.cursor, subject=form.subject, writes=False
         )
         return self.c.page(request, "audit.html", {"form": form, "page": page}, visit)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-import time
 from dataclasses import dataclass, field
 
 from cachetools import TTLCache
@@ -80,7 +79,3 @@ class Sessions:
         if not value or len(value) > 100:
             return None
         return self._pending.pop(_key(value), None)
-
-
-def now() -> float:
-    return time.time()

@@ -204,6 +204,8 @@ async def test_sign_in_keeps_the_token_on_the_server(builtin, acme, browse):
     anonymous = await httpx2.AsyncClient(base_url=builtin.base).get("/console")
     assert anonymous.status_code == 200 and 'id="sign-in"' in anonymous.text
     assert CSP in anonymous.headers["content-security-policy"]
+    data = await httpx2.AsyncClient(base_url=builtin.base).get(f"/console/api/graph?entity={acme.ids['Ada Lovelace']}")
+    assert data.status_code == 401 and "Ada" not in data.text
     browser = await browse(acme.admin, acme.id)
     cookies = {c.name: c for c in browser.http.cookies.jar}
     session = cookies["engram-console"]

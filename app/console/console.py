@@ -17,7 +17,7 @@ from typing import Any
 
 from mcp.server.transport_security import RequestBodyLimitMiddleware
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route, request_response
 from starlette.types import ASGIApp
 
@@ -170,10 +170,13 @@ class Console:
 
         @functools.wraps(handler)
         async def endpoint(request: Request) -> Response:
-            visit = await self.visit(request)
-            if visit is None:
-                return secure(RedirectResponse(PREFIX, status_code=303))
+            visit: Visit | None = None
             try:
+                visit = await self.visit(request)  # a token whose tenant claim is malformed: `forbidden`
+                if visit is None and request.url.path.startswith(f"{PREFIX}/api/"):
+                    return secure(JSONResponse({"error": "sign in at /console first"}, status_code=401))
+                if visit is None:
+                    return secure(RedirectResponse(PREFIX, status_code=303))
                 return await handler(request, visit)
             except EngramError as exc:
                 return self.refused(request, visit, exc, _back_to(request))

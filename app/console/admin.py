@@ -1,7 +1,8 @@
-"""Tenant administration (admin role): usage figures, members and their roles, the audit log,
-export and import. Export and import run through app/admin_routes.py's functions, the audit log
-through the `audit_log` tool's service; members are the authorization server's memberships of the
-session's tenant — never of a tenant a form names."""
+"""Tenant administration (admin role): usage figures, members and their roles, API keys (made with
+the secret shown once, and revoked), the audit log, export and import. Export and import run
+through app/admin_routes.py's functions, the audit log through the `audit_log` tool's service, API
+keys through definer functions bound to the session's tenant; members are the authorization
+server's memberships of the session's tenant — never of a tenant a form names."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app.admin_routes import export_response, run_import
-from app.auth.principal import ADMIN
+from app.auth.principal import ADMIN, READ, WRITE
 from app.console.calls import parse
 from app.errors import EngramError
 from app.services import models
@@ -42,6 +43,13 @@ class MemberForm(BaseModel):
     op: str = Field("set", pattern="^(set|remove)$")
 
 
+class RevokeForm(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    key_id: models.ApiKeyId
+    confirm: bool = False
+
+
 class ExportForm(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -64,14 +72,27 @@ class AdminPages:
         self.max_bytes = console.transfer_max_bytes
 
     def actions(self) -> dict[str, Any]:
-        return {"members": self.members, "export": self.export, "import": self.import_}
+        return {
+            "members": self.members,
+            "keys/create": self.create_key,
+            "keys/revoke": self.revoke_key,
+            "export": self.export,
+            "import": self.import_,
+        }
 
     async def overview(self, request: Request, visit: Visit) -> Response:
         visit.require(ADMIN)
         stats = await self.c.run(visit.who, "graph_stats", self.c.services.graph.stats, writes=False)
         members = await self.c.auth.accounts.members(visit.who.tenant)
         keys = await self.c.run(visit.who, "api_keys", self.c.services.entities.api_keys, writes=False)
-        context = {"stats": stats, "members": members, "keys": keys, "max_bytes": self.max_bytes}
+        grantable = [s for s in (READ, WRITE, ADMIN) if s in visit.who.scopes]  # never more than one's own
+        context = {
+            "stats": stats,
+            "members": members,
+            "keys": keys,
+            "grantable": grantable,
+            "max_bytes": self.max_bytes,
+        }
         return self.c.page(request, "admin.html", context, visit)
 
     async def audit(self, request: Request, visit: Visit) -> Response:
@@ -96,6 +117,33 @@ class AdminPages:
             return self.c.done(visit, "/console/admin", f"{form.username} is no longer a member.")
         await accounts.set_member(tenant, form.username, form.role, by)
         return self.c.done(visit, "/console/admin", f"{form.username} is now {form.role}.")
+
+    async def create_key(self, request: Request, visit: Visit) -> Response:
+        """A new key; its secret is on this answer only (a POST's answer, never cached, not kept)."""
+        visit.require(ADMIN)
+        fields = await self.c.form(request, visit)
+        scopes = (await request.form()).getlist("scope")  # the form parsed once above; checkboxes repeat
+        days = fields.get("expires_days", "").strip()
+        new = parse(models.NewApiKey, {"name": fields.get("name", ""), "scopes": scopes, "expires_days": days or None})
+        made = await self.c.run(visit.who, "create_api_key", self.c.services.entities.create_api_key, new, writes=True)
+        response = self.c.page(request, "key_created.html", {"made": made}, visit)
+        response.headers["Cache-Control"] = "no-store"
+        response.headers["Pragma"] = "no-cache"
+        return response
+
+    async def revoke_key(self, request: Request, visit: Visit) -> Response:
+        """Revoke after a confirmation page: the first post asks, the second (confirm=true) revokes."""
+        visit.require(ADMIN)
+        form = parse(RevokeForm, await self.c.form(request, visit))
+        if not form.confirm:
+            keys = await self.c.run(visit.who, "api_keys", self.c.services.entities.api_keys, writes=False)
+            key = next((k for k in keys if k.id == form.key_id and k.revoked_at is None), None)
+            if key is None:
+                raise EngramError("not_found", f"this tenant has no unrevoked API key {form.key_id}")
+            return self.c.page(request, "key_revoke.html", {"key": key}, visit)
+        revoke = self.c.services.entities.revoke_api_key
+        await self.c.run(visit.who, "revoke_api_key", revoke, form.key_id, writes=True)
+        return self.c.done(visit, "/console/admin", f"API key {form.key_id} revoked.")
 
     async def export(self, request: Request, visit: Visit) -> Response:
         visit.require(ADMIN)

@@ -7,6 +7,7 @@ that same transaction.
 from __future__ import annotations
 
 import hashlib
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -14,8 +15,10 @@ from typing import Any, Literal
 
 import orjson
 
-from app.auth.principal import Principal
+from app.auth import apikeys
+from app.auth.principal import ADMIN, Principal
 from app.errors import EngramError
+from app.observability.context import CALL, REQUEST_ID
 from app.services import models
 from app.services.base import Service
 from app.services.filters import EntityFilters
@@ -351,6 +354,48 @@ class Entities(Service):
         async with self.tx(who, readonly=True) as tx:
             rows = await tenants.keys_of_tenant(tx)
         return [models.ApiKey.model_validate(r, from_attributes=True) for r in rows]
+
+    async def create_api_key(self, who: Principal, new: models.NewApiKey) -> models.CreatedApiKey:
+        """A key for the caller's own tenant, made by one of its administrators, with at most the
+        scopes they hold themselves. The secret is made and hashed as `engram apikey create` does
+        (app/auth/apikeys.py) and only its hash is stored; the database function writes the audit row."""
+        _require_admin(who)
+        beyond = sorted(set(new.scopes) - who.scopes)
+        if beyond:
+            raise EngramError("forbidden", f"you cannot grant scopes you do not hold: {' '.join(beyond)}")
+        key_id, key, digest = apikeys.generate()
+        expires = apikeys.expiry(new.expires_days)
+        async with self.tx(who) as tx:
+            await tenants.create_key_in_tenant(
+                tx, key_id, digest, new.name, new.scopes, expires, _key_audit(who, "create_api_key")
+            )
+            rows = await tenants.keys_of_tenant(tx)
+        made = next(r for r in rows if r.id == key_id)
+        return models.CreatedApiKey(key=key, api_key=models.ApiKey.model_validate(made, from_attributes=True))
+
+    async def revoke_api_key(self, who: Principal, key_id: str) -> None:
+        """Revoke one of the caller's tenant's keys (an administrator only); another tenant's id is not found."""
+        _require_admin(who)
+        async with self.tx(who) as tx:
+            if not await tenants.revoke_key_in_tenant(tx, key_id, _key_audit(who, "revoke_api_key")):
+                raise EngramError("not_found", f"this tenant has no unrevoked API key {key_id}")
+
+
+def _require_admin(who: Principal) -> None:
+    if ADMIN not in who.scopes:
+        raise EngramError("forbidden", "API keys are made and revoked by the tenant's administrators")
+
+
+def _key_audit(who: Principal, action: str) -> tenants.KeyAudit:
+    """The audit fields of a key change, as the service layer writes them for every other change."""
+    call = CALL.get()
+    return tenants.KeyAudit(
+        subject=who.subject,
+        client_id=who.client_id,
+        tool=call.tool if call else action,
+        duration_ms=round((time.perf_counter() - call.started) * 1000, 3) if call else 0.0,
+        request_id=REQUEST_ID.get(),
+    )
 
 
 def _texts(folded: Sequence[_Merged]) -> list[str]:

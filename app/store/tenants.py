@@ -132,3 +132,76 @@ async def keys_of_tenant(tx: Tx) -> list[KeyRow]:
         tx.tenant.id,
     )
     return [KeyRow(*r) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyAudit:
+    """Who made or revoked a key from inside the tenant, for the audit row the database writes with it."""
+
+    subject: str
+    client_id: str
+    tool: str
+    duration_ms: float
+    request_id: str
+
+
+# What the definer functions' refusals mean (sql/migrations/0015_tenant_api_keys.sql).
+_KEY_REFUSALS: dict[type[asyncpg.PostgresError], tuple[str, str]] = {
+    asyncpg.InvalidParameterValueError: ("invalid", "the key's name, scopes or expiry are out of bounds"),
+    asyncpg.ProgramLimitExceededError: ("limit", "this tenant has 100 unrevoked API keys; revoke some first"),
+    asyncpg.InsufficientPrivilegeError: ("forbidden", "API keys are made only inside a tenant's transaction"),
+}
+
+
+def _refusal(exc: asyncpg.PostgresError) -> EngramError:
+    code, message = _KEY_REFUSALS.get(type(exc), ("invalid", "refused by the database"))
+    return EngramError(code, message)
+
+
+@timed
+async def create_key_in_tenant(
+    tx: Tx,
+    key_id: str,
+    secret_hash: bytes,
+    name: str,
+    scopes: Sequence[str],
+    expires_at: datetime | None,
+    audit: KeyAudit,
+) -> None:
+    """A new key for the transaction's own tenant, through `engram.create_api_key()`: the run-time
+    role cannot write engram.api_keys, and the function takes the tenant from the transaction."""
+    try:
+        await tx.execute(
+            "SELECT engram.create_api_key($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            key_id,
+            secret_hash,
+            name,
+            list(scopes),
+            expires_at,
+            audit.subject,
+            audit.client_id,
+            audit.tool,
+            audit.duration_ms,
+            audit.request_id,
+        )
+    except tuple(_KEY_REFUSALS) as exc:
+        raise _refusal(exc) from None
+
+
+@timed
+async def revoke_key_in_tenant(tx: Tx, key_id: str, audit: KeyAudit) -> bool:
+    """Revoke one of the transaction's tenant's keys; False if it has no unrevoked key by that id."""
+    try:
+        return bool(
+            await tx.fetchval(
+                "SELECT engram.revoke_api_key($1, $2, $3, $4, $5, $6)",
+                key_id,
+                audit.subject,
+                audit.client_id,
+                audit.tool,
+                audit.duration_ms,
+                audit.request_id,
+            )
+        )
+    except tuple(_KEY_REFUSALS) as exc:
+        raise _refusal(exc) from None

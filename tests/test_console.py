@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import asyncpg
 import httpx2
 import orjson
 import pytest
@@ -29,6 +30,7 @@ from starlette.applications import Starlette
 from app.config import Settings
 from app.console import OFF_IN_OIDC_MODE, console_routes
 from tests.conftest import ROOT, Server, ok, serve
+from tests.helpers import connect
 from tests.oauth_agent import Person, hidden_fields, oauth_client
 from tests.test_authserver import CHROMIUM_ARGS, PASSWORD, add_user, engram
 
@@ -47,6 +49,7 @@ def builtin(db_settings: Settings) -> Iterator[Server]:
         ENGRAM_REGISTER_PER_MINUTE="1000",
         ENGRAM_AUTHORIZE_PER_MINUTE="10000",
         ENGRAM_SIGN_IN_PER_MINUTE="10000",
+        ENGRAM_API_KEY_CACHE_SECONDS="0",  # a revoked key is refused at once (docs/auth.md)
     ) as running:
         yield running
 
@@ -559,6 +562,125 @@ async def test_admin_exports_imports_and_manages_members(builtin, browse):
     assert own.status_code == 400
 
 
+# --- API keys ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KeyState:
+    """A tenant's API keys and their audit rows, read by the owner (not through the console)."""
+
+    keys: dict[str, tuple[str, list[str], bool]]  # id -> (name, scopes, revoked)
+    audit: int  # audit rows about API keys
+
+
+async def key_state(settings: Settings, tenant: str) -> KeyState:
+    conn = await asyncpg.connect(settings.admin_dsn())
+    try:
+        tenant_id = await conn.fetchval("SELECT id FROM engram.tenants WHERE key = $1", tenant)
+        rows = await conn.fetch(
+            "SELECT id, name, scopes, revoked_at FROM engram.api_keys WHERE tenant_id = $1", tenant_id
+        )
+        audit = await conn.fetchval(
+            "SELECT count(*) FROM engram.audit WHERE tenant_id = $1 AND affected[1] LIKE 'api-key:%'", tenant_id
+        )
+    finally:
+        await conn.close()
+    return KeyState({r["id"]: (r["name"], list(r["scopes"]), r["revoked_at"] is not None) for r in rows}, audit)
+
+
+def mcp_status(server: Server, key: str) -> int:
+    """The HTTP status /mcp answers a request carrying `key` (401: refused before any tool runs)."""
+    answer = httpx2.post(
+        server.url,
+        headers={
+            "Authorization": f"Bearer {key}",
+            "Content-Type": "application/json",
+            "MCP-Protocol-Version": "2025-11-25",
+            "Accept": "application/json, text/event-stream",
+        },
+        content=orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+        timeout=10,
+    )
+    return answer.status_code
+
+
+async def test_only_an_admin_makes_or_revokes_keys(builtin, db_settings, browse):
+    t = await seed(builtin, [{"name": "Kept", "type": "note"}], [])
+    made = engram(builtin.env, "apikey", "create", "--tenant", t.id, "--scope", "memory:read", "--name", "bot")
+    key_id = made.stdout.strip().split("_")[1]
+    before = await key_state(db_settings, t.id)
+    for role in ("reader", "writer"):
+        person = await browse(add_user(builtin, t.id, role), t.id)
+        csrf = person.csrf(await person.page("/console/find"))
+        answer = await person.post("/console/admin/keys/create", {"name": "mine", "scope": "memory:read", "csrf": csrf})
+        assert answer.status_code == 403 and "does not allow" in answer.text and "egk_" not in answer.text
+        for confirm in ("", "true"):
+            answer = await person.post(
+                "/console/admin/keys/revoke", {"key_id": key_id, "confirm": confirm, "csrf": csrf}
+            )
+            assert answer.status_code == 403, role
+    alice = await browse(t.admin, t.id)
+    page = await alice.page("/console/admin")
+    assert "egk_" not in page
+    without_csrf = await alice.post("/console/admin/keys/create", {"name": "x", "scope": "memory:read"})
+    assert without_csrf.status_code == 403
+    without_csrf = await alice.post("/console/admin/keys/revoke", {"key_id": key_id, "confirm": "true"})
+    assert without_csrf.status_code == 403
+    assert await key_state(db_settings, t.id) == before
+
+
+async def test_a_forged_revoke_of_another_tenants_key_changes_nothing(builtin, db_settings, acme, other, browse):
+    made = engram(builtin.env, "apikey", "create", "--tenant", other.id, "--scope", "memory:read", "--name", "theirs")
+    assert made.returncode == 0, made.stderr
+    key = made.stdout.strip()
+    key_id = key.split("_")[1]
+    before = await key_state(db_settings, other.id)
+    alice = await browse(acme.admin, acme.id)
+    csrf = alice.csrf(await alice.page("/console/admin"))
+    for confirm in ("", "true"):
+        answer = await alice.post("/console/admin/keys/revoke", {"key_id": key_id, "confirm": confirm, "csrf": csrf})
+        assert answer.status_code == 404 and "no unrevoked API key" in answer.text
+    assert await key_state(db_settings, other.id) == before
+    assert before.keys[key_id][2] is False
+    async with connect(builtin.url, key) as bot:  # still works for its own tenant
+        assert ok(await bot.call_tool("get_entity", {"name": "Vault"}))["name"] == "Vault"
+
+
+async def test_hostile_key_forms_are_refused_and_write_nothing(builtin, db_settings, browse):
+    t = await seed(builtin, [{"name": "Kept", "type": "note"}], [])
+    alice = await browse(t.admin, t.id)
+    csrf = alice.csrf(await alice.page("/console/admin"))
+    before = await key_state(db_settings, t.id)
+    read = {"scope": "memory:read"}
+    cases: list[tuple[dict[str, Any], int]] = [
+        ({"name": "nul\x00name", **read}, 400),
+        ({"name": "line\nbreak", **read}, 400),
+        ({"name": "n" * 201, **read}, 400),
+        ({"name": "no scope"}, 400),
+        ({"name": "bad scope", "scope": "memory:root"}, 400),
+        ({"name": "bad scope", "scope": "memory:read\x00"}, 400),
+        ({"name": "past", **read, "expires_days": "0"}, 400),
+        ({"name": "past", **read, "expires_days": "-1"}, 400),
+        ({"name": "far", **read, "expires_days": "3651"}, 400),
+        ({"name": "huge", **read, "expires_days": "9" * 40}, 400),
+        ({"name": "word", **read, "expires_days": "soon"}, 400),
+    ]
+    for data, status in cases:
+        answer = await alice.post("/console/admin/keys/create", {**data, "csrf": csrf})
+        assert answer.status_code == status, (data, answer.text)
+        assert "egk_" not in answer.text
+    repeated = await alice.http.post(
+        "/console/admin/keys/create",
+        content=b"csrf=" + csrf.encode() + b"&name=twice&scope=memory:read&scope=memory:read",
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert repeated.status_code == 400
+    for key_id in ("", "short", "A" * 12, "a" * 11 + "\x00", "a" * 13, "../../admin"):
+        answer = await alice.post("/console/admin/keys/revoke", {"key_id": key_id, "confirm": "true", "csrf": csrf})
+        assert answer.status_code == 400, key_id
+    assert await key_state(db_settings, t.id) == before
+
+
 async def test_dev_mode_signs_the_dev_user_in_at_once(db_settings):
     with serve(db_settings, ENGRAM_AUTH_MODE="dev", ENGRAM_EMBEDDING_PROVIDER="none") as dev:
         async with httpx2.AsyncClient(base_url=dev.base, follow_redirects=True, timeout=30) as http:
@@ -692,3 +814,69 @@ async def test_find_filters_by_type_and_time_and_marks_matches(builtin, acme, br
     assert "Analytical Engine" not in typed
     recent = (await alice.page("/console/find?q=zzz")).split('id="recent"')[1]
     assert "Ada Lovelace</a>" in recent  # named even when no listing shows it
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (scripts/system-deps.sh)")
+async def test_an_admin_makes_a_key_uses_it_and_revokes_it_in_chromium(builtin, db_settings):
+    from playwright.async_api import async_playwright
+
+    t = await seed(builtin, [{"name": "Report source", "type": "note", "observations": ["for the bot"]}], [])
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    blocked: list[str] = []
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        page = await browser.new_page(viewport={"width": 1200, "height": 900})
+        page.on("console", lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None)
+        await page.goto(f"{builtin.base}/console")
+        await page.get_by_role("link", name="Sign in").click()
+        await page.get_by_label("Username").fill(t.admin.username)
+        await page.get_by_label("Password").fill(PASSWORD)
+        await page.get_by_role("button", name="Sign in").click()
+        await page.get_by_label(t.id, exact=False).check()
+        await page.get_by_role("button", name="Open").click()
+        await page.wait_for_url("**/console/find")
+        await page.get_by_role("link", name="Administer").click()
+
+        await page.get_by_label("Key name").fill("nightly report")
+        await page.get_by_label("memory:write").check()
+        await page.get_by_label("Expires after (days, empty: never)").fill("30")
+        async with page.expect_response("**/console/admin/keys/create") as answered:
+            await page.get_by_role("button", name="Make API key").click()
+        created = await answered.value
+        assert created.status == 200 and created.headers["cache-control"] == "no-store"
+        key = await page.locator("#new-key").input_value()
+        assert re.fullmatch(r"egk_[a-z0-9]{12}_[A-Za-z0-9_-]{43}", key)
+        key_id = key.split("_")[1]
+        facts = await page.locator("#new-key-facts").inner_text()
+        assert "nightly report" in facts and "memory:read memory:write" in facts
+        await page.screenshot(path=ARTIFACTS / "key-made.png", full_page=True)
+
+        # Shown once: the administration page (and its source) lists the key without its secret.
+        await page.get_by_role("link", name="Back to administration").click()
+        assert key_id in await page.locator("#keys").inner_text()
+        assert key.split("_", 2)[2] not in await page.content()
+        stored = await key_state(db_settings, t.id)
+        assert stored.keys[key_id] == ("nightly report", ["memory:read", "memory:write"], False) and stored.audit == 1
+
+        # The key works against /mcp with a real MCP client, with the scopes it was given.
+        async with connect(builtin.url, key) as bot:
+            assert ok(await bot.call_tool("get_entity", {"name": "Report source"}))["name"] == "Report source"
+            ok(await bot.call_tool("upsert_entities", {"entities": [{"name": "Written by the bot", "type": "note"}]}))
+
+        await page.get_by_role("button", name=f"Revoke {key_id}").click()
+        assert "This cannot be undone" in await page.locator("main").inner_text()
+        assert (await key_state(db_settings, t.id)).keys[key_id][2] is False  # asking changed nothing
+        await page.get_by_role("button", name=f"Revoke key {key_id}").click()
+        assert await page.locator("#flash").inner_text() == f"API key {key_id} revoked."
+        assert "revoked" in await page.locator("#keys").inner_text()
+        await page.screenshot(path=ARTIFACTS / "key-revoked.png", full_page=True)
+
+        await page.get_by_role("link", name="Audit log").click()
+        audit = await page.locator("main").inner_text()
+        assert "console:create_api_key" in audit and "console:revoke_api_key" in audit
+        await browser.close()
+
+    assert not blocked, blocked
+    assert mcp_status(builtin, key) == 401
+    after = await key_state(db_settings, t.id)
+    assert after.keys[key_id][2] is True and after.audit == 2

@@ -134,7 +134,8 @@ class AdminPages:
     async def revoke_key(self, request: Request, visit: Visit) -> Response:
         """Revoke after a confirmation page: the first post asks, the second (confirm=true) revokes."""
         visit.require(ADMIN)
-        form = parse(RevokeForm, await self.c.form(request, visit))
+        fields = await self.c.form(request, visit)
+        form = parse(RevokeForm, {k: v for k, v in fields.items() if v})  # an empty `confirm` asks
         if not form.confirm:
             keys = await self.c.run(visit.who, "api_keys", self.c.services.entities.api_keys, writes=False)
             key = next((k for k in keys if k.id == form.key_id and k.revoked_at is None), None)

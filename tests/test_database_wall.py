@@ -313,3 +313,21 @@ async def test_api_keys_are_written_only_through_functions_bound_to_the_tenant_t
         await admin.execute("DELETE FROM engram.api_keys WHERE id = 'dddddddddddd'")
         await admin.close()
         await conn.close()
+
+
+async def test_a_tenant_holds_at_most_100_unrevoked_api_keys(db_settings, client_for, tenant):
+    [(tenant_id, schema)] = await _tenants(db_settings, client_for, tenant)
+    conn = await asyncpg.connect(db_settings.runtime_dsn())
+    try:
+        with pytest.raises(asyncpg.ProgramLimitExceededError):
+            async with conn.transaction():
+                await _enter(conn, tenant_id, schema)
+                for i in range(101):
+                    await conn.execute(CREATE_KEY, f"limit{i:07d}", bytes(32))
+    finally:
+        await conn.close()
+    admin = await asyncpg.connect(db_settings.admin_dsn())
+    try:  # the refusal rolled the whole transaction back: none of the 100 stayed
+        assert await admin.fetchval("SELECT count(*) FROM engram.api_keys WHERE id LIKE 'limit%'") == 0
+    finally:
+        await admin.close()

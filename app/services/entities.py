@@ -366,12 +366,10 @@ class Entities(Service):
         key_id, key, digest = apikeys.generate()
         expires = apikeys.expiry(new.expires_days)
         async with self.tx(who) as tx:
-            await tenants.create_key_in_tenant(
-                tx, key_id, digest, new.name, new.scopes, expires, _key_audit(who, "create_api_key")
-            )
-            rows = await tenants.keys_of_tenant(tx)
-        made = next(r for r in rows if r.id == key_id)
-        return models.CreatedApiKey(key=key, api_key=models.ApiKey.model_validate(made, from_attributes=True))
+            audit_fields = _key_audit(who, "create_api_key")
+            made = await tenants.create_key_in_tenant(tx, key_id, digest, new.name, new.scopes, expires, audit_fields)
+        api_key = models.ApiKey(id=key_id, name=new.name, scopes=new.scopes, created_at=made, expires_at=expires)
+        return models.CreatedApiKey(key=key, api_key=api_key)
 
     async def revoke_api_key(self, who: Principal, key_id: str) -> None:
         """Revoke one of the caller's tenant's keys (an administrator only); another tenant's id is not found."""

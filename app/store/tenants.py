@@ -154,8 +154,7 @@ _KEY_REFUSALS: dict[type[asyncpg.PostgresError], tuple[str, str]] = {
 
 
 def _refusal(exc: asyncpg.PostgresError) -> EngramError:
-    code, message = _KEY_REFUSALS.get(type(exc), ("invalid", "refused by the database"))
-    return EngramError(code, message)
+    return EngramError(*_KEY_REFUSALS[type(exc)])
 
 
 @timed
@@ -167,11 +166,12 @@ async def create_key_in_tenant(
     scopes: Sequence[str],
     expires_at: datetime | None,
     audit: KeyAudit,
-) -> None:
+) -> datetime:
     """A new key for the transaction's own tenant, through `engram.create_api_key()`: the run-time
-    role cannot write engram.api_keys, and the function takes the tenant from the transaction."""
+    role cannot write engram.api_keys, and the function takes the tenant from the transaction.
+    Answers when it was made."""
     try:
-        await tx.execute(
+        made: datetime = await tx.fetchval(
             "SELECT engram.create_api_key($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
             key_id,
             secret_hash,
@@ -186,6 +186,7 @@ async def create_key_in_tenant(
         )
     except tuple(_KEY_REFUSALS) as exc:
         raise _refusal(exc) from None
+    return made
 
 
 @timed

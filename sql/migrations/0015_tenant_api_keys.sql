@@ -49,13 +49,15 @@ REVOKE ALL ON FUNCTION engram.key_audit(uuid, text, text, text, text, real, text
 
 -- A new key for the pinned tenant: id and hash made by the server, a name of at most 200
 -- characters, one to three distinct Engram scopes, an expiry in the future and within ten years
--- (or none). At most 100 unrevoked keys per tenant (`program_limit_exceeded` beyond).
+-- (or none). At most 100 unrevoked keys per tenant (`program_limit_exceeded` beyond). Answers
+-- when the key was made.
 CREATE FUNCTION engram.create_api_key(p_id text, p_secret_hash bytea, p_name text, p_scopes text[],
                                       p_expires_at timestamptz, p_subject text, p_client_id text, p_tool text,
-                                      p_duration_ms real, p_request_id text) RETURNS void
+                                      p_duration_ms real, p_request_id text) RETURNS timestamptz
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, engram AS $fn$
 DECLARE
     t uuid := engram.pinned_tenant();
+    made timestamptz;
 BEGIN
     IF p_id IS NULL OR p_id !~ '^[a-z0-9]{12}$'
        OR p_secret_hash IS NULL OR octet_length(p_secret_hash) <> 32
@@ -71,8 +73,10 @@ BEGIN
         RAISE EXCEPTION 'too many API keys' USING ERRCODE = 'program_limit_exceeded';
     END IF;
     INSERT INTO engram.api_keys (id, tenant_id, name, secret_hash, scopes, expires_at)
-    VALUES (p_id, t, p_name, p_secret_hash, p_scopes, p_expires_at);
+    VALUES (p_id, t, p_name, p_secret_hash, p_scopes, p_expires_at)
+    RETURNING created_at INTO made;
     PERFORM engram.key_audit(t, p_id, p_subject, p_client_id, p_tool, p_duration_ms, p_request_id);
+    RETURN made;
 END
 $fn$;
 REVOKE ALL ON FUNCTION engram.create_api_key(text, bytea, text, text[], timestamptz, text, text, text, real, text)

@@ -25,9 +25,10 @@ from app.auth.verifier import TokenVerifier
 from app.config import Settings
 from app.errors import EngramError
 from app.observability.context import deadline
+from app.services.entities import OnExisting
 from app.services.fairness import Buckets
-from app.services.transfer import Source, Transfer
-from app.services.transfer_formats import FORMATS
+from app.services.transfer import ImportSummary, Source, Transfer
+from app.services.transfer_formats import FORMATS, Format
 
 _STATUS = {"invalid": 400, "forbidden": 403, "not_found": 404, "conflict": 409, "limit": 429, "unavailable": 503}
 _MEDIA = {"engram": "application/x-ndjson", "memory": "application/x-ndjson", "neo4j": "application/json"}
@@ -105,24 +106,12 @@ class AdminRoutes:
             deleted, history = _flag(q.get("include_deleted")), _flag(q.get("history"))
         except ValueError as exc:
             return _error(400, str(exc))
-        lines = self.transfer.export(who, fmt, deleted=deleted, history=history)  # type: ignore[arg-type]
         try:
-            with deadline(self.seconds):
-                first = await anext(lines)  # refusals (format, tenant, database) answer before any byte
+            return await export_response(
+                self.transfer, who, fmt, deleted=deleted, history=history, seconds=self.seconds
+            )
         except EngramError as exc:
             return _error(_STATUS.get(exc.code, 500), f"{exc.code}: {exc.message}")
-        name = f"engram-export.{'json' if fmt == 'neo4j' else 'jsonl'}"
-        return StreamingResponse(
-            self._rest(first, lines),
-            media_type=_MEDIA[fmt],
-            headers={"Content-Disposition": f'attachment; filename="{name}"', "Cache-Control": "no-store"},
-        )
-
-    async def _rest(self, first: bytes, lines: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-        yield first
-        with deadline(self.seconds):
-            async for chunk in lines:
-                yield chunk
 
     async def import_(self, request: Request) -> Response:
         who = await self._caller(request)
@@ -148,14 +137,15 @@ class AdminRoutes:
             if len(body) > self.max_bytes:
                 return self._too_large()
         try:
-            with deadline(self.seconds):
-                summary = await self.transfer.import_(
-                    who,
-                    Source(data=bytes(body)),
-                    fmt,  # type: ignore[arg-type]
-                    on_existing=on_existing,  # type: ignore[arg-type]
-                    dry_run=dry_run,
-                )
+            summary = await run_import(
+                self.transfer,
+                who,
+                bytes(body),
+                fmt,  # type: ignore[arg-type]
+                on_existing=on_existing,  # type: ignore[arg-type]
+                dry_run=dry_run,
+                seconds=self.seconds,
+            )
         except EngramError as exc:
             return _error(_STATUS.get(exc.code, 500), f"{exc.code}: {exc.message}")
         return Response(
@@ -166,6 +156,44 @@ class AdminRoutes:
 
     def _too_large(self) -> Response:
         return _error(413, f"at most {self.max_bytes} bytes over HTTP; import larger files with `engram import`")
+
+
+async def export_response(
+    transfer: Transfer, who: Principal, fmt: str, *, deleted: bool, history: bool, seconds: float
+) -> StreamingResponse:
+    """The tenant's export as a streamed download (here and in the console). Refusals (format,
+    tenant, database) raise before any byte is sent; the rest streams within `seconds`."""
+    lines = transfer.export(who, fmt, deleted=deleted, history=history)  # type: ignore[arg-type]
+    with deadline(seconds):
+        first = await anext(lines)
+
+    async def rest() -> AsyncIterator[bytes]:
+        yield first
+        with deadline(seconds):
+            async for chunk in lines:
+                yield chunk
+
+    name = f"engram-export.{'json' if fmt == 'neo4j' else 'jsonl'}"
+    return StreamingResponse(
+        rest(),
+        media_type=_MEDIA[fmt],
+        headers={"Content-Disposition": f'attachment; filename="{name}"', "Cache-Control": "no-store"},
+    )
+
+
+async def run_import(
+    transfer: Transfer,
+    who: Principal,
+    data: bytes,
+    fmt: Format | None,
+    *,
+    on_existing: OnExisting,
+    dry_run: bool,
+    seconds: float,
+) -> ImportSummary:
+    """An uploaded file imported into the caller's tenant (here and in the console), within `seconds`."""
+    with deadline(seconds):
+        return await transfer.import_(who, Source(data=data), fmt, on_existing=on_existing, dry_run=dry_run)
 
 
 def _flag(value: str | None) -> bool:

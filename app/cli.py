@@ -202,14 +202,12 @@ def _default_limits(settings: Settings) -> dict[str, float | int]:
 
 
 def cmd_apikey(args: argparse.Namespace) -> None:
-    from datetime import UTC, datetime, timedelta
-
     from app.auth import apikeys
     from app.store import tenants
 
     if args.action == "create":
         key_id, key, digest = apikeys.generate()
-        expires = datetime.now(UTC) + timedelta(days=args.expires_days) if args.expires_days else None
+        expires = apikeys.expiry(args.expires_days)
         scopes = args.scope or [READ, WRITE]
         _admin(lambda c: tenants.add_key(c, args.tenant, key_id, digest, scopes, args.name or "", expires))
         print(key)

@@ -137,6 +137,9 @@ class Settings(BaseSettings):
     register_per_minute: int = Field(10, ge=1, le=100_000, description="/register requests per client address.")
     authorize_per_minute: int = Field(60, ge=1, le=100_000, description="/authorize requests per client address.")
 
+    # the console (docs/console.md)
+    console: bool = Field(True, description="The web console at /console (auth modes builtin and dev).")
+
     # tools
     tool_sets: CommaList = Field(
         default_factory=lambda: list(ENDPOINT_PATHS),

@@ -25,6 +25,7 @@ from app import health
 from app.admin_routes import AdminRoutes
 from app.auth_mode import authorization_server, token_verifier
 from app.config import Settings
+from app.console import console_routes
 from app.lifespan import Lifespan
 from app.mcp.http_guard import HttpGuard, OutageAnswers
 from app.mcp.scope_guard import ScopeGuard
@@ -63,6 +64,7 @@ def create_app(settings: Settings) -> Starlette:
         *_resource_metadata(settings, endpoints),
         # A token for any served endpoint (the first one's metadata named in challenges).
         *AdminRoutes(settings, services.transfer, verifier, _metadata_url(endpoints[0].url)).routes(),
+        *console_routes(settings, services, auth, verifier),
         *(Route(e.path, _mcp_endpoint(settings, e)) for e in endpoints),
     ]
     servers = [e.mcp for e in endpoints]

@@ -182,3 +182,152 @@ async def test_residual_a_tenant_transaction_can_switch_to_any_tenant_role(db_se
         assert reachable >= tenants_total >= 2
     finally:
         await conn.close()
+
+
+KEY_FUNCTIONS = (
+    "engram.create_api_key(text, bytea, text, text[], timestamptz, text, text, text, real, text)",
+    "engram.revoke_api_key(text, text, text, text, real, text)",
+)
+CREATE_KEY = (
+    "SELECT engram.create_api_key($1, $2, 'k', ARRAY['memory:read'], NULL, 'someone', 'c', 'console:x', 1, 'r')"
+)
+
+
+def _create_sql(
+    key_id: str = "'cccccccccccc'",
+    name: str = "'k'",
+    scopes: str = "ARRAY['memory:read']",
+    expires: str = "NULL",
+    subject: str = "'s'",
+    tool: str = "'console:x'",
+) -> str:
+    """engram.create_api_key() with one argument spoiled (SQL literals; the hash is $1)."""
+    return f"SELECT engram.create_api_key({key_id}, $1, {name}, {scopes}, {expires}, {subject}, 'c', {tool}, 1, 'r')"
+
+
+async def test_api_keys_are_written_only_through_functions_bound_to_the_tenant_transaction(
+    db_settings, client_for, tenant
+):
+    """The run-time role reads engram.api_keys and cannot write it; the definer functions the
+    console uses act only on the tenant its transaction is pinned to, refuse without one (or with
+    a tenant id whose role was not entered), and refuse out-of-bounds keys."""
+    (a_id, a_schema), (b_id, b_schema) = await _tenants(db_settings, client_for, tenant, tenant + "-b")
+    conn = await asyncpg.connect(db_settings.runtime_dsn())
+    admin = await asyncpg.connect(db_settings.admin_dsn())
+    try:
+        for role in ("engram_app", "engram_tenant", a_schema):
+            for privilege in ("INSERT", "UPDATE", "DELETE", "TRUNCATE"):
+                assert not await conn.fetchval(
+                    "SELECT has_table_privilege($1, 'engram.api_keys', $2)", role, privilege
+                ), (role, privilege)
+        for fn in (
+            *KEY_FUNCTIONS,
+            "engram.pinned_tenant()",
+            "engram.key_audit(uuid, text, text, text, text, real, text)",
+        ):
+            assert not await conn.fetchval("SELECT has_function_privilege('public', $1, 'EXECUTE')", fn), fn
+        assert not await conn.fetchval(
+            "SELECT has_function_privilege($1, 'engram.pinned_tenant()', 'EXECUTE')", a_schema
+        )
+        definers = await admin.fetch(
+            "SELECT p.oid::regprocedure::text AS fn, p.prosecdef, p.proconfig FROM pg_proc p"
+            " WHERE p.oid = ANY($1::regprocedure[]::oid[])",
+            list(KEY_FUNCTIONS),
+        )
+        assert len(definers) == 2
+        assert all(r["prosecdef"] and r["proconfig"] == ["search_path=pg_catalog, engram"] for r in definers)
+
+        # Writing the table directly, inside a real tenant transaction: refused.
+        for sql in (
+            "INSERT INTO engram.api_keys (id, tenant_id, secret_hash, scopes)"
+            f" VALUES ('aaaaaaaaaaaa', '{a_id}', '\\x00', '{{memory:admin}}')",
+            "UPDATE engram.api_keys SET revoked_at = NULL",
+            "DELETE FROM engram.api_keys",
+        ):
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                async with conn.transaction():
+                    await _enter(conn, a_id, a_schema)
+                    await conn.execute(sql)
+
+        digest = bytes(32)
+        # No tenant pinned, a tenant pinned without its role, another tenant's id under this role.
+        for setup in (
+            None,
+            ("SELECT set_config('engram.tenant_id', $1, true)", a_id),
+            ("SELECT set_config('engram.tenant_id', $1, true), set_config('role', $2, true)", b_id, a_schema),
+            ("SELECT set_config('engram.tenant_id', 'not-a-uuid', true)",),
+        ):
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                async with conn.transaction():
+                    if setup:
+                        await conn.execute(setup[0], *setup[1:])
+                    await conn.execute(CREATE_KEY, "bbbbbbbbbbbb", digest)
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                async with conn.transaction():
+                    if setup:
+                        await conn.execute(setup[0], *setup[1:])
+                    await conn.fetchval("SELECT engram.revoke_api_key('bbbbbbbbbbbb', 's', 'c', 'console:x', 1, 'r')")
+
+        # Out of bounds, inside the tenant's transaction: refused as invalid.
+        hostile = [
+            (_create_sql(key_id="'BAD'"), digest),
+            (_create_sql(), b"x"),  # not a SHA-256
+            (_create_sql(name="repeat('n', 201)"), digest),
+            (_create_sql(name="E'a\\nb'"), digest),
+            (_create_sql(scopes="ARRAY['memory:root']"), digest),
+            (_create_sql(scopes="ARRAY[]::text[]"), digest),
+            (_create_sql(scopes="ARRAY['memory:read', 'memory:read']"), digest),
+            (_create_sql(expires="now() - interval '1 day'"), digest),
+            (_create_sql(expires="now() + interval '20 years'"), digest),
+            (_create_sql(subject="''"), digest),
+            (_create_sql(tool="'T; x'"), digest),
+        ]
+        for sql, value in hostile:
+            with pytest.raises(asyncpg.InvalidParameterValueError):
+                async with conn.transaction():
+                    await _enter(conn, a_id, a_schema)
+                    await conn.execute(sql, value)
+
+        # In its own transaction the function works, for that tenant, with its audit row.
+        async with conn.transaction():
+            await _enter(conn, a_id, a_schema)
+            await conn.execute(CREATE_KEY, "dddddddddddd", digest)
+        row = await admin.fetchrow("SELECT tenant_id::text, scopes FROM engram.api_keys WHERE id = 'dddddddddddd'")
+        assert row is not None and row["tenant_id"] == a_id and row["scopes"] == ["memory:read"]
+        audit = await admin.fetchval(
+            "SELECT count(*) FROM engram.audit WHERE tenant_id = $1 AND affected = ARRAY['api-key:dddddddddddd']", a_id
+        )
+        assert audit == 1
+        # Tenant B's transaction cannot revoke tenant A's key: it is not found there.
+        async with conn.transaction():
+            await _enter(conn, b_id, b_schema)
+            assert not await conn.fetchval(
+                "SELECT engram.revoke_api_key('dddddddddddd', 's', 'c', 'console:x', 1, 'r')"
+            )
+        assert await admin.fetchval("SELECT revoked_at FROM engram.api_keys WHERE id = 'dddddddddddd'") is None
+        nothing = await admin.fetchval(
+            "SELECT count(*) FROM engram.api_keys WHERE id IN ('aaaaaaaaaaaa', 'bbbbbbbbbbbb', 'cccccccccccc')"
+        )
+        assert nothing == 0
+    finally:
+        await admin.execute("DELETE FROM engram.api_keys WHERE id = 'dddddddddddd'")
+        await admin.close()
+        await conn.close()
+
+
+async def test_a_tenant_holds_at_most_100_unrevoked_api_keys(db_settings, client_for, tenant):
+    [(tenant_id, schema)] = await _tenants(db_settings, client_for, tenant)
+    conn = await asyncpg.connect(db_settings.runtime_dsn())
+    try:
+        with pytest.raises(asyncpg.ProgramLimitExceededError):
+            async with conn.transaction():
+                await _enter(conn, tenant_id, schema)
+                for i in range(101):
+                    await conn.execute(CREATE_KEY, f"limit{i:07d}", bytes(32))
+    finally:
+        await conn.close()
+    admin = await asyncpg.connect(db_settings.admin_dsn())
+    try:  # the refusal rolled the whole transaction back: none of the 100 stayed
+        assert await admin.fetchval("SELECT count(*) FROM engram.api_keys WHERE id LIKE 'limit%'") == 0
+    finally:
+        await admin.close()

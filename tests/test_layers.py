@@ -1,6 +1,6 @@
 """The layering, checked from the source: transport → services → store.
 
-- `app/mcp/` (the transport) imports neither the store nor the database driver;
+- `app/mcp/` and `app/console/` (the transports) import neither the store nor the database driver;
 - `app/services/` (the domain rules) reads typed rows, never the driver's records;
 - `app/store/` imports nothing above it;
 - SQL and Cypher are written only in `app/store/` (and the development database tooling).
@@ -87,6 +87,12 @@ def test_the_graph_is_read() -> None:
 def test_transport_does_not_reach_the_store_or_the_driver() -> None:
     assert not _violations("app.mcp", ("app.store",)), "app/mcp/ must call services, not the store"
     assert not _violations("app.mcp", ("asyncpg",)), "app/mcp/ must not use the database driver"
+
+
+def test_the_console_does_not_reach_the_store_or_the_driver() -> None:
+    """The console is a transport like app/mcp: its pages call the services as the signed-in person."""
+    assert not _violations("app.console", ("app.store",)), "app/console/ must call services, not the store"
+    assert not _violations("app.console", ("asyncpg",)), "app/console/ must not use the database driver"
 
 
 def test_services_do_not_use_the_driver() -> None:

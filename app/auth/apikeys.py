@@ -13,6 +13,7 @@ import secrets
 import string
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cachetools import TTLCache
@@ -33,6 +34,11 @@ def generate() -> tuple[str, str, bytes]:
     key_id = "".join(secrets.choice(_ALPHABET) for _ in range(12))
     secret = secrets.token_urlsafe(32)
     return key_id, f"{PREFIX}{key_id}_{secret}", hash_secret(secret)
+
+
+def expiry(days: int | None) -> datetime | None:
+    """When a key made now for `days` days ends (None or 0: it does not)."""
+    return datetime.now(UTC) + timedelta(days=days) if days else None
 
 
 def hash_secret(secret: str) -> bytes:

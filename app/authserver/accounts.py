@@ -14,11 +14,19 @@ from app.errors import EngramError
 from app.store import accounts
 from app.store.accounts import Membership, User
 
-__all__ = ["Accounts", "Membership", "SignInRefused", "Throttle", "User"]
+__all__ = ["Accounts", "Member", "Membership", "SignInRefused", "Throttle", "User"]
 from app.store.database import Database
 
 DEV_USER = "dev"
 DEV_TENANT = "demo"
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One member of a tenant, as its administrators see it."""
+
+    username: str
+    role: str
 
 
 class SignInRefused(Exception):
@@ -120,3 +128,23 @@ class Accounts:
                 assert user is not None
             await self._db.run(accounts.add_membership, user.id, DEV_TENANT, "admin")
         return user
+
+    # --- a tenant's members, for its administrators (the console) -----------------------------
+
+    async def members(self, tenant: str) -> list[Member]:
+        """The tenant's members, by username."""
+        return [Member(name, role) for name, _, role in await self._db.run(accounts.list_memberships, tenant)]
+
+    async def set_member(self, tenant: str, username: str, role: str, by: str) -> None:
+        """Make `username` a member of `tenant` with `role` (added, or its role changed); recorded as an event."""
+        if role not in accounts.ROLES:
+            raise EngramError("invalid", "role: one of " + ", ".join(accounts.ROLES))
+        user = await self._db.run(accounts.by_username, username.strip().lower())
+        if user is None:
+            raise EngramError("not_found", "no user with this username")
+        await self._db.run(accounts.add_membership, user.id, tenant, role)
+        await self._events("membership", "set", user_id=user.id, tenant=tenant, detail=f"{role} by {by}")
+
+    async def remove_member(self, tenant: str, username: str, by: str) -> None:
+        await self._db.run(accounts.remove_membership, username, tenant)
+        await self._events("membership", "removed", tenant=tenant, detail=f"{username} by {by}")

@@ -99,10 +99,29 @@ class Clients:
         self._scopes = " ".join(scopes)
         self._db = db
         self._documents = documents
+        self._first_party: dict[str, EngramClient] = {}
+
+    def add_first_party(self, client_id: str, name: str, redirect_uri: str) -> None:
+        """A client that is part of this server (the console): public, known without registration,
+        its one redirect URI fixed by the server's own public URL."""
+        self._first_party[client_id] = self._client(
+            {
+                "client_id": client_id,
+                "client_name": name,
+                "redirect_uris": [redirect_uri],
+                "token_endpoint_auth_method": "none",
+                "grant_types": ["authorization_code", "refresh_token"],
+            }
+        )
+
+    def is_first_party(self, client_id: str) -> bool:
+        return client_id in self._first_party
 
     async def get(self, client_id: str) -> EngramClient | None:
         if len(client_id) > MAX_URL or "\x00" in client_id:
             return None
+        if client_id in self._first_party:
+            return self._first_party[client_id]
         if client_id.startswith("https://") or client_id.startswith("http://"):
             if self._documents is None:
                 return None

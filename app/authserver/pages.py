@@ -189,7 +189,7 @@ class Pages:
         if not scopes:
             target = await self._provider.deny(request_id, user, "your role allows none of the requested scopes")
             return self._back(target) if target else self._expired(request)
-        if _field(form, "remember") == "yes":
+        if _field(form, "remember") == "yes" and not self._provider.clients.is_first_party(client.client_id):
             await self._provider.remember(user, client.client_id, tenant, scopes)
         target = await self._provider.approve(request_id, user, tenant, scopes)
         return self._back(target) if target else self._expired(request)
@@ -204,7 +204,12 @@ class Pages:
             return self.message(
                 request, "No memory to share", "You are not a member of any tenant yet. Ask an administrator.", 403
             )
-        remembered = await self._provider.remembered(user, client.client_id, memberships, params["scopes"])
+        first_party = self._provider.clients.is_first_party(client.client_id)
+        remembered = (
+            None
+            if first_party  # the console's consent page is where a person picks the tenant: always shown
+            else await self._provider.remembered(user, client.client_id, memberships, params["scopes"])
+        )
         if remembered is not None:
             tenant, scopes = remembered
             target = await self._provider.approve(request_id, user, tenant, scopes)
@@ -225,6 +230,7 @@ class Pages:
             "tenants": tenants,
             "scopes": params["scopes"] or self._provider.grantable(None, "writer"),
             "action": f"{self._prefix}/consent",
+            "first_party": first_party,
         }
         return self._render(request, "consent.html", context, targets=[_redirect_source(params["redirect_uri"])])
 

@@ -47,6 +47,7 @@ from app.store.database import Database
 logger = logging.getLogger(__name__)
 
 PAGES = "/oauth"
+STATIC = Path(__file__).parent / "static"
 JWKS_PATH = "/.well-known/jwks.json"
 FORM_BYTES = 16 * 1024  # every request to these endpoints is a small form or JSON document
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -116,6 +117,7 @@ class AuthServer:
             throttle=throttle,
             personal_tenants=personal_tenants,
         )
+        self.accounts = accounts
         cookies = Cookies(secure=issuer.startswith("https://"))
         self.pages = Pages(
             self.provider,
@@ -134,6 +136,11 @@ class AuthServer:
         self._sessions: list[Sessions] = []
         self._cookies = cookies
         self._tasks: list[asyncio.Task[None]] = []
+
+    def add_first_party(self, client_id: str, name: str, redirect_uri: str) -> None:
+        """A client that is part of this server (the console): known without registration, and its
+        consent page is a choice of tenant (nothing is remembered, so every sign-in may choose)."""
+        self.clients.add_first_party(client_id, name, redirect_uri)
 
     async def start(self) -> None:
         await self.keys.load()
@@ -232,7 +239,7 @@ class AuthServer:
             Route(f"{PAGES}/consent", self.pages.consent, methods=["GET"]),
             Route(f"{PAGES}/consent", _bounded(self.pages.decide), methods=["POST"]),
             Route(f"{PAGES}/sign-in", _bounded(self.pages.sign_in), methods=["POST"]),
-            Mount(f"{PAGES}/static", app=StaticFiles(directory=Path(__file__).parent / "static"), name="oauth-static"),
+            Mount(f"{PAGES}/static", app=StaticFiles(directory=STATIC), name="oauth-static"),
         ]
         if self.upstream is not None:
             for path, endpoint in (("", self.upstream.begin), ("/callback", self.upstream.callback)):

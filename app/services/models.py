@@ -482,6 +482,47 @@ class AuditEntry(BaseModel):
     request_id: str
 
 
+class ApiKey(BaseModel):
+    id: str
+    name: str
+    scopes: list[str]
+    created_at: datetime
+    expires_at: datetime | None = None
+    revoked_at: datetime | None = None
+
+
+ApiKeyId = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]{12}$")]
+Scope = Literal["memory:read", "memory:write", "memory:admin"]
+# A label to recognise a key by: printable (no control characters, NUL included), at most 200.
+KeyName = Annotated[
+    str, StringConstraints(strip_whitespace=True, max_length=200, pattern=r"^[^\x00-\x1f\x7f-\x9f]*$"), Clean
+]
+
+
+class NewApiKey(BaseModel):
+    """A key a tenant's administrator makes: scopes among their own, an optional lifetime in days."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: KeyName = ""
+    scopes: Annotated[list[Scope], Field(min_length=1, max_length=3)]
+    expires_days: Annotated[int, Field(ge=1, le=3650)] | None = None
+
+    @field_validator("scopes")
+    @classmethod
+    def _distinct(cls, scopes: list[str]) -> list[str]:
+        if len(set(scopes)) != len(scopes):
+            raise ValueError("each scope at most once")
+        return scopes
+
+
+class CreatedApiKey(BaseModel):
+    """A key just made: `key` is its only showing (only a hash of the secret is kept)."""
+
+    key: str
+    api_key: ApiKey
+
+
 class AuditPage(BaseModel):
     entries: list[AuditEntry]
     next_cursor: str | None = None

@@ -46,14 +46,16 @@ async def write(
 
 
 @timed
-async def page(tx: Tx, limit: int, before: int | None, tool: str | None) -> list[AuditRow]:
+async def page(tx: Tx, limit: int, before: int | None, tool: str | None, subject: str | None = None) -> list[AuditRow]:
     """The tenant's audit rows, newest first (row-level security keeps them to the tenant)."""
     rows = await tx.fetch(
         "SELECT id, at, subject, client_id, tool, affected, outcome, duration_ms, request_id FROM engram.audit"
-        " WHERE ($1::bigint IS NULL OR id < $1) AND ($2::text IS NULL OR tool = $2) ORDER BY id DESC LIMIT $3",
+        " WHERE ($1::bigint IS NULL OR id < $1) AND ($2::text IS NULL OR tool = $2)"
+        " AND ($4::text IS NULL OR subject = $4) ORDER BY id DESC LIMIT $3",
         before,
         tool,
         limit,
+        subject,
     )
     return [AuditRow(*r) for r in rows]
 

@@ -1,15 +1,17 @@
-"""Tenant and API-key administration, on an owner connection (the `engram tenant` / `apikey` commands)."""
+"""Tenant and API-key administration, on an owner connection (the `engram tenant` / `apikey` commands);
+and a tenant's own view of its API keys, in its transaction (the console)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 import asyncpg
 
 from app.errors import EngramError
 from app.store import limits
-from app.store.database import Tenant, timed
+from app.store.database import Tenant, Tx, timed
 
 
 @timed
@@ -107,3 +109,100 @@ async def revoke_key(conn: asyncpg.Connection, key_id: str) -> bool:
         "UPDATE engram.api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL", key_id
     )
     return done.endswith(" 1")
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRow:
+    """An API key as its tenant's administrators may see it: never its secret's hash."""
+
+    id: str
+    name: str
+    scopes: list[str]
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+
+
+@timed
+async def keys_of_tenant(tx: Tx) -> list[KeyRow]:
+    """The tenant's API keys, newest first (row-level security keeps them to the tenant)."""
+    rows = await tx.fetch(
+        "SELECT id, name, scopes, created_at, expires_at, revoked_at FROM engram.api_keys"
+        " WHERE tenant_id = $1::uuid ORDER BY created_at DESC LIMIT 1000",
+        tx.tenant.id,
+    )
+    return [KeyRow(*r) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyAudit:
+    """Who made or revoked a key from inside the tenant, for the audit row the database writes with it."""
+
+    subject: str
+    client_id: str
+    tool: str
+    duration_ms: float
+    request_id: str
+
+
+# What the definer functions' refusals mean (sql/migrations/0015_tenant_api_keys.sql).
+_KEY_REFUSALS: dict[type[asyncpg.PostgresError], tuple[str, str]] = {
+    asyncpg.InvalidParameterValueError: ("invalid", "the key's name, scopes or expiry are out of bounds"),
+    asyncpg.ProgramLimitExceededError: ("limit", "this tenant has 100 unrevoked API keys; revoke some first"),
+    asyncpg.InsufficientPrivilegeError: ("forbidden", "API keys are made only inside a tenant's transaction"),
+}
+
+
+def _refusal(exc: asyncpg.PostgresError) -> EngramError:
+    return EngramError(*_KEY_REFUSALS[type(exc)])
+
+
+@timed
+async def create_key_in_tenant(
+    tx: Tx,
+    key_id: str,
+    secret_hash: bytes,
+    name: str,
+    scopes: Sequence[str],
+    expires_at: datetime | None,
+    audit: KeyAudit,
+) -> datetime:
+    """A new key for the transaction's own tenant, through `engram.create_api_key()`: the run-time
+    role cannot write engram.api_keys, and the function takes the tenant from the transaction.
+    Answers when it was made."""
+    try:
+        made: datetime = await tx.fetchval(
+            "SELECT engram.create_api_key($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            key_id,
+            secret_hash,
+            name,
+            list(scopes),
+            expires_at,
+            audit.subject,
+            audit.client_id,
+            audit.tool,
+            audit.duration_ms,
+            audit.request_id,
+        )
+    except tuple(_KEY_REFUSALS) as exc:
+        raise _refusal(exc) from None
+    return made
+
+
+@timed
+async def revoke_key_in_tenant(tx: Tx, key_id: str, audit: KeyAudit) -> bool:
+    """Revoke one of the transaction's tenant's keys; False if it has no unrevoked key by that id."""
+    try:
+        return bool(
+            await tx.fetchval(
+                "SELECT engram.revoke_api_key($1, $2, $3, $4, $5, $6)",
+                key_id,
+                audit.subject,
+                audit.client_id,
+                audit.tool,
+                audit.duration_ms,
+                audit.request_id,
+            )
+        )
+    except tuple(_KEY_REFUSALS) as exc:
+        raise _refusal(exc) from None

@@ -1,0 +1,314 @@
+"""The console assembled: sign-in and sessions, the per-request visit (who, with which role), CSRF
+on every form, and the routes of its pages (app/console/memory.py, app/console/admin.py).
+
+Every page is for the tenant of the session's verified token; no URL, field or header chooses it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hmac
+import re
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mcp.server.transport_security import RequestBodyLimitMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Route, request_response
+from starlette.types import ASGIApp
+
+from app.auth.principal import ADMIN, WRITE, Principal, principal_from_token
+from app.auth.verifier import TokenVerifier
+from app.authserver.server import STATIC as AUTH_STATIC
+from app.authserver.server import AuthServer
+from app.console.admin import AdminPages
+from app.console.calls import Runner
+from app.console.memory import MemoryPages
+from app.console.sessions import PendingSignIn, Session, Sessions
+from app.console.signin import SignIn, pkce_pair
+from app.console.web import HERE, Static, problem, render, secure
+from app.errors import EngramError
+from app.services import Services
+from app.services.models import UUID_PATTERN
+
+PREFIX = "/console"
+ENTITY_ID = re.compile(UUID_PATTERN)
+FORM_BYTES = 64 * 1024  # a console form: a few fields of at most a few KiB each
+REFRESH_AHEAD = 30  # seconds before the access token ends that it is refreshed
+
+
+@dataclass(frozen=True, slots=True)
+class Cookies:
+    """`__Host-` names and Secure over https; HttpOnly and SameSite=Lax always."""
+
+    secure: bool
+
+    @property
+    def session(self) -> str:
+        return "__Host-engram-console" if self.secure else "engram-console"
+
+    @property
+    def sign_in(self) -> str:
+        return "__Host-engram-console-sign-in" if self.secure else "engram-console-sign-in"
+
+    def set(self, response: Response, name: str, value: str, max_age: int | None = None) -> None:
+        response.set_cookie(name, value, max_age=max_age, path="/", secure=self.secure, httponly=True, samesite="lax")
+
+    def clear(self, response: Response, name: str) -> None:
+        response.delete_cookie(name, path="/", secure=self.secure, httponly=True, samesite="lax")
+
+
+@dataclass(frozen=True, slots=True)
+class Visit:
+    """A signed-in request: the session and the principal its verified token makes."""
+
+    session: Session
+    who: Principal
+
+    @property
+    def can_write(self) -> bool:
+        return WRITE in self.who.scopes
+
+    @property
+    def is_admin(self) -> bool:
+        return ADMIN in self.who.scopes
+
+    @property
+    def role(self) -> str:
+        return "admin" if self.is_admin else "writer" if self.can_write else "reader"
+
+    def require(self, scope: str) -> None:
+        """The scope check a tool makes: a reader's post is refused whatever the page showed."""
+        if scope not in self.who.scopes:
+            raise EngramError("forbidden", f"your role ({self.role}) does not allow this")
+
+
+Handler = Callable[[Request, Visit], Awaitable[Response]]
+
+
+class Console:
+    def __init__(
+        self,
+        auth: AuthServer,
+        verifier: TokenVerifier,
+        services: Services,
+        runner: Runner,
+        *,
+        transfer_max_bytes: int,
+        transfer_seconds: float,
+        issuer: str,
+        resource: str,
+        scopes: list[str],
+        tenant_claims: list[str],
+    ) -> None:
+        self.auth = auth
+        self.verifier = verifier
+        self.services = services
+        self.run = runner
+        self.transfer_max_bytes = transfer_max_bytes
+        self.transfer_seconds = transfer_seconds
+        self.claims = tenant_claims
+        self.sign = SignIn(auth, issuer=issuer, resource=resource, scopes=scopes, callback=f"{issuer}{PREFIX}/callback")
+        self.sessions = Sessions()
+        self.cookies = Cookies(secure=issuer.startswith("https://"))
+        self.static = Static(f"{PREFIX}/static", HERE / "static", AUTH_STATIC)  # the sign-in pages' look too
+
+    # --- rendering --------------------------------------------------------------------------------
+
+    def page(
+        self, request: Request, template: str, context: Mapping[str, Any], visit: Visit | None, status: int = 200
+    ) -> Response:
+        base = {
+            "root": PREFIX,
+            "static": self.static.base,
+            "visit": visit,
+            "csrf": visit.session.csrf if visit else "",
+            "flash": visit.session.take_flash() if visit else "",
+        }
+        return render(request, template, context, status, **base)
+
+    def refused(self, request: Request, visit: Visit | None, exc: EngramError, back: str = "") -> Response:
+        status, message = problem(exc)
+        context = {"heading": "That did not work", "message": message, "back": back}
+        return self.page(request, "problem.html", context, visit, status)
+
+    # --- who is asking ------------------------------------------------------------------------------
+
+    async def visit(self, request: Request) -> Visit | None:
+        """The signed-in visit, its access token refreshed when it is about to end; None: sign in."""
+        cookie = request.cookies.get(self.cookies.session)
+        session = self.sessions.get(cookie)
+        if session is None:
+            return None
+        if session.expires_at - REFRESH_AHEAD < time.time() and not await self._refresh(session):
+            self.sessions.close(cookie)
+            return None
+        access = await self.verifier.verify_token(session.access_token)
+        if access is None and await self._refresh(session):  # revoked or rotated: try once more
+            access = await self.verifier.verify_token(session.access_token)
+        if access is None:
+            self.sessions.close(cookie)
+            return None
+        return Visit(session, principal_from_token(access, self.claims))
+
+    async def _refresh(self, session: Session) -> bool:
+        if not session.refresh_token:
+            return False
+        tokens = await self.sign.refresh(session.refresh_token)
+        if tokens is None:
+            return False
+        session.access_token, session.refresh_token = tokens.access_token, tokens.refresh_token
+        session.expires_at = tokens.expires_at
+        return True
+
+    def signed_in(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        """A page for signed-in visits only; refusals of the services become a page saying why."""
+
+        @functools.wraps(handler)
+        async def endpoint(request: Request) -> Response:
+            visit: Visit | None = None
+            try:
+                visit = await self.visit(request)  # a token whose tenant claim is malformed: `forbidden`
+                if visit is None and request.url.path.startswith(f"{PREFIX}/api/"):
+                    return secure(JSONResponse({"error": "sign in at /console first"}, status_code=401))
+                if visit is None:
+                    return secure(RedirectResponse(PREFIX, status_code=303))
+                return await handler(request, visit)
+            except EngramError as exc:
+                return self.refused(request, visit, exc, _back_to(request))
+
+        return endpoint
+
+    async def form(self, request: Request, visit: Visit) -> dict[str, str]:
+        """The posted form's text fields, once its CSRF token matched the session's; else `forbidden`."""
+        form = await request.form(max_files=0, max_fields=50)
+        fields = {k: v for k, v in form.items() if isinstance(v, str)}
+        self.check_csrf(visit, fields)
+        return fields
+
+    @staticmethod
+    def check_csrf(visit: Visit, fields: Mapping[str, str]) -> None:
+        """The session's own token (synchronizer pattern): a page elsewhere cannot read it."""
+        if not hmac.compare_digest(fields.get("csrf", "").encode(), visit.session.csrf.encode()):
+            raise EngramError("forbidden", "this form expired or did not come from this console; reload the page")
+
+    def done(self, visit: Visit, target: str, message: str) -> Response:
+        """After a change: back to `target` (a console path) with a note of what happened."""
+        visit.session.flash = message
+        return secure(RedirectResponse(target, status_code=303))
+
+    # --- signing in and out ----------------------------------------------------------------------
+
+    async def home(self, request: Request) -> Response:
+        visit = await self.visit(request)
+        if visit is not None:
+            return secure(RedirectResponse(f"{PREFIX}/find", status_code=303))
+        return self.page(request, "welcome.html", {}, None)
+
+    async def begin(self, request: Request) -> Response:
+        """Off to the authorization server: sign in (if needed) and choose the tenant."""
+        verifier, challenge = pkce_pair()
+        state = secrets.token_urlsafe(24)
+        cookie = self.sessions.begin(PendingSignIn(state, verifier, f"{PREFIX}/find"))
+        response = RedirectResponse(self.sign.authorize_url(state, challenge), status_code=303)
+        self.cookies.set(response, self.cookies.sign_in, cookie, 600)
+        return secure(response)
+
+    async def callback(self, request: Request) -> Response:
+        q = request.query_params
+        pending = self.sessions.finish(request.cookies.get(self.cookies.sign_in))
+        state = q.get("state", "")
+        if pending is None or not hmac.compare_digest(state.encode(), pending.state.encode()):
+            return self._sign_in_failed(request, "This sign-in expired or was not started here. Please start again.")
+        if q.get("iss") != self.sign.issuer:
+            return self._sign_in_failed(request, "The answer did not come from this server's sign-in.")
+        if "error" in q:
+            return self._sign_in_failed(request, "Sign-in was cancelled, or your role allows nothing here.")
+        tokens = await self.sign.exchange(q.get("code", "")[:200], pending.verifier)
+        access = await self.verifier.verify_token(tokens.access_token) if tokens else None
+        if tokens is None or access is None:
+            return self._sign_in_failed(request, "The sign-in could not be completed. Please start again.")
+        user = await self.auth.accounts.session_user(request.cookies.get(self.auth.pages.cookies.session))
+        username = user.username if user else (access.subject or "")
+        display = (user.display_name or user.username) if user else username
+        old = request.cookies.get(self.cookies.session)
+        self.sessions.close(old)  # a tenant switch replaces the session; its old id is worthless now
+        value = self.sessions.open(
+            Session(tokens.access_token, tokens.refresh_token, tokens.expires_at, username, display)
+        )
+        response = RedirectResponse(pending.back_to, status_code=303)
+        self.cookies.set(response, self.cookies.session, value)
+        self.cookies.clear(response, self.cookies.sign_in)
+        return secure(response)
+
+    def _sign_in_failed(self, request: Request, message: str) -> Response:
+        context = {"heading": "Not signed in", "message": message, "back": PREFIX}
+        response = self.page(request, "problem.html", context, None, 400)
+        self.cookies.clear(response, self.cookies.sign_in)
+        return response
+
+    async def sign_out(self, request: Request, visit: Visit) -> Response:
+        """Signed out everywhere this browser was: the console's session, its grant (its tokens stop
+        working within seconds), and the authorization server's own session."""
+        await self.form(request, visit)
+        self.sessions.close(request.cookies.get(self.cookies.session))
+        await self.sign.revoke(visit.session.refresh_token or visit.session.access_token)
+        signed_in = request.cookies.get(self.auth.pages.cookies.session)
+        if signed_in and len(signed_in) <= 100:
+            await self.auth.accounts.close_session(signed_in)
+        response = RedirectResponse(PREFIX, status_code=303)
+        self.cookies.clear(response, self.cookies.session)
+        self.auth.pages.cookies.set(response, self.auth.pages.cookies.session, "", 0)
+        return secure(response)
+
+    # --- routes ------------------------------------------------------------------------------------
+
+    def routes(self) -> list[BaseRoute]:
+        pages = MemoryPages(self)
+        tenant_admin = AdminPages(self)
+        get = [
+            ("", self.home),
+            ("/sign-in", self.begin),
+            ("/callback", self.callback),
+            ("/find", self.signed_in(pages.find)),
+            ("/entity/{id}", self.signed_in(pages.entity)),
+            ("/graph", self.signed_in(pages.graph)),
+            ("/api/graph", self.signed_in(pages.graph_data)),
+            ("/admin", self.signed_in(tenant_admin.overview)),
+            ("/admin/audit", self.signed_in(tenant_admin.audit)),
+        ]
+        post = [
+            ("/sign-out", self.sign_out),
+            *((f"/entity/{{id}}/{name}", action) for name, action in pages.actions().items()),
+            *((f"/admin/{name}", action) for name, action in tenant_admin.actions().items() if name != "import"),
+        ]
+        routes: list[BaseRoute] = [Route(f"{PREFIX}{path}", endpoint, methods=["GET"]) for path, endpoint in get]
+        routes += [
+            Route(f"{PREFIX}{path}", _bounded(self.signed_in(handler), FORM_BYTES), methods=["POST"])
+            for path, handler in post
+        ]
+        routes.append(
+            Route(
+                f"{PREFIX}/admin/import",
+                _bounded(self.signed_in(tenant_admin.import_), tenant_admin.max_bytes + FORM_BYTES),
+                methods=["POST"],
+            )
+        )
+        routes.append(Route(f"{PREFIX}/static/{{version}}/{{name}}", self.static.serve, methods=["GET"]))
+        return routes
+
+
+def _back_to(request: Request) -> str:
+    """Where a refused action's page links back to: the entity it was about, else the console."""
+    parts = request.url.path.split("/")
+    if request.method == "POST" and len(parts) > 3 and parts[2] == "entity" and ENTITY_ID.fullmatch(parts[3]):
+        return f"{PREFIX}/entity/{parts[3]}"
+    return PREFIX
+
+
+def _bounded(endpoint: Callable[[Request], Awaitable[Response]], limit: int) -> ASGIApp:
+    return RequestBodyLimitMiddleware(request_response(endpoint), limit)

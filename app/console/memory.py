@@ -1,0 +1,284 @@
+"""The pages about a tenant's memory: find (search and listing), an entity and its edits, and the
+neighbourhood graph with its JSON. Each reads and writes through the same services as the tools."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, time, timedelta
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from app.auth.principal import READ, WRITE
+from app.console.calls import parse
+from app.console.history import describe, observation_authors
+from app.console.web import query, secure
+from app.errors import EngramError
+from app.services import models
+from app.services.filters import EntityFilters, SearchFilters
+from app.services.search import Query
+from app.services.search_models import Mode
+
+if TYPE_CHECKING:
+    from app.console.console import Console, Visit
+
+ENTITY_ID = TypeAdapter(models.Id)
+RELATION_ID = TypeAdapter(models.Id)
+LISTED = 50  # entities a listing page shows
+HITS = 25  # search hits shown
+RECENT = 20  # recently changed entities read to name the recent changes
+HISTORY = 100  # history entries on an entity page
+GRAPH_NODES = 40  # a drawing larger than this is a hairball: the rest is counted as "N more"
+GRAPH_EDGES = 200
+
+
+class FindForm(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    q: models.LongText | None = None
+    type: models.TypeName | None = None
+    mode: Mode = "hybrid"
+    after: date | None = None
+    before: date | None = None
+
+
+class GraphForm(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    entity: models.Id
+    depth: int = Field(1, ge=1, le=3)
+    type: models.TypeName | None = None
+
+
+def _given(values: Any, *names: str) -> dict[str, str]:
+    """The named parameters that were given non-empty."""
+    return {n: v for n in names if (v := values.get(n))}
+
+
+def entity_id(value: str) -> str:
+    """An entity id from a URL; anything else is simply not found (ids are never guessed from names)."""
+    try:
+        return ENTITY_ID.validate_python(value)
+    except ValidationError:
+        raise EngramError("not_found", "no such entity") from None
+
+
+class MemoryPages:
+    def __init__(self, console: Console) -> None:
+        self.c = console
+        self.services = console.services
+
+    def actions(self) -> dict[str, Any]:
+        """The entity page's forms, each posted to /console/entity/{id}/<name>."""
+        return {
+            "fields": self.edit_fields,
+            "observations/add": self.add_observation,
+            "observations/remove": self.remove_observation,
+            "connect": self.connect,
+            "disconnect": self.disconnect,
+            "delete": self.delete,
+            "restore": self.restore,
+        }
+
+    # --- find ---------------------------------------------------------------------------------
+
+    async def find(self, request: Request, visit: Visit) -> Response:
+        visit.require(READ)
+        who, run, find = visit.who, self.c.run, self.services.entities.find
+        form = parse(FindForm, _given(request.query_params, "q", "type", "mode", "after", "before"))
+        stats = await run(who, "graph_stats", self.services.graph.stats, writes=False)
+        hits, listing, notices = None, None, []
+        if form.q and form.q.strip():
+            kinds = SearchFilters(types=[form.type] if form.type else None)
+            q = Query(text=form.q.strip(), mode=form.mode, filters=kinds, limit=HITS)
+            result = await run(who, "search", self.services.search.search, q, writes=False)
+            hits, notices = result.hits, list(result.notices)
+            if form.after or form.before:
+                notices.append("Search does not filter by time; the dates apply to the listing without a query.")
+        else:
+            listing = await run(who, "find_entities", find, _listing(form), "recent", LISTED, None, writes=False)
+        shown = [h.entity for h in hits or []] + (listing.entities if listing else [])
+        if hits is not None or _listing(form) != EntityFilters():  # name the recent changes: the latest changed
+            latest = await run(who, "find_entities", find, EntityFilters(), "recent", RECENT, None, writes=False)
+            shown += latest.entities
+        names = {e.id: e.name for e in shown}
+        context = {"form": form, "stats": stats, "hits": hits, "listing": listing, "notices": notices, "names": names}
+        return self.c.page(request, "find.html", context, visit)
+
+    # --- an entity ------------------------------------------------------------------------------
+
+    async def entity(self, request: Request, visit: Visit) -> Response:
+        visit.require(READ)
+        eid = entity_id(request.path_params["id"])
+        who, run = visit.who, self.c.run
+        # The history is readable for deleted entities too (by id), and names the tenant's own only.
+        history = await run(who, "entity_history", self.services.entities.history, eid, HISTORY, None, writes=False)
+        try:
+            get = self.services.entities.get
+            entity = await run(who, "get_entity", get, eid, include_relations=True, max_observations=1000, writes=False)
+        except EngramError as exc:
+            if exc.code != "not_found":
+                raise
+            entity = None  # deleted: its history and a way back
+        entries = [describe(e, who.subject) for e in history.entries]
+        context = {
+            "summary": history.entity,
+            "entity": entity,
+            "authors": observation_authors(history.entries, who.subject),
+            "outgoing": [r for r in (entity.relations or []) if r.from_id == eid] if entity else [],
+            "incoming": [r for r in (entity.relations or []) if r.to_id == eid and r.from_id != eid] if entity else [],
+            "history": entries,
+            "more_history": history.next_cursor is not None,
+        }
+        return self.c.page(request, "entity.html", context, visit)
+
+    async def _change(self, request: Request, visit: Visit) -> tuple[str, dict[str, str]]:
+        """A write form's entity id and fields, once the role and the CSRF token allow it."""
+        eid = entity_id(request.path_params["id"])
+        visit.require(WRITE)
+        return eid, await self.c.form(request, visit)
+
+    def _back(self, visit: Visit, eid: str, message: str) -> Response:
+        return self.c.done(visit, f"/console/entity/{eid}", message)
+
+    async def edit_fields(self, request: Request, visit: Visit) -> Response:
+        eid, f = await self._change(request, visit)
+        patch: dict[str, Any] = {"clear": []}
+        for name in ("name", "type"):
+            patch[name] = f.get(name, "")
+        for name in ("description", "area", "topic", "subtopic", "certainty"):
+            value = f.get(name, "")
+            if value.strip():
+                patch[name] = value
+            else:
+                patch["clear"].append(name)
+        changes = parse(models.EntityPatch, patch)
+        version = _version(f.get("version", ""))
+        result = await self.c.run(
+            visit.who, "update_entity", self.services.entities.update, eid, changes, version, writes=True
+        )
+        return self._back(visit, eid, "Saved." if result.changed else "Nothing to change.")
+
+    async def add_observation(self, request: Request, visit: Visit) -> Response:
+        return await self._observation(request, visit, add=True)
+
+    async def remove_observation(self, request: Request, visit: Visit) -> Response:
+        return await self._observation(request, visit, add=False)
+
+    async def _observation(self, request: Request, visit: Visit, *, add: bool) -> Response:
+        eid, f = await self._change(request, visit)
+        item = parse(models.ObservationsIn, {"entity": eid, "observations": [f.get("observation", "")]})
+        action = "append_observations" if add else "remove_observations"
+        result = await self.c.run(
+            visit.who, action, self.services.entities.change_observations, [item], add=add, writes=True
+        )
+        done = bool(result.results and result.results[0].observations)
+        if add:
+            return self._back(visit, eid, "Observation added." if done else "That observation was already there.")
+        return self._back(visit, eid, "Observation removed." if done else "That observation was not there.")
+
+    async def connect(self, request: Request, visit: Visit) -> Response:
+        eid, f = await self._change(request, visit)
+        direction = f.get("direction", "out")
+        if direction not in ("out", "in"):
+            raise EngramError("invalid", "direction: from this entity (out) or to it (in)")
+        other = f.get("other", "")
+        ends = {"from": eid, "to": other} if direction == "out" else {"from": other, "to": eid}
+        item = parse(models.RelationIn, {**ends, "type": f.get("type", "")})
+        result = await self.c.run(visit.who, "connect", self.services.relations.connect, [item], writes=True)
+        status = result.results[0].status
+        return self._back(visit, eid, "Connected." if status == "created" else "That relation already existed.")
+
+    async def disconnect(self, request: Request, visit: Visit) -> Response:
+        eid, f = await self._change(request, visit)
+        try:
+            rid = RELATION_ID.validate_python(f.get("relation", ""))
+        except ValidationError:
+            raise EngramError("invalid", "relation: a relation id") from None
+        result = await self.c.run(visit.who, "disconnect", self.services.relations.disconnect, [], [rid], writes=True)
+        if not result.removed:
+            raise EngramError("not_found", "no such relation")
+        return self._back(visit, eid, "Disconnected.")
+
+    async def delete(self, request: Request, visit: Visit) -> Response:
+        eid, _ = await self._change(request, visit)
+        await self.c.run(visit.who, "remove_entities", self.services.entities.set_deleted, [eid], True, writes=True)
+        return self._back(visit, eid, "Deleted. It can be restored from this page.")
+
+    async def restore(self, request: Request, visit: Visit) -> Response:
+        eid, _ = await self._change(request, visit)
+        await self.c.run(visit.who, "restore_entities", self.services.entities.set_deleted, [eid], False, writes=True)
+        return self._back(visit, eid, "Restored.")
+
+    # --- the graph --------------------------------------------------------------------------------
+
+    async def graph(self, request: Request, visit: Visit) -> Response:
+        """The page: controls, the drawing (graph.js fills the SVG), and the same nodes as a list."""
+        visit.require(READ)
+        form = parse(GraphForm, _given(request.query_params, "entity", "depth", "type"))
+        data = await self.neighbourhood(visit, form)
+        source = f"/console/api/graph?{query(entity=form.entity, depth=form.depth, type=form.type)}"
+        context = {"form": form, "data": data, "source": source}
+        return self.c.page(request, "graph.html", context, visit)
+
+    async def graph_data(self, request: Request, visit: Visit) -> Response:
+        visit.require(READ)
+        try:
+            form = parse(GraphForm, _given(request.query_params, "entity", "depth", "type"))
+            data = await self.neighbourhood(visit, form)
+        except EngramError as exc:
+            status = {"invalid": 400, "not_found": 404, "forbidden": 403, "limit": 429}.get(exc.code, 503)
+            return secure(JSONResponse({"error": f"{exc.code}: {exc.message}"}, status_code=status))
+        return secure(JSONResponse(data))
+
+    async def neighbourhood(self, visit: Visit, form: GraphForm) -> dict[str, Any]:
+        """Up to GRAPH_NODES entities within `depth` of the centre and the relations among them; what a
+        bound left out is counted (`more`, `more_plus` when even the count was bounded)."""
+        who, run, graph = visit.who, self.c.run, self.services.graph
+        sub = await run(
+            who, "subgraph", graph.subgraph, [form.entity], depth=form.depth, max_nodes=GRAPH_NODES,
+            max_relations=GRAPH_EDGES, writes=False,
+        )  # fmt: skip
+        more, more_plus = 0, False
+        if sub.truncated:
+            limit = self.services.limits.max_results
+            near = await run(
+                who, "neighbors", graph.neighbors, form.entity, depth=form.depth, direction="both", types=None,
+                limit=limit, writes=False,
+            )  # fmt: skip
+            more, more_plus = max(len(near.neighbors) + 1 - len(sub.entities), 0), near.truncated
+        nodes = [e for e in sub.entities if e.id == form.entity or form.type is None or e.type == form.type]
+        kept = {n.id for n in nodes}
+        edges = [r for r in sub.relations if r.from_id in kept and r.to_id in kept]
+        return {
+            "center": form.entity,
+            "depth": form.depth,
+            "nodes": [{"id": n.id, "name": n.name, "type": n.type, "url": f"/console/entity/{n.id}"} for n in nodes],
+            "edges": [{"id": r.id, "from": r.from_id, "to": r.to_id, "type": r.type} for r in edges],
+            "hidden_by_type": len(sub.entities) - len(nodes),
+            "more": more,
+            "more_plus": more_plus,
+        }
+
+
+def _listing(form: FindForm) -> EntityFilters:
+    """The listing's filters: a type, and creation dates (`before` includes its whole day)."""
+    return EntityFilters(
+        types=[form.type] if form.type else None,
+        created_after=_day(form.after),
+        created_before=_day(form.before + timedelta(days=1) if form.before else None),
+    )
+
+
+def _day(value: date | None) -> datetime | None:
+    return datetime.combine(value, time.min, tzinfo=UTC) if value else None
+
+
+def _version(value: str) -> int | None:
+    """The version the form was read at: a concurrent change makes the save a `conflict`."""
+    if not value:
+        return None
+    if not value.isdigit() or not 1 <= int(value) <= 2**31 - 1:
+        raise EngramError("invalid", "version: a positive number")
+    return int(value)

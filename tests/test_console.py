@@ -1,0 +1,882 @@
+"""The console end to end: a real server (builtin auth mode), the real database, people signing in
+through the built-in authorization server, and a real headless Chromium for the pages and the graph.
+
+What is held: every action goes through the services as the signed-in person (history and audit
+name them), the tenant is the token's only (no URL or form reaches another), a reader cannot
+write, every form needs the session's CSRF token, every answer carries the strict policy, and
+hostile input is refused without changing anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import re
+import shutil
+import struct
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+import httpx2
+import orjson
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from starlette.applications import Starlette
+
+from app.config import Settings
+from app.console import OFF_IN_OIDC_MODE, console_routes
+from tests.conftest import ROOT, Server, ok, serve
+from tests.helpers import connect
+from tests.oauth_agent import Person, hidden_fields, oauth_client
+from tests.test_authserver import CHROMIUM_ARGS, PASSWORD, add_user, engram
+
+ARTIFACTS = ROOT / "test-artifacts" / "console"
+CHROMIUM = shutil.which("chromium")
+CSP = "default-src 'none'"
+
+
+@pytest.fixture(scope="module")
+def builtin(db_settings: Settings) -> Iterator[Server]:
+    with serve(
+        db_settings,
+        ENGRAM_AUTH_MODE="builtin",
+        ENGRAM_EMBEDDING_PROVIDER="none",
+        ENGRAM_TOKEN_PER_MINUTE="10000",
+        ENGRAM_REGISTER_PER_MINUTE="1000",
+        ENGRAM_AUTHORIZE_PER_MINUTE="10000",
+        ENGRAM_SIGN_IN_PER_MINUTE="10000",
+        ENGRAM_API_KEY_CACHE_SECONDS="0",  # a revoked key is refused at once (docs/auth.md)
+    ) as running:
+        yield running
+
+
+@dataclass
+class Tenant:
+    """A tenant with its people and what was put in it through MCP."""
+
+    id: str
+    admin: Person
+    ids: dict[str, str]  # entity name -> id
+    relations: dict[str, str]  # "from|type|to" -> relation id
+    subject: str  # the admin's user id, as tokens and history name them
+
+
+async def mcp_call(server: Server, person: Person, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    """A tool call as `person` (signed in through the SDK's OAuth client, on their tenant)."""
+    http, _ = oauth_client(server.url, Person(person.username, person.password, tenant=person.tenant))
+    async with Client(streamable_http_client(server.url, http_client=http), mode="legacy") as c:
+        return ok(await c.call_tool(tool, args))
+
+
+async def seed(server: Server, entities: list[dict[str, Any]], relations: list[dict[str, str]]) -> Tenant:
+    tenant = f"console-{uuid.uuid4().hex[:10]}"
+    admin = add_user(server, tenant, "admin")
+    admin.tenant = tenant
+    http, storage = oauth_client(server.url, Person(admin.username, PASSWORD, tenant=tenant))
+    async with Client(streamable_http_client(server.url, http_client=http), mode="legacy") as c:
+        made = ok(await c.call_tool("upsert_entities", {"entities": entities}))
+        rels = ok(await c.call_tool("connect_entities", {"relations": relations})) if relations else {"results": []}
+    assert storage.tokens is not None
+    claims = _claims(storage.tokens.access_token)
+    return Tenant(
+        tenant,
+        admin,
+        {r["name"]: r["id"] for r in made["results"]},
+        {
+            f"{r['relation']['from']}|{r['relation']['type']}|{r['relation']['to']}": r["relation"]["id"]
+            for r in rels["results"]
+        },
+        claims["sub"],
+    )
+
+
+def main(page: str) -> str:
+    """The page without its header (which names the signed-in person)."""
+    return page.split("<main", 1)[1]
+
+
+def table(page: str, id: str) -> str:
+    return page.split(f'id="{id}"', 1)[1].split("</table>", 1)[0]
+
+
+def _claims(token: str) -> dict[str, Any]:
+    part = token.split(".")[1]
+    return orjson.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
+
+
+@pytest.fixture(scope="module")
+async def acme(builtin: Server) -> Tenant:
+    return await seed(
+        builtin,
+        [
+            {
+                "name": "Ada Lovelace",
+                "type": "person",
+                "description": "Mathematician",
+                "observations": ["Wrote the first program"],
+            },
+            {"name": "Analytical Engine", "type": "machine", "observations": ["Never finished"]},
+            {"name": "Charles Babbage", "type": "person", "observations": ["Designed calculating engines"]},
+            {"name": "Difference Engine", "type": "machine"},
+        ],
+        [
+            {"from": "Ada Lovelace", "to": "Analytical Engine", "type": "wrote about"},
+            {"from": "Charles Babbage", "to": "Analytical Engine", "type": "designed"},
+            {"from": "Charles Babbage", "to": "Difference Engine", "type": "designed"},
+        ],
+    )
+
+
+@pytest.fixture(scope="module")
+async def other(builtin: Server) -> Tenant:
+    return await seed(
+        builtin,
+        [
+            {"name": "Bob Secret", "type": "person", "observations": ["Only tenant B knows this"]},
+            {"name": "Vault", "type": "place"},
+        ],
+        [{"from": "Bob Secret", "to": "Vault", "type": "guards"}],
+    )
+
+
+# --- a browser played with plain HTTP ------------------------------------------------------------
+
+
+@dataclass
+class Browser:
+    http: httpx2.AsyncClient
+
+    async def get(self, path: str, **kw: Any) -> httpx2.Response:
+        return await self.http.get(path, **kw)
+
+    async def page(self, path: str) -> str:
+        answer = await self.http.get(path)
+        assert answer.status_code == 200, answer.text
+        return answer.text
+
+    def csrf(self, page: str) -> str:
+        return hidden_fields(page)["csrf"]
+
+    async def post(self, path: str, data: dict[str, str], **kw: Any) -> httpx2.Response:
+        return await self.http.post(path, data=data, **kw)
+
+
+async def console_sign_in(server: Server, person: Person, tenant: str) -> Browser:
+    """Sign in at /console as `person`, picking `tenant` on the authorization server's page."""
+    http = httpx2.AsyncClient(base_url=server.base, follow_redirects=True, timeout=30)
+    page = await http.get("/console/sign-in")
+    assert 'name="password"' in page.text
+    consent = await http.post(
+        "/oauth/sign-in", data={**hidden_fields(page.text), "username": person.username, "password": PASSWORD}
+    )
+    assert 'Open <span class="client">Engram console</span> for which memory?' in consent.text
+    assert 'name="remember"' not in consent.text  # the console's tenant page is shown at every sign-in
+    landed = await http.post(
+        "/oauth/consent", data={**hidden_fields(consent.text), "decision": "allow", "tenant": tenant}
+    )
+    assert landed.url.path == "/console/find", landed.text
+    assert f'id="tenant">{tenant}<' in landed.text
+    return Browser(http)
+
+
+@pytest.fixture
+async def browse(builtin: Server) -> AsyncIterator[Any]:
+    opened: list[Browser] = []
+
+    async def sign_in(person: Person, tenant: str) -> Browser:
+        opened.append(await console_sign_in(builtin, person, tenant))
+        return opened[-1]
+
+    yield sign_in
+    for browser in opened:
+        await browser.http.aclose()
+
+
+async def entity_state(server: Server, tenant: Tenant, name: str) -> dict[str, Any]:
+    return await mcp_call(server, tenant.admin, "get_entity", {"name": name, "include_history": True})
+
+
+# --- signing in --------------------------------------------------------------------------------
+
+
+async def test_sign_in_keeps_the_token_on_the_server(builtin, acme, browse):
+    anonymous = await httpx2.AsyncClient(base_url=builtin.base).get("/console")
+    assert anonymous.status_code == 200 and 'id="sign-in"' in anonymous.text
+    assert CSP in anonymous.headers["content-security-policy"]
+    data = await httpx2.AsyncClient(base_url=builtin.base).get(f"/console/api/graph?entity={acme.ids['Ada Lovelace']}")
+    assert data.status_code == 401 and "Ada" not in data.text
+    browser = await browse(acme.admin, acme.id)
+    cookies = {c.name: c for c in browser.http.cookies.jar}
+    session = cookies["engram-console"]
+    assert session.has_nonstandard_attr("HttpOnly") and session.get_nonstandard_attr("SameSite").lower() == "lax"
+    assert session.value.count(".") == 0 and not session.value.startswith("ey")  # an opaque id, not a JWT
+    page = await browser.page("/console/find")
+    assert "eyJ" not in page  # no token in the page either
+    assert 'id="role">admin<' in page and "Administer" in page
+    # Signed out, the session is gone: the old cookie opens nothing.
+    signed_out = await browser.post("/console/sign-out", {"csrf": browser.csrf(page)})
+    assert signed_out.url.path == "/console"
+    # ... and out of the authorization server: the next sign-in asks for the password again.
+    assert 'name="password"' in (await browser.get("/console/sign-in")).text
+    replay = httpx2.AsyncClient(base_url=builtin.base, cookies={"engram-console": session.value})
+    assert (await replay.get("/console/find")).headers["location"] == "/console"
+
+
+async def test_a_forged_callback_or_a_replayed_code_signs_nobody_in(builtin):
+    http = httpx2.AsyncClient(base_url=builtin.base)
+    answer = await http.get("/console/callback", params={"code": "x", "state": "y", "iss": builtin.base})
+    assert answer.status_code == 400 and "expired or was not started here" in answer.text
+    assert "engram-console" not in answer.cookies
+
+
+async def test_the_session_outlives_its_access_token_and_ends_with_its_grant(db_settings):
+    """The console refreshes the access token before it ends (a minute here), and a revoked grant
+    (`engram revoke --user`) ends the console session too."""
+    with serve(db_settings, ENGRAM_AUTH_MODE="builtin", ENGRAM_EMBEDDING_PROVIDER="none",
+               ENGRAM_ACCESS_TOKEN_TTL_SECONDS="60") as short:  # fmt: skip
+        tenant = f"console-{uuid.uuid4().hex[:10]}"
+        person = add_user(short, tenant, "writer")
+        browser = await console_sign_in(short, person, tenant)
+
+        def refreshes() -> int:
+            listed = engram(short.env, "audit", "auth", "--limit", "10000")
+            assert listed.returncode == 0, listed.stderr
+            return sum(
+                1
+                for line in listed.stdout.splitlines()
+                if line.split("\t")[1:5] == ["refresh", "ok", person.username, "engram-console"]
+            )
+
+        assert refreshes() == 0
+        await asyncio.sleep(31)  # past the point where the console refreshes a 60-second token
+        assert 'id="tenant"' in await browser.page("/console/find")
+        assert refreshes() == 1
+        revoked = engram(short.env, "revoke", "--user", person.username)
+        assert revoked.returncode == 0, revoked.stderr
+        for _ in range(60):  # replicas read the revoked grants every few seconds
+            answer = await browser.http.get("/console/find", follow_redirects=False)
+            if answer.status_code == 303:
+                break
+            await asyncio.sleep(0.5)
+        assert answer.status_code == 303 and answer.headers["location"] == "/console"
+        await browser.http.aclose()
+
+
+# --- isolation --------------------------------------------------------------------------------
+
+
+async def test_a_member_of_one_tenant_reaches_nothing_of_another(builtin, acme, other, browse):
+    bob = await browse(other.admin, other.id)
+    page = await bob.page("/console/find")
+    csrf = bob.csrf(page)
+    ada, ada_rel = acme.ids["Ada Lovelace"], acme.relations["Ada Lovelace|wrote about|Analytical Engine"]
+    before = await entity_state(builtin, acme, "Ada Lovelace")
+
+    # Reading by id, through every page and the graph JSON.
+    for path in (f"/console/entity/{ada}", f"/console/graph?entity={ada}", f"/console/api/graph?entity={ada}"):
+        answer = await bob.get(path)
+        assert answer.status_code == 404, (path, answer.status_code)
+        assert "Mathematician" not in answer.text and "first program" not in answer.text
+    # By name: a search and a listing show only the own tenant.
+    found = (await bob.page("/console/find?q=Ada+Lovelace")).split('id="results-heading"')[1]
+    assert "Ada Lovelace" not in found and "0 results" in found
+    assert "Ada Lovelace" not in main(await bob.page("/console/find"))
+    # Forged posts with A's ids and names, with Bob's own valid CSRF token.
+    vault = other.ids["Vault"]
+    forged = [
+        (f"/console/entity/{ada}/observations/add", {"observation": "planted by B"}),
+        (f"/console/entity/{ada}/fields", {"name": "Hacked", "type": "person"}),
+        (f"/console/entity/{ada}/delete", {}),
+        (f"/console/entity/{ada}/restore", {}),
+        (f"/console/entity/{ada}/connect", {"direction": "out", "type": "owns", "other": vault}),
+        (f"/console/entity/{vault}/connect", {"direction": "out", "type": "owns", "other": ada}),
+        (f"/console/entity/{vault}/connect", {"direction": "in", "type": "owns", "other": "Ada Lovelace"}),
+        (f"/console/entity/{vault}/disconnect", {"relation": ada_rel}),
+    ]
+    for path, data in forged:
+        answer = await bob.post(path, {**data, "csrf": csrf})
+        assert answer.status_code == 404, (path, answer.status_code, answer.text)
+    # A tenant switch to a tenant Bob is not a member of is refused by the authorization server.
+    start = await bob.get("/console/sign-in")
+    assert "Engram console" in start.text and acme.id not in start.text  # only his own tenants are offered
+    refused = await bob.post("/oauth/consent", {**hidden_fields(start.text), "decision": "allow", "tenant": acme.id})
+    assert refused.status_code == 403 and "not a member" in refused.text
+    # A tenant named in the URL is ignored: the session's token decides.
+    assert f'id="tenant">{other.id}<' in await bob.page(f"/console/find?tenant={acme.id}")
+
+    after = await entity_state(builtin, acme, "Ada Lovelace")
+    assert after["version"] == before["version"] and after["observations"] == before["observations"]
+    assert [r["id"] for r in after["relations"]] == [r["id"] for r in before["relations"]]
+    assert "Vault" not in orjson.dumps(after).decode()
+
+
+async def test_a_reader_sees_no_forms_and_cannot_write(builtin, acme, browse):
+    reader = add_user(builtin, acme.id, "reader")
+    rita = await browse(reader, acme.id)
+    ada = acme.ids["Ada Lovelace"]
+    page = await rita.page(f"/console/entity/{ada}")
+    assert "Ada Lovelace" in page and 'id="role">reader<' in page
+    for form in ('id="add-observation"', 'id="connect"', 'id="edit"', 'id="delete"', "/disconnect", "/remove"):
+        assert form not in page
+    before = await entity_state(builtin, acme, "Ada Lovelace")
+    csrf = rita.csrf(page)  # the sign-out form's: the session's token
+    for path, data in (
+        (f"/console/entity/{ada}/observations/add", {"observation": "a reader's note"}),
+        (f"/console/entity/{ada}/fields", {"name": "Ada", "type": "person"}),
+        (f"/console/entity/{ada}/delete", {}),
+    ):
+        answer = await rita.post(path, {**data, "csrf": csrf})
+        assert answer.status_code == 403 and "does not allow" in answer.text
+    assert (await rita.get("/console/admin")).status_code == 403
+    assert (await rita.post("/console/admin/export", {"csrf": csrf})).status_code == 403
+    assert (await entity_state(builtin, acme, "Ada Lovelace"))["version"] == before["version"]
+
+
+# --- CSRF, headers, hostile input --------------------------------------------------------------
+
+
+async def test_posts_need_the_sessions_csrf_token(builtin, acme, browse):
+    alice = await browse(acme.admin, acme.id)
+    engine = acme.ids["Analytical Engine"]
+    before = await entity_state(builtin, acme, "Analytical Engine")
+    for data in ({"observation": "no token"}, {"observation": "wrong token", "csrf": "x" * 43}):
+        answer = await alice.post(f"/console/entity/{engine}/observations/add", data)
+        assert answer.status_code == 403 and "did not come from this console" in answer.text
+    # Another session's token is no better.
+    second = await browse(acme.admin, acme.id)
+    other_token = second.csrf(await second.page("/console/find"))
+    answer = await alice.post(f"/console/entity/{engine}/observations/add", {"observation": "x", "csrf": other_token})
+    assert answer.status_code == 403
+    assert (await alice.post("/console/sign-out", {})).status_code == 403
+    assert (await entity_state(builtin, acme, "Analytical Engine"))["version"] == before["version"]
+
+
+async def test_every_answer_carries_the_policy(builtin, acme, browse):
+    alice = await browse(acme.admin, acme.id)
+    ada = acme.ids["Ada Lovelace"]
+    find = await alice.page("/console/find")
+    static = re.findall(r'href="(/console/static/[^"]+)"', find)
+    assert len(static) == 2
+    paths = [
+        "/console",
+        "/console/find",
+        "/console/find?q=engine",
+        f"/console/entity/{ada}",
+        f"/console/graph?entity={ada}",
+        f"/console/api/graph?entity={ada}",
+        "/console/admin",
+        "/console/admin/audit",
+        f"/console/entity/{uuid.uuid4()}",
+        "/console/entity/not-an-id",
+        *static,
+    ]
+    for path in paths:
+        answer = await alice.get(path)
+        policy = answer.headers.get("content-security-policy", "")
+        assert CSP in policy and "script-src 'self'" in policy and "frame-ancestors 'none'" in policy, path
+        assert "unsafe-inline" not in policy and answer.headers["x-frame-options"] == "DENY", path
+    versioned = await alice.get(static[0])
+    assert versioned.status_code == 200 and "immutable" in versioned.headers["cache-control"]
+    assert (
+        await alice.get(static[0].replace("/static/", "/static/0").rsplit("/", 2)[0] + "/x/console.css")
+    ).status_code == 404
+    # No inline script or style anywhere: the policy would block it, so none is written.
+    for path in paths[:8]:
+        text = (await alice.get(path)).text
+        assert "<script>" not in text and "style=" not in text and "<style" not in text, path
+
+
+async def test_hostile_input_is_refused_and_changes_nothing(builtin, acme, browse):
+    alice = await browse(acme.admin, acme.id)
+    babbage = acme.ids["Charles Babbage"]
+    page = await alice.page(f"/console/entity/{babbage}")
+    csrf = alice.csrf(page)
+    before = await entity_state(builtin, acme, "Charles Babbage")
+    cases = [
+        ("observations/add", {"observation": "nul \x00 inside"}, 400, "NUL"),
+        ("observations/add", {"observation": "x" * 4001}, 400, "at most 4000"),
+        ("observations/add", {"observation": "   "}, 400, "invalid"),
+        ("fields", {"name": "y" * 201, "type": "person"}, 400, "at most 200"),
+        ("fields", {"name": "Charles\x00", "type": "person"}, 400, "NUL"),
+        ("fields", {"name": "Charles Babbage", "type": "person", "certainty": "lots"}, 400, "certainty"),
+        ("fields", {"name": "Charles Babbage", "type": "person", "version": "-1"}, 400, "version"),
+        ("fields", {"name": "Ada Lovelace", "type": "person"}, 409, "already named"),
+        ("connect", {"direction": "sideways", "type": "t", "other": "Ada Lovelace"}, 400, "direction"),
+        ("connect", {"direction": "out", "type": "t" * 101, "other": "Ada Lovelace"}, 400, "at most 100"),
+        ("connect", {"direction": "out", "type": "knows", "other": "Nobody At All"}, 404, "not_found"),
+        ("disconnect", {"relation": "'; DROP TABLE x; --"}, 400, "relation"),
+        ("disconnect", {"relation": str(uuid.uuid4())}, 404, "no such relation"),
+    ]
+    for action, data, status, words in cases:
+        answer = await alice.post(f"/console/entity/{babbage}/{action}", {**data, "csrf": csrf})
+        assert answer.status_code == status, (action, data, answer.status_code)
+        assert words in answer.text, (action, words)
+        assert CSP in answer.headers["content-security-policy"]
+    huge = await alice.post(f"/console/entity/{babbage}/observations/add", {"observation": "z" * 200_000, "csrf": csrf})
+    assert huge.status_code == 413
+    for bad in (
+        "/console/find?q=" + "q" * 1001,
+        "/console/find?after=yesterday",
+        "/console/graph?entity=" + babbage + "&depth=9",
+    ):
+        answer = await alice.get(bad)
+        assert answer.status_code == 400 and "invalid" in answer.text, bad
+    after = await entity_state(builtin, acme, "Charles Babbage")
+    assert after["version"] == before["version"] and after["observations"] == before["observations"]
+    assert len(after["relations"]) == len(before["relations"])
+
+
+# --- edits through the services: history and audit name the person ---------------------------
+
+
+async def test_every_edit_lands_in_history_and_audit_with_the_person(builtin, browse):
+    t = await seed(builtin, [{"name": "Edited", "type": "note"}, {"name": "Linked", "type": "note"}], [])
+    alice = await browse(t.admin, t.id)
+    eid = t.ids["Edited"]
+    csrf = alice.csrf(await alice.page(f"/console/entity/{eid}"))
+    steps = [
+        ("observations/add", {"observation": "first fact"}, "Observation added."),
+        ("observations/remove", {"observation": "first fact"}, "Observation removed."),
+        ("fields", {"name": "Edited", "type": "note", "description": "now described", "certainty": "70"}, "Saved."),
+        ("connect", {"direction": "in", "type": "mentions", "other": "Linked"}, "Connected."),
+        ("delete", {}, "Deleted."),
+        ("restore", {}, "Restored."),
+    ]
+    for action, data, flash in steps:
+        answer = await alice.post(f"/console/entity/{eid}/{action}", {**data, "csrf": csrf})
+        assert answer.status_code == 200 and answer.url.path == f"/console/entity/{eid}", (action, answer.text)
+        assert flash in answer.text, action
+    relation = (await entity_state(builtin, t, "Edited"))["relations"][0]
+    gone = await alice.post(f"/console/entity/{eid}/disconnect", {"relation": relation["id"], "csrf": csrf})
+    assert "Disconnected." in gone.text
+
+    history = await mcp_call(builtin, t.admin, "entity_history", {"id": eid, "limit": 20})
+    actions = [e["action"] for e in history["entries"]]
+    assert actions[:7] == [
+        "unrelated",
+        "restored",
+        "deleted",
+        "related",
+        "updated",
+        "observations_removed",
+        "observations_added",
+    ]
+    assert {e["actor"] for e in history["entries"][:7]} == {t.subject}
+    page = await alice.page(f"/console/entity/{eid}")
+    assert "changed certainty from (empty) to 70; description from (empty) to now described" in page
+    assert "connected Linked —mentions→ Edited" in page
+
+    audit = await alice.page("/console/admin/audit")
+    for tool in (
+        "console:append_observations",
+        "console:remove_observations",
+        "console:update_entity",
+        "console:connect",
+        "console:remove_entities",
+        "console:restore_entities",
+        "console:disconnect",
+    ):
+        assert tool in audit, tool
+    assert f"{t.subject} (you)" in audit and "engram-console" in audit
+    filtered = (await alice.page("/console/admin/audit?tool=console:connect")).split('id="audit"')[1]
+    assert "console:connect" in filtered and "console:update_entity" not in filtered
+    theirs = table(await alice.page(f"/console/admin/audit?subject={uuid.uuid4()}"), "audit")
+    assert "No entries." in theirs
+    mine = table(await alice.page(f"/console/admin/audit?subject={t.subject}&tool=console:disconnect"), "audit")
+    assert mine.count("console:disconnect") == 1
+
+
+async def test_a_stale_form_is_a_conflict(builtin, browse):
+    t = await seed(builtin, [{"name": "Contested", "type": "note"}], [])
+    alice = await browse(t.admin, t.id)
+    eid = t.ids["Contested"]
+    page = await alice.page(f"/console/entity/{eid}")
+    version = hidden_fields(page)["version"]
+    await mcp_call(builtin, t.admin, "update_entity", {"id": eid, "changes": {"description": "changed elsewhere"}})
+    answer = await alice.post(
+        f"/console/entity/{eid}/fields",
+        {"name": "Contested", "type": "note", "version": version, "csrf": alice.csrf(page)},
+    )
+    assert answer.status_code == 409 and "read it again" in answer.text
+
+
+# --- the graph JSON, and the bound on large neighbourhoods ---------------------------------------
+
+
+async def test_a_large_neighbourhood_is_bounded_with_a_count(builtin, browse):
+    spokes = [{"name": f"Spoke {i:02d}", "type": "spoke"} for i in range(60)]
+    t = await seed(
+        builtin,
+        [{"name": "Hub", "type": "hub"}, *spokes],
+        [{"from": "Hub", "to": s["name"], "type": "has"} for s in spokes],
+    )
+    alice = await browse(t.admin, t.id)
+    data = (await alice.get(f"/console/api/graph?entity={t.ids['Hub']}")).json()
+    assert len(data["nodes"]) == 40 and data["more"] == 21 and not data["more_plus"]
+    drawn = {n["id"] for n in data["nodes"]}
+    assert all(e["from"] in drawn and e["to"] in drawn for e in data["edges"])
+    page = await alice.page(f"/console/graph?entity={t.ids['Hub']}")
+    assert "21 more" in page
+    only_hub = (await alice.get(f"/console/api/graph?entity={t.ids['Hub']}&type=hub")).json()
+    assert [n["name"] for n in only_hub["nodes"]] == ["Hub"] and only_hub["hidden_by_type"] == 39
+
+
+# --- tenant administration ------------------------------------------------------------------------
+
+
+async def test_admin_exports_imports_and_manages_members(builtin, browse):
+    t = await seed(builtin, [{"name": "Exported", "type": "note", "observations": ["goes out"]}], [])
+    elsewhere = f"console-{uuid.uuid4().hex[:10]}"
+    for tenant, name in ((t.id, "nightly report"), (elsewhere, "not ours")):
+        made = engram(builtin.env, "apikey", "create", "--tenant", tenant, "--scope", "memory:read", "--name", name)
+        assert made.returncode == 0, made.stderr
+    alice = await browse(t.admin, t.id)
+    page = await alice.page("/console/admin")
+    csrf = alice.csrf(page)
+    assert t.admin.username in page and ">1</dd>" in page  # one entity
+    keys = table(page, "keys")
+    assert "nightly report" in keys and "memory:read" in keys and "not ours" not in keys and "egk_" not in keys
+    exported = await alice.post("/console/admin/export", {"format": "engram", "csrf": csrf})
+    assert exported.status_code == 200 and "attachment" in exported.headers["content-disposition"]
+    assert "goes out" in exported.text
+    assert (await alice.post("/console/admin/export", {"format": "engram"})).status_code == 403
+
+    line = orjson.dumps({"type": "entity", "name": "Imported here", "entityType": "note", "observations": ["came in"]})
+    files = {"file": ("memory.jsonl", line + b"\n", "application/x-ndjson")}
+    imported = await alice.http.post("/console/admin/import", data={"csrf": csrf, "format": "memory"}, files=files)
+    assert imported.status_code == 200 and "Imported" in imported.text, imported.text
+    assert "Imported here" in await alice.page("/console/find")
+    forged = await alice.http.post("/console/admin/import", data={"format": "memory"}, files=files)
+    assert forged.status_code == 403
+
+    newcomer = add_user(builtin, f"elsewhere-{uuid.uuid4().hex[:6]}", "reader")
+    added = await alice.post("/console/admin/members", {"username": newcomer.username, "role": "writer", "csrf": csrf})
+    assert f"{newcomer.username} is now writer." in added.text
+    removed = await alice.post("/console/admin/members", {"username": newcomer.username, "op": "remove", "csrf": csrf})
+    assert "is no longer a member" in removed.text and newcomer.username not in removed.text.split("Members")[1]
+    own = await alice.post("/console/admin/members", {"username": t.admin.username, "role": "reader", "csrf": csrf})
+    assert own.status_code == 400
+
+
+# --- API keys ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KeyState:
+    """A tenant's API keys and their audit rows, read by the owner (not through the console)."""
+
+    keys: dict[str, tuple[str, list[str], bool]]  # id -> (name, scopes, revoked)
+    audit: int  # audit rows about API keys
+
+
+async def key_state(settings: Settings, tenant: str) -> KeyState:
+    conn = await asyncpg.connect(settings.admin_dsn())
+    try:
+        tenant_id = await conn.fetchval("SELECT id FROM engram.tenants WHERE key = $1", tenant)
+        rows = await conn.fetch(
+            "SELECT id, name, scopes, revoked_at FROM engram.api_keys WHERE tenant_id = $1", tenant_id
+        )
+        audit = await conn.fetchval(
+            "SELECT count(*) FROM engram.audit WHERE tenant_id = $1 AND affected[1] LIKE 'api-key:%'", tenant_id
+        )
+    finally:
+        await conn.close()
+    return KeyState({r["id"]: (r["name"], list(r["scopes"]), r["revoked_at"] is not None) for r in rows}, audit)
+
+
+def mcp_status(server: Server, key: str) -> int:
+    """The HTTP status /mcp answers a request carrying `key` (401: refused before any tool runs)."""
+    answer = httpx2.post(
+        server.url,
+        headers={
+            "Authorization": f"Bearer {key}",
+            "Content-Type": "application/json",
+            "MCP-Protocol-Version": "2025-11-25",
+            "Accept": "application/json, text/event-stream",
+        },
+        content=orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+        timeout=10,
+    )
+    return answer.status_code
+
+
+async def test_only_an_admin_makes_or_revokes_keys(builtin, db_settings, browse):
+    t = await seed(builtin, [{"name": "Kept", "type": "note"}], [])
+    made = engram(builtin.env, "apikey", "create", "--tenant", t.id, "--scope", "memory:read", "--name", "bot")
+    key_id = made.stdout.strip().split("_")[1]
+    before = await key_state(db_settings, t.id)
+    for role in ("reader", "writer"):
+        person = await browse(add_user(builtin, t.id, role), t.id)
+        csrf = person.csrf(await person.page("/console/find"))
+        answer = await person.post("/console/admin/keys/create", {"name": "mine", "scope": "memory:read", "csrf": csrf})
+        assert answer.status_code == 403 and "does not allow" in answer.text and "egk_" not in answer.text
+        for confirm in ("", "true"):
+            answer = await person.post(
+                "/console/admin/keys/revoke", {"key_id": key_id, "confirm": confirm, "csrf": csrf}
+            )
+            assert answer.status_code == 403, role
+    alice = await browse(t.admin, t.id)
+    page = await alice.page("/console/admin")
+    assert "egk_" not in page
+    without_csrf = await alice.post("/console/admin/keys/create", {"name": "x", "scope": "memory:read"})
+    assert without_csrf.status_code == 403
+    without_csrf = await alice.post("/console/admin/keys/revoke", {"key_id": key_id, "confirm": "true"})
+    assert without_csrf.status_code == 403
+    assert await key_state(db_settings, t.id) == before
+
+
+async def test_a_forged_revoke_of_another_tenants_key_changes_nothing(builtin, db_settings, acme, other, browse):
+    made = engram(builtin.env, "apikey", "create", "--tenant", other.id, "--scope", "memory:read", "--name", "theirs")
+    assert made.returncode == 0, made.stderr
+    key = made.stdout.strip()
+    key_id = key.split("_")[1]
+    before = await key_state(db_settings, other.id)
+    alice = await browse(acme.admin, acme.id)
+    csrf = alice.csrf(await alice.page("/console/admin"))
+    for confirm in ("", "true"):
+        answer = await alice.post("/console/admin/keys/revoke", {"key_id": key_id, "confirm": confirm, "csrf": csrf})
+        assert answer.status_code == 404 and "no unrevoked API key" in answer.text
+    assert await key_state(db_settings, other.id) == before
+    assert before.keys[key_id][2] is False
+    async with connect(builtin.url, key) as bot:  # still works for its own tenant
+        assert ok(await bot.call_tool("get_entity", {"name": "Vault"}))["name"] == "Vault"
+
+
+async def test_hostile_key_forms_are_refused_and_write_nothing(builtin, db_settings, browse):
+    t = await seed(builtin, [{"name": "Kept", "type": "note"}], [])
+    alice = await browse(t.admin, t.id)
+    csrf = alice.csrf(await alice.page("/console/admin"))
+    before = await key_state(db_settings, t.id)
+    read = {"scope": "memory:read"}
+    cases: list[tuple[dict[str, Any], int]] = [
+        ({"name": "nul\x00name", **read}, 400),
+        ({"name": "line\nbreak", **read}, 400),
+        ({"name": "n" * 201, **read}, 400),
+        ({"name": "no scope"}, 400),
+        ({"name": "bad scope", "scope": "memory:root"}, 400),
+        ({"name": "bad scope", "scope": "memory:read\x00"}, 400),
+        ({"name": "past", **read, "expires_days": "0"}, 400),
+        ({"name": "past", **read, "expires_days": "-1"}, 400),
+        ({"name": "far", **read, "expires_days": "3651"}, 400),
+        ({"name": "huge", **read, "expires_days": "9" * 40}, 400),
+        ({"name": "word", **read, "expires_days": "soon"}, 400),
+    ]
+    for data, status in cases:
+        answer = await alice.post("/console/admin/keys/create", {**data, "csrf": csrf})
+        assert answer.status_code == status, (data, answer.text)
+        assert "egk_" not in answer.text
+    repeated = await alice.http.post(
+        "/console/admin/keys/create",
+        content=b"csrf=" + csrf.encode() + b"&name=twice&scope=memory:read&scope=memory:read",
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert repeated.status_code == 400
+    for key_id in ("", "short", "A" * 12, "a" * 11 + "\x00", "a" * 13, "../../admin"):
+        answer = await alice.post("/console/admin/keys/revoke", {"key_id": key_id, "confirm": "true", "csrf": csrf})
+        assert answer.status_code == 400, key_id
+    assert await key_state(db_settings, t.id) == before
+
+
+async def test_dev_mode_signs_the_dev_user_in_at_once(db_settings):
+    with serve(db_settings, ENGRAM_AUTH_MODE="dev", ENGRAM_EMBEDDING_PROVIDER="none") as dev:
+        async with httpx2.AsyncClient(base_url=dev.base, follow_redirects=True, timeout=30) as http:
+            consent = await http.get("/console/sign-in")
+            assert 'name="password"' not in consent.text and 'value="demo"' in consent.text
+            fields = {**hidden_fields(consent.text), "decision": "allow", "tenant": "demo"}
+            landed = await http.post("/oauth/consent", data=fields)
+            assert landed.url.path == "/console/find" and 'id="tenant">demo<' in landed.text
+            assert 'id="role">admin<' in landed.text
+
+
+# --- switched off -------------------------------------------------------------------------------
+
+
+async def test_the_console_can_be_off_and_says_why_in_oidc_mode():
+    settings = Settings(console=False, auth_mode="oidc", oidc_issuer="https://idp.example")
+    assert console_routes(settings, None, None, None) == []  # type: ignore[arg-type]
+    routes = console_routes(settings.model_copy(update={"console": True}), None, None, None)  # type: ignore[arg-type]
+    http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=Starlette(routes=routes)), base_url="http://t")
+    for path in ("/console", "/console/find"):
+        answer = await http.get(path)
+        assert answer.status_code == 404 and answer.text == OFF_IN_OIDC_MODE
+        assert CSP in answer.headers["content-security-policy"]
+
+
+# --- in a real browser ------------------------------------------------------------------------------
+
+
+def png_size(path: Any) -> tuple[int, int]:
+    image = path.read_bytes()
+    assert image[:8] == b"\x89PNG\r\n\x1a\n" and len(image) > 10_000  # a real, drawn page
+    return struct.unpack(">II", image[16:24])
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (scripts/system-deps.sh)")
+async def test_a_person_tends_memory_in_chromium(builtin, acme):
+    from playwright.async_api import async_playwright, expect
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    blocked: list[str] = []
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        page = await browser.new_page(viewport={"width": 1200, "height": 900})
+        page.on("console", lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None)
+
+        await page.goto(f"{builtin.base}/console")
+        await page.get_by_role("link", name="Sign in").click()
+        await page.get_by_label("Username").fill(acme.admin.username)
+        await page.get_by_label("Password").fill(PASSWORD)
+        await page.get_by_role("button", name="Sign in").click()
+        await page.get_by_label(acme.id, exact=False).check()
+        await page.get_by_role("button", name="Open").click()
+        await page.wait_for_url("**/console/find")
+        assert await page.locator("#tenant").inner_text() == acme.id
+        counts = await page.locator("#counts").inner_text()
+        assert "4 entities" in counts and "3 relations" in counts
+        await page.screenshot(path=ARTIFACTS / "find.png", full_page=True)
+
+        await page.get_by_label("Search").fill("Lovelace")
+        await page.get_by_role("button", name="Find").click()
+        hit = page.locator("#hits tbody tr").first
+        assert "Ada Lovelace" in await hit.inner_text()
+        assert float(await hit.locator(".fused").inner_text()) > 0
+        await page.screenshot(path=ARTIFACTS / "search.png", full_page=True)
+
+        await hit.get_by_role("link", name="Ada Lovelace").click()
+        await page.wait_for_url(f"**/console/entity/{acme.ids['Ada Lovelace']}")
+        assert await page.locator("#entity-name").inner_text() == "Ada Lovelace"
+        await page.get_by_label("New observation").fill("Translated Menabrea's paper")
+        await page.get_by_role("button", name="Add observation").click()
+        assert await page.locator("#flash").inner_text() == "Observation added."
+        assert "Translated Menabrea's paper" in await page.locator("#observations").inner_text()
+        assert "added by you" in await page.locator("#observations").inner_text()
+        await page.get_by_label("Description").fill("Mathematician and writer")
+        await page.get_by_role("button", name="Save changes").click()
+        assert await page.locator("#flash").inner_text() == "Saved."
+        assert await page.locator("#description").inner_text() == "Mathematician and writer"
+        await page.get_by_label("Relation", exact=True).fill("corresponded with")
+        await page.get_by_label("Other entity (name or id)").fill("Charles Babbage")
+        await page.get_by_role("button", name="Connect", exact=True).click()
+        assert await page.locator("#flash").inner_text() == "Connected."
+        outgoing = await page.locator("#outgoing").inner_text()
+        assert "corresponded with → Charles Babbage" in outgoing and "wrote about → Analytical Engine" in outgoing
+        history = await page.locator("#history").inner_text()
+        assert "you connected Ada Lovelace —corresponded with→ Charles Babbage" in history
+        assert "you added 1 observation: Translated Menabrea's paper" in history
+        await page.screenshot(path=ARTIFACTS / "entity.png", full_page=True)
+
+        await page.get_by_role("link", name="Graph view").click()
+        await page.wait_for_url("**/console/graph?**")
+        nodes = page.locator("svg#graph g.node")
+        await expect(nodes).to_have_count(3)
+        names = sorted(await nodes.locator("text").all_text_contents())
+        assert names == ["Ada Lovelace", "Analytical Engine", "Charles Babbage"]
+        assert await page.locator("svg#graph line.edge").count() == 3  # Babbage designed the Engine too
+        await page.locator(f"svg#graph g.node[data-id='{acme.ids['Charles Babbage']}']").click()
+        assert "Charles Babbage" in await page.locator("#selected").inner_text()
+        await page.get_by_role("button", name="Expand selected").click()
+        await expect(nodes).to_have_count(4)
+        assert "Difference Engine" in await nodes.locator("text").all_text_contents()
+        await page.get_by_role("button", name="Zoom in").click()
+        await page.wait_for_timeout(600)  # let the layout settle for the picture (not an assertion)
+        await page.screenshot(path=ARTIFACTS / "graph.png", full_page=True)
+        await page.locator(f"svg#graph g.node[data-id='{acme.ids['Difference Engine']}']").focus()
+        await page.keyboard.press("o")
+        await page.wait_for_url(f"**/console/entity/{acme.ids['Difference Engine']}")
+
+        await page.get_by_role("link", name="Administer").click()
+        assert acme.admin.username in await page.locator("#members").inner_text()
+        await page.screenshot(path=ARTIFACTS / "admin.png", full_page=True)
+        await browser.close()
+
+    assert not blocked, blocked  # the policy blocked nothing the pages use
+    for name in ("find", "search", "entity", "graph", "admin"):
+        width, height = png_size(ARTIFACTS / f"{name}.png")
+        assert width == 1200 and height >= 600
+
+
+async def test_find_filters_by_type_and_time_and_marks_matches(builtin, acme, browse):
+    alice = await browse(acme.admin, acme.id)
+    machines = table(await alice.page("/console/find?type=machine"), "listing")
+    assert "Analytical Engine" in machines and "Difference Engine" in machines and "Ada Lovelace" not in machines
+    assert "2 entities of type machine" in await alice.page("/console/find?type=machine")
+    future = await alice.page("/console/find?after=2999-01-01")
+    assert "0 entities" in future
+    today = await alice.page("/console/find?before=2999-01-01&after=2000-01-01&type=person")
+    assert "Ada Lovelace" in table(today, "listing")
+    hits = table(await alice.page("/console/find?q=first+program"), "hits")
+    assert "Ada Lovelace" in hits and "<mark>" in hits and "**" not in hits
+    typed = table(await alice.page("/console/find?q=engine&type=person"), "hits")
+    assert "Analytical Engine" not in typed
+    recent = (await alice.page("/console/find?q=zzz")).split('id="recent"')[1]
+    assert "Ada Lovelace</a>" in recent  # named even when no listing shows it
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (scripts/system-deps.sh)")
+async def test_an_admin_makes_a_key_uses_it_and_revokes_it_in_chromium(builtin, db_settings):
+    from playwright.async_api import async_playwright
+
+    t = await seed(builtin, [{"name": "Report source", "type": "note", "observations": ["for the bot"]}], [])
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    blocked: list[str] = []
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        page = await browser.new_page(viewport={"width": 1200, "height": 900})
+        page.on("console", lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None)
+        await page.goto(f"{builtin.base}/console")
+        await page.get_by_role("link", name="Sign in").click()
+        await page.get_by_label("Username").fill(t.admin.username)
+        await page.get_by_label("Password").fill(PASSWORD)
+        await page.get_by_role("button", name="Sign in").click()
+        await page.get_by_label(t.id, exact=False).check()
+        await page.get_by_role("button", name="Open").click()
+        await page.wait_for_url("**/console/find")
+        await page.get_by_role("link", name="Administer").click()
+
+        await page.get_by_label("Key name").fill("nightly report")
+        await page.get_by_label("memory:write").check()
+        await page.get_by_label("Expires after (days, empty: never)").fill("30")
+        async with page.expect_response("**/console/admin/keys/create") as answered:
+            await page.get_by_role("button", name="Make API key").click()
+        created = await answered.value
+        assert created.status == 200 and created.headers["cache-control"] == "no-store"
+        key = await page.locator("#new-key").input_value()
+        assert re.fullmatch(r"egk_[a-z0-9]{12}_[A-Za-z0-9_-]{43}", key)
+        key_id = key.split("_")[1]
+        facts = await page.locator("#new-key-facts").inner_text()
+        assert "nightly report" in facts and "memory:read memory:write" in facts
+        await page.screenshot(path=ARTIFACTS / "key-made.png", full_page=True)
+
+        # Shown once: the administration page (and its source) lists the key without its secret.
+        await page.get_by_role("link", name="Back to administration").click()
+        assert key_id in await page.locator("#keys").inner_text()
+        assert key.split("_", 2)[2] not in await page.content()
+        stored = await key_state(db_settings, t.id)
+        assert stored.keys[key_id] == ("nightly report", ["memory:read", "memory:write"], False) and stored.audit == 1
+
+        # The key works against /mcp with a real MCP client, with the scopes it was given.
+        async with connect(builtin.url, key) as bot:
+            assert ok(await bot.call_tool("get_entity", {"name": "Report source"}))["name"] == "Report source"
+            ok(await bot.call_tool("upsert_entities", {"entities": [{"name": "Written by the bot", "type": "note"}]}))
+
+        await page.get_by_role("button", name=f"Revoke {key_id}").click()
+        assert "This cannot be undone" in await page.locator("main").inner_text()
+        assert (await key_state(db_settings, t.id)).keys[key_id][2] is False  # asking changed nothing
+        await page.get_by_role("button", name=f"Revoke key {key_id}").click()
+        assert await page.locator("#flash").inner_text() == f"API key {key_id} revoked."
+        assert "revoked" in await page.locator("#keys").inner_text()
+        await page.screenshot(path=ARTIFACTS / "key-revoked.png", full_page=True)
+
+        await page.get_by_role("link", name="Audit log").click()
+        audit = await page.locator("main").inner_text()
+        assert "console:create_api_key" in audit and "console:revoke_api_key" in audit
+        await browser.close()
+
+    assert not blocked, blocked
+    assert mcp_status(builtin, key) == 401
+    after = await key_state(db_settings, t.id)
+    assert after.keys[key_id][2] is True and after.audit == 2

@@ -381,6 +381,16 @@ async def test_nul_in_any_string_argument_is_invalid(hostile_server, admin, seed
             await check(c, admin, [seeded.schema], tool, put(base[tool], path, NUL), {"invalid"})
 
 
+async def test_an_unknown_argument_is_invalid_for_every_tool(hostile_server, admin, seeded):
+    """A misspelt or invented argument is refused, not dropped: a call that meant `valid_until` but
+    wrote `valid_untill` must not end a fact now. Every tool, at its endpoint; nothing changes."""
+    base = catalogue(seeded)
+    async with clients(hostile_server, seeded.tenant, SCOPES) as c:
+        for tool in sorted(seeded.tools):
+            assert seeded.tools[tool].get("additionalProperties") is False, tool
+            await check(c, admin, [seeded.schema], tool, {**base[tool], "valid_untill": "2020-01-01"}, {"invalid"})
+
+
 NON_CANONICAL = [
     lambda i: "{" + i + "}",
     lambda i: "urn:uuid:" + i,

@@ -114,7 +114,7 @@ class ToolSet:
                 annotations=annotations,
                 meta={"engram/requiredScope": scope},  # tools/list shows every tool, marked with its scope
             )
-            tool.parameters = lean(tool.parameters)
+            tool.parameters = lean(tool.parameters) | {"additionalProperties": False}  # see `_Arguments`
             fields = {f: getattr(tool.fn_metadata, f) for f in FuncMetadata.model_fields}
             fields["output_schema"] = lean(fields["output_schema"], output=True)
             tool.fn_metadata = _Arguments(**fields)
@@ -169,6 +169,11 @@ class _Arguments(FuncMetadata):
     """The SDK's argument validation, with its refusals reported as `invalid` (field and rule, never the input)."""
 
     def validate_arguments(self, arguments_to_validate: dict[str, Any]) -> dict[str, Any]:
+        known = {f.alias or name for name, f in self.arg_model.model_fields.items()}
+        if unknown := sorted(set(arguments_to_validate) - known):  # pydantic would drop them silently
+            refused = InvalidArguments.from_exception_data("arguments", [])
+            refused.problems = [f"{name[:100]}: unknown argument" for name in unknown[:10]]
+            raise refused
         try:
             return super().validate_arguments(arguments_to_validate)
         except ValidationError as exc:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,6 +103,13 @@ def serve(db_settings: Settings, **extra: str) -> Iterator[Server]:
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def serve_builtin(db_settings: Settings, **extra: str) -> AbstractContextManager[Server]:
+    """`serve` with Engram's own authorization server, no embedding model, and its per-minute
+    limits raised for a suite that signs in many times (`extra` overrides any of them)."""
+    limits = {f"ENGRAM_{what}_PER_MINUTE": "1000" for what in ("REGISTER", "TOKEN", "AUTHORIZE")}
+    return serve(db_settings, ENGRAM_AUTH_MODE="builtin", ENGRAM_EMBEDDING_PROVIDER="none", **(limits | extra))
 
 
 @asynccontextmanager

@@ -34,6 +34,7 @@ from starlette.routing import Route
 
 from app.config import Settings
 from tests.conftest import ROOT, Server, connect, free_port, ok, serve
+from tests.helpers import serve_builtin
 from tests.local_http import ThreadedServer
 from tests.oauth_agent import Person, hidden_fields, oauth_client
 from tests.oidc_issuer import CLIENT_ID as UPSTREAM_CLIENT
@@ -63,14 +64,9 @@ def engram(env: dict[str, str], *args: str, stdin: str | None = None) -> subproc
 
 @pytest.fixture(scope="module")
 def builtin(db_settings: Settings) -> Iterator[Server]:
-    with serve(
+    with serve_builtin(
         db_settings,
-        ENGRAM_AUTH_MODE="builtin",
-        ENGRAM_EMBEDDING_PROVIDER="none",
         ENGRAM_SIGN_IN_MAX_FAILURES="3",
-        ENGRAM_REGISTER_PER_MINUTE="1000",
-        ENGRAM_TOKEN_PER_MINUTE="1000",
-        ENGRAM_AUTHORIZE_PER_MINUTE="1000",
         ENGRAM_SIGNING_KEY_RELOAD_SECONDS="1",
     ) as running:
         yield running

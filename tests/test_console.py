@@ -30,7 +30,7 @@ from starlette.applications import Starlette
 from app.config import Settings
 from app.console import OFF_IN_OIDC_MODE, console_routes
 from tests.conftest import ROOT, Server, ok, serve
-from tests.helpers import connect
+from tests.helpers import connect, serve_builtin
 from tests.oauth_agent import Person, hidden_fields, oauth_client
 from tests.test_authserver import CHROMIUM_ARGS, PASSWORD, add_user, engram
 
@@ -41,12 +41,9 @@ CSP = "default-src 'none'"
 
 @pytest.fixture(scope="module")
 def builtin(db_settings: Settings) -> Iterator[Server]:
-    with serve(
+    with serve_builtin(
         db_settings,
-        ENGRAM_AUTH_MODE="builtin",
-        ENGRAM_EMBEDDING_PROVIDER="none",
         ENGRAM_TOKEN_PER_MINUTE="10000",
-        ENGRAM_REGISTER_PER_MINUTE="1000",
         ENGRAM_AUTHORIZE_PER_MINUTE="10000",
         ENGRAM_SIGN_IN_PER_MINUTE="10000",
         ENGRAM_API_KEY_CACHE_SECONDS="0",  # a revoked key is refused at once (docs/auth.md)
@@ -715,6 +712,18 @@ def png_size(path: Any) -> tuple[int, int]:
     return struct.unpack(">II", image[16:24])
 
 
+async def sign_in_with_browser(page: Any, server: Server, tenant: Tenant) -> None:
+    """Through the console's sign-in: the authorization server's page, then the tenant's choice."""
+    await page.goto(f"{server.base}/console")
+    await page.get_by_role("link", name="Sign in").click()
+    await page.get_by_label("Username").fill(tenant.admin.username)
+    await page.get_by_label("Password").fill(PASSWORD)
+    await page.get_by_role("button", name="Sign in").click()
+    await page.get_by_label(tenant.id, exact=False).check()
+    await page.get_by_role("button", name="Open").click()
+    await page.wait_for_url("**/console/find")
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (scripts/system-deps.sh)")
 async def test_a_person_tends_memory_in_chromium(builtin, acme):
     from playwright.async_api import async_playwright, expect
@@ -726,14 +735,7 @@ async def test_a_person_tends_memory_in_chromium(builtin, acme):
         page = await browser.new_page(viewport={"width": 1200, "height": 900})
         page.on("console", lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None)
 
-        await page.goto(f"{builtin.base}/console")
-        await page.get_by_role("link", name="Sign in").click()
-        await page.get_by_label("Username").fill(acme.admin.username)
-        await page.get_by_label("Password").fill(PASSWORD)
-        await page.get_by_role("button", name="Sign in").click()
-        await page.get_by_label(acme.id, exact=False).check()
-        await page.get_by_role("button", name="Open").click()
-        await page.wait_for_url("**/console/find")
+        await sign_in_with_browser(page, builtin, acme)
         assert await page.locator("#tenant").inner_text() == acme.id
         counts = await page.locator("#counts").inner_text()
         assert "4 entities" in counts and "3 relations" in counts
@@ -827,14 +829,7 @@ async def test_an_admin_makes_a_key_uses_it_and_revokes_it_in_chromium(builtin, 
         browser = await p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         page = await browser.new_page(viewport={"width": 1200, "height": 900})
         page.on("console", lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None)
-        await page.goto(f"{builtin.base}/console")
-        await page.get_by_role("link", name="Sign in").click()
-        await page.get_by_label("Username").fill(t.admin.username)
-        await page.get_by_label("Password").fill(PASSWORD)
-        await page.get_by_role("button", name="Sign in").click()
-        await page.get_by_label(t.id, exact=False).check()
-        await page.get_by_role("button", name="Open").click()
-        await page.wait_for_url("**/console/find")
+        await sign_in_with_browser(page, builtin, t)
         await page.get_by_role("link", name="Administer").click()
 
         await page.get_by_label("Key name").fill("nightly report")

@@ -26,6 +26,7 @@ from app.services import Services
 from app.services.indexing import Indexer
 from app.store.database import Database
 from tests.conftest import ROOT, Server, connect, ok, serve
+from tests.helpers import serve_builtin
 from tests.oauth_agent import oauth_client
 from tests.test_authserver import REDIRECT, _part, add_user, register
 
@@ -231,14 +232,7 @@ async def test_the_authorization_server_issues_tokens_for_served_endpoints_only(
 
 @pytest.fixture(scope="module")
 def builtin(db_settings: Settings) -> Iterator[Server]:
-    with serve(
-        db_settings,
-        ENGRAM_AUTH_MODE="builtin",
-        ENGRAM_EMBEDDING_PROVIDER="none",
-        ENGRAM_REGISTER_PER_MINUTE="1000",
-        ENGRAM_TOKEN_PER_MINUTE="1000",
-        ENGRAM_AUTHORIZE_PER_MINUTE="1000",
-    ) as running:
+    with serve_builtin(db_settings) as running:
         yield running
 
 

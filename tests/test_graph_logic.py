@@ -24,7 +24,7 @@ def edges(monkeypatch: pytest.MonkeyPatch) -> Edges:
     held: Edges = []
 
     async def expand(
-        tx: Any, frontier: Sequence[str], *, outgoing: bool, incoming: bool, types: Any, limit: int
+        tx: Any, frontier: Sequence[str], *, outgoing: bool, incoming: bool, types: Any, limit: int, when: Any = None
     ) -> list[Step]:
         steps = []
         for source, target in held:

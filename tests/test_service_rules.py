@@ -187,6 +187,7 @@ def test_the_store_row_carries_every_field_the_models_and_writes_use() -> None:
         "aliases",
         "observations",
         "observations_total",
+        "observation_records",
         "relations",
         "relations_truncated",
         "history",

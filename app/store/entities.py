@@ -328,13 +328,16 @@ class Provenance:
 
 @timed
 async def add_observations(
-    tx: Tx, pairs: Sequence[tuple[str, str]], actor: str, given: Sequence[Provenance]
+    tx: Tx, pairs: Sequence[tuple[str, str]], actor: str, given: Sequence[Provenance] | None = None
 ) -> dict[str, list[str]]:
-    """Insert (entity id, text) pairs in order, each with its `given` provenance, skipping exact
-    duplicates of facts the entity holds; a text whose stored fact has ended (valid_until passed) is
-    written again: it holds anew, with the new provenance. Returns what each entity gained."""
+    """Insert (entity id, text) pairs in order, each with its `given` provenance (default: no source,
+    always valid), skipping exact duplicates of facts the entity holds; a text whose stored fact has
+    ended (valid_until passed) is written again: it holds anew, with the new provenance. Returns
+    what each entity gained."""
     if not pairs:
         return {}
+    if given is None:
+        given = [Provenance()] * len(pairs)
     first = {p: g for p, g in reversed(list(zip(pairs, given, strict=True)))}  # the first of each repeat
     kept = list(dict.fromkeys(pairs))
     rows = await tx.fetch(

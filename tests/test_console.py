@@ -1091,7 +1091,11 @@ async def test_find_filters_facts_by_source_and_write_time(builtin, browse):
     )
     alice = await browse(t.admin, t.id)
     everything = table(await alice.page("/console/find?q=orbital"), "hits")
-    assert "Sourced" in everything and "Unsourced" in everything and "source lab-notebook" in everything
+    assert (
+        "Sourced" in everything
+        and "Unsourced" in everything
+        and 'source <span class="source">lab-notebook</span>' in everything
+    )
     assert "written <time" in everything
     sourced = table(await alice.page("/console/find?q=orbital&source=lab-notebook"), "hits")
     assert "Sourced</a>" in sourced and "Unsourced" not in sourced

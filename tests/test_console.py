@@ -945,6 +945,10 @@ async def test_a_person_merges_duplicates_and_ends_a_fact_in_chromium(builtin):
         history = await page.locator("#history").inner_text()
         assert "you ended 1 observation: Lives in Arlington, because moved away" in history
         await page.screenshot(path=ARTIFACTS / "merged.png", full_page=True)
+        await page.goto(f"{builtin.base}/console/admin/audit")
+        audit = await page.locator("main").inner_text()
+        for action in ("console:merge_entities", "console:add_aliases", "console:invalidate_observations"):
+            assert action in audit, action
         await browser.close()
 
     assert not blocked, blocked
@@ -1076,6 +1080,15 @@ async def test_hostile_merge_alias_and_end_forms_are_refused(builtin, browse):
     # The ends that change nothing say so: a fact not held, and (after the end) one ended already.
     noop = await alice.post(f"/console/entity/{target}/observations/end", {"observation": "never said", "csrf": csrf})
     assert "That observation was not valid now." in noop.text
+    near = t.relations["Target|near|Twin"]
+    ended = await alice.post(
+        f"/console/entity/{target}/relations/end", {"relation": near, "reason": "drifted apart", "csrf": csrf}
+    )
+    assert ended.status_code == 200 and "Relation ended." in ended.text
+    assert "Twin</a>" not in ended.text.split('id="outgoing"')[1].split("</ul>")[0]
+    assert "</strong> ended Target —near→ Twin, because drifted apart" in ended.text
+    again = await alice.post(f"/console/entity/{target}/relations/end", {"relation": near, "csrf": csrf})
+    assert again.status_code == 404 and "no such relation valid now" in again.text
 
 
 async def test_find_filters_facts_by_source_and_write_time(builtin, browse):

@@ -75,6 +75,13 @@ def entity_id(value: str) -> str:
         raise EngramError("not_found", "no such entity") from None
 
 
+async def change(console: Console, request: Request, visit: Visit) -> tuple[str, dict[str, str]]:
+    """A write form's entity id and fields, once the role and the CSRF token allow it."""
+    eid = entity_id(request.path_params["id"])
+    visit.require(WRITE)
+    return eid, await console.form(request, visit)
+
+
 class MemoryPages:
     def __init__(self, console: Console) -> None:
         self.c = console
@@ -152,10 +159,7 @@ class MemoryPages:
         return self.c.page(request, "entity.html", context, visit)
 
     async def _change(self, request: Request, visit: Visit) -> tuple[str, dict[str, str]]:
-        """A write form's entity id and fields, once the role and the CSRF token allow it."""
-        eid = entity_id(request.path_params["id"])
-        visit.require(WRITE)
-        return eid, await self.c.form(request, visit)
+        return await change(self.c, request, visit)
 
     def _back(self, visit: Visit, eid: str, message: str) -> Response:
         return self.c.done(visit, f"/console/entity/{eid}", message)

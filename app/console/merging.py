@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from app.auth.principal import WRITE
 from app.console.calls import parse
-from app.console.memory import entity_id
+from app.console.memory import change, entity_id
 from app.errors import EngramError
 from app.services import models
 
@@ -49,9 +49,7 @@ class MergePages:
         return {"aliases/add": self.add_alias, "aliases/remove": self.remove_alias, "merge": self.merge}
 
     async def _change(self, request: Request, visit: Visit) -> tuple[str, dict[str, str]]:
-        eid = entity_id(request.path_params["id"])
-        visit.require(WRITE)
-        return eid, await self.c.form(request, visit)
+        return await change(self.c, request, visit)
 
     async def add_alias(self, request: Request, visit: Visit) -> Response:
         eid, f = await self._change(request, visit)

@@ -875,3 +875,244 @@ async def test_an_admin_makes_a_key_uses_it_and_revokes_it_in_chromium(builtin, 
     assert mcp_status(builtin, key) == 401
     after = await key_state(db_settings, t.id)
     assert after.keys[key_id][2] is True and after.audit == 2
+
+
+# --- merges, aliases and the end of facts ----------------------------------------------------------
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (scripts/system-deps.sh)")
+async def test_a_person_merges_duplicates_and_ends_a_fact_in_chromium(builtin):
+    from playwright.async_api import async_playwright
+
+    t = await seed(
+        builtin,
+        [
+            {"name": "Grace Hopper", "type": "person", "observations": ["Rear admiral", "Lives in Arlington"]},
+            {"name": "Grace Hoper", "type": "person", "observations": ["Wrote the first compiler"]},
+            {"name": "Navy", "type": "organization"},
+        ],
+        [{"from": "Grace Hoper", "to": "Navy", "type": "served in"}],
+    )
+    survivor, duplicate = t.ids["Grace Hopper"], t.ids["Grace Hoper"]
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    blocked: list[str] = []
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        page = await browser.new_page(viewport={"width": 1200, "height": 900})
+        page.on("console", lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None)
+        await sign_in_with_browser(page, builtin, t)
+        await page.goto(f"{builtin.base}/console/entity/{survivor}")
+        assert "No aliases." in await page.locator("#aliases").inner_text()
+
+        # Proposed by find_duplicates, reviewed, confirmed.
+        await page.get_by_role("link", name="Merge duplicates into this entity…").click()
+        await page.wait_for_url(f"**/console/entity/{survivor}/merge")
+        await page.get_by_role("link", name="Review merging Grace Hoper").click()
+        confirm = await page.locator("#confirm").inner_text()
+        assert "Merge Grace Hoper into Grace Hopper?" in confirm and "Wrote the first compiler" in confirm
+        assert (await mcp_call(builtin, t.admin, "get_entity", {"id": duplicate}))[
+            "id"
+        ] == duplicate  # asking merged nothing
+        await page.screenshot(path=ARTIFACTS / "merge-confirm.png", full_page=True)
+        await page.get_by_role("button", name="Merge Grace Hoper into Grace Hopper").click()
+        await page.wait_for_url(f"**/console/entity/{survivor}")
+        flash = await page.locator("#flash").inner_text()
+        assert "Merged Grace Hoper into this entity." in flash and "Aliases gained: Grace Hoper." in flash
+        assert "Grace Hoper" in await page.locator("#aliases").inner_text()
+        assert "Wrote the first compiler" in await page.locator("#observations").inner_text()
+        assert "served in → Navy" in await page.locator("#outgoing").inner_text()
+        assert (
+            "you merged Grace Hoper into it; aliases gained: Grace Hoper" in await page.locator("#history").inner_text()
+        )
+
+        # The duplicate's page leads to the survivor.
+        await page.goto(f"{builtin.base}/console/entity/{duplicate}")
+        await page.wait_for_url(f"**/console/entity/{survivor}")
+        assert await page.locator("#entity-name").inner_text() == "Grace Hopper"
+
+        # Another alias, by hand.
+        await page.get_by_label("New alias").fill("Amazing Grace")
+        await page.get_by_role("button", name="Add alias").click()
+        assert await page.locator("#flash").inner_text() == "Alias Amazing Grace added."
+        assert "Amazing Grace" in await page.locator("#aliases").inner_text()
+
+        # A fact that stopped being true: ended with a reason, gone from the default view.
+        await page.get_by_label("Why it ended: Lives in Arlington").fill("moved away")
+        await page.get_by_role("button", name="End observation: Lives in Arlington").click()
+        assert await page.locator("#flash").inner_text() == "Observation ended."
+        observations = await page.locator("#observations").inner_text()
+        assert "Lives in Arlington" not in observations and "Rear admiral" in observations
+        history = await page.locator("#history").inner_text()
+        assert "you ended 1 observation: Lives in Arlington, because moved away" in history
+        await page.screenshot(path=ARTIFACTS / "merged.png", full_page=True)
+        await page.goto(f"{builtin.base}/console/admin/audit")
+        audit = await page.locator("main").inner_text()
+        for action in ("console:merge_entities", "console:add_aliases", "console:invalidate_observations"):
+            assert action in audit, action
+        await browser.close()
+
+    assert not blocked, blocked
+    stored = await mcp_call(builtin, t.admin, "get_entity", {"id": survivor, "include_invalid": True})
+    ended = {r["text"]: r["valid_until"] for r in stored["observation_records"]}
+    assert ended["Lives in Arlington"] is not None and ended["Rear admiral"] is None
+    assert sorted(stored["aliases"]) == ["Amazing Grace", "Grace Hoper"]
+    history = await mcp_call(builtin, t.admin, "entity_history", {"id": survivor, "limit": 20})
+    merged = next(e for e in history["entries"] if e["action"] == "merged")
+    assert merged["actor"] == t.subject
+    gone = await mcp_call(builtin, t.admin, "entity_history", {"id": duplicate, "limit": 5})
+    assert gone["entries"][0]["action"] == "merged_into" and gone["entries"][0]["actor"] == t.subject
+
+
+async def merge_state(server: Server, tenant: Tenant, *names: str) -> list[tuple[Any, ...]]:
+    """What a refused merge, alias or end must leave alone: each entity's version, aliases, facts, relations."""
+    out = []
+    for name in names:
+        e = await mcp_call(server, tenant.admin, "get_entity", {"id": tenant.ids[name], "include_invalid": True})
+        records = [(r["text"], r["valid_until"]) for r in e["observation_records"]]
+        relations = [(r["id"], r["valid_until"]) for r in e["relations"]]
+        out.append((e["id"], e["version"], sorted(e["aliases"]), records, relations))
+    return out
+
+
+async def test_readers_and_forged_posts_cannot_merge_alias_or_end(builtin, acme, other, browse):
+    t = await seed(
+        builtin,
+        [{"name": "Kept", "type": "note", "observations": ["a fact"]}, {"name": "Kep", "type": "note"}],
+        [{"from": "Kept", "to": "Kep", "type": "near"}],
+    )
+    kept, kep, near = t.ids["Kept"], t.ids["Kep"], t.relations["Kept|near|Kep"]
+    await mcp_call(builtin, t.admin, "add_aliases", {"id": kept, "aliases": ["Keeper"]})
+    before = await merge_state(builtin, t, "Kept", "Kep")
+    posts = [
+        (f"/console/entity/{kept}/merge", {"merge": kep}),
+        (f"/console/entity/{kept}/aliases/add", {"alias": "Another"}),
+        (f"/console/entity/{kept}/aliases/remove", {"alias": "Keeper"}),
+        (f"/console/entity/{kept}/observations/end", {"observation": "a fact", "reason": "r"}),
+        (f"/console/entity/{kept}/relations/end", {"relation": near}),
+    ]
+
+    # A reader: no forms, and each post is refused.
+    rita = await browse(add_user(builtin, t.id, "reader"), t.id)
+    page = await rita.page(f"/console/entity/{kept}")
+    assert "Keeper" in page and "a fact" in page
+    for form in ('id="add-alias"', 'id="merge-link"', "/aliases/remove", "/observations/end", "/relations/end"):
+        assert form not in page, form
+    csrf = rita.csrf(page)
+    for path, data in posts:
+        answer = await rita.post(path, {**data, "csrf": csrf})
+        assert answer.status_code == 403 and "does not allow" in answer.text, path
+    assert (await rita.get(f"/console/entity/{kept}/merge?other={kep}")).status_code == 403
+
+    # A writer without the session's token.
+    alice = await browse(t.admin, t.id)
+    for path, data in posts:
+        assert (await alice.post(path, {**data, "csrf": "x" * 43})).status_code == 403, path
+
+    # Another tenant's member, with their own valid token: the ids are not found, either way round.
+    bob = await browse(other.admin, other.id)
+    bob_csrf = bob.csrf(await bob.page("/console/find"))
+    vault = other.ids["Vault"]
+    forged = [
+        *posts,
+        (f"/console/entity/{vault}/merge", {"merge": kept}),
+        (f"/console/entity/{vault}/relations/end", {"relation": near}),
+    ]
+    for path, data in forged:
+        answer = await bob.post(path, {**data, "csrf": bob_csrf})
+        assert answer.status_code == 404, (path, answer.status_code, answer.text)
+    for path in (f"/console/entity/{kept}/merge", f"/console/entity/{vault}/merge?other={kept}"):
+        assert (await bob.get(path)).status_code == 404, path
+    # ... and a merge of the own tenant's entity with another tenant's is impossible too.
+    alice_csrf = alice.csrf(await alice.page(f"/console/entity/{kept}"))
+    across = await alice.post(f"/console/entity/{kept}/merge", {"merge": vault, "csrf": alice_csrf})
+    assert across.status_code == 404
+    assert (await alice.get(f"/console/entity/{kept}/merge?other={vault}")).status_code == 404
+
+    assert await merge_state(builtin, t, "Kept", "Kep") == before
+    assert (await mcp_call(builtin, other.admin, "get_entity", {"id": vault}))["aliases"] == []
+
+
+async def test_hostile_merge_alias_and_end_forms_are_refused(builtin, browse):
+    t = await seed(
+        builtin,
+        [{"name": "Target", "type": "note", "observations": ["held"]}, {"name": "Twin", "type": "place"}],
+        [{"from": "Target", "to": "Twin", "type": "near"}],
+    )
+    target, twin = t.ids["Target"], t.ids["Twin"]
+    alice = await browse(t.admin, t.id)
+    csrf = alice.csrf(await alice.page(f"/console/entity/{target}"))
+    before = await merge_state(builtin, t, "Target", "Twin")
+    cases = [
+        ("aliases/add", {"alias": "nul \x00 alias"}, 400, "NUL"),
+        ("aliases/add", {"alias": "a" * 201}, 400, "at most 200"),
+        ("aliases/add", {"alias": "  "}, 400, "invalid"),
+        ("aliases/add", {"alias": "Twin"}, 409, "already name"),
+        ("aliases/remove", {"alias": "b" * 201}, 400, "at most 200"),
+        ("merge", {"merge": "m" * 201}, 400, "at most 200"),
+        ("merge", {"merge": "Twin\x00"}, 400, "NUL"),
+        ("merge", {"merge": twin, "version": "abc"}, 400, "version"),
+        ("merge", {"merge": twin, "version": "1" * 30}, 400, "version"),
+        ("merge", {"merge": target}, 400, "into itself"),
+        ("merge", {"merge": twin}, 400, "not of type"),  # a place into a note: only when allowed
+        ("merge", {"merge": "Nobody At All"}, 404, "not_found"),
+        ("merge", {"merge": twin, "allow_type_mismatch": "yes", "version": "99"}, 409, "read it again"),
+        ("observations/end", {"observation": "held", "reason": "r" * 1001}, 400, "at most 1000"),
+        ("observations/end", {"observation": "held", "reason": "why\x00"}, 400, "NUL"),
+        ("observations/end", {"observation": "x" * 4001}, 400, "at most 4000"),
+        ("relations/end", {"relation": "'; DROP TABLE x; --"}, 400, "relation"),
+        ("relations/end", {"relation": str(uuid.uuid4())}, 404, "no such relation"),
+    ]
+    for action, data, status, words in cases:
+        answer = await alice.post(f"/console/entity/{target}/{action}", {**data, "csrf": csrf})
+        assert answer.status_code == status, (action, data, answer.status_code, answer.text[-400:])
+        assert words in answer.text, (action, words)
+    for bad in (
+        f"/console/entity/{target}/merge?other=" + "o" * 201,
+        f"/console/entity/{target}/merge?other=%00",
+        "/console/find?q=x&source=%00",
+        "/console/find?source=" + "s" * 201,
+        "/console/find?since=yesterday",
+        "/console/find?q=x&since=2024-02-01&until=2024-01-01",
+    ):
+        answer = await alice.get(bad)
+        assert answer.status_code == 400 and "invalid" in answer.text, bad
+    assert await merge_state(builtin, t, "Target", "Twin") == before
+    # The ends that change nothing say so: a fact not held, and (after the end) one ended already.
+    noop = await alice.post(f"/console/entity/{target}/observations/end", {"observation": "never said", "csrf": csrf})
+    assert "That observation was not valid now." in noop.text
+    near = t.relations["Target|near|Twin"]
+    ended = await alice.post(
+        f"/console/entity/{target}/relations/end", {"relation": near, "reason": "drifted apart", "csrf": csrf}
+    )
+    assert ended.status_code == 200 and "Relation ended." in ended.text
+    assert "Twin</a>" not in ended.text.split('id="outgoing"')[1].split("</ul>")[0]
+    assert "</strong> ended Target —near→ Twin, because drifted apart" in ended.text
+    again = await alice.post(f"/console/entity/{target}/relations/end", {"relation": near, "csrf": csrf})
+    assert again.status_code == 404 and "no such relation valid now" in again.text
+
+
+async def test_find_filters_facts_by_source_and_write_time(builtin, browse):
+    t = await seed(builtin, [{"name": "Sourced", "type": "note"}, {"name": "Unsourced", "type": "note"}], [])
+    await mcp_call(
+        builtin,
+        t.admin,
+        "append_observations",
+        {"items": [{"entity": "Sourced", "observations": ["orbital mechanics notes"], "source": "lab-notebook"}]},
+    )
+    await mcp_call(
+        builtin, t.admin, "append_observations", {"items": [{"entity": "Unsourced", "observations": ["orbital tea"]}]}
+    )
+    alice = await browse(t.admin, t.id)
+    everything = table(await alice.page("/console/find?q=orbital"), "hits")
+    assert (
+        "Sourced" in everything
+        and "Unsourced" in everything
+        and 'source <span class="source">lab-notebook</span>' in everything
+    )
+    assert "written <time" in everything
+    sourced = table(await alice.page("/console/find?q=orbital&source=lab-notebook"), "hits")
+    assert "Sourced</a>" in sourced and "Unsourced" not in sourced
+    listed = table(await alice.page("/console/find?source=lab-notebook"), "listing")
+    assert "Sourced</a>" in listed and "Unsourced" not in listed
+    assert "Nothing matched." in table(await alice.page("/console/find?q=orbital&since=2999-01-01"), "hits")
+    assert "Sourced" in table(await alice.page("/console/find?q=orbital&since=2000-01-01&until=2999-01-01"), "hits")

@@ -28,6 +28,7 @@ from app.authserver.server import AuthServer
 from app.console.admin import AdminPages
 from app.console.calls import Runner
 from app.console.memory import MemoryPages
+from app.console.merging import MergePages
 from app.console.sessions import PendingSignIn, Session, Sessions
 from app.console.signin import SignIn, pkce_pair
 from app.console.web import HERE, Static, problem, render, secure
@@ -269,6 +270,7 @@ class Console:
 
     def routes(self) -> list[BaseRoute]:
         pages = MemoryPages(self)
+        merging = MergePages(self)
         tenant_admin = AdminPages(self)
         get = [
             ("", self.home),
@@ -276,6 +278,7 @@ class Console:
             ("/callback", self.callback),
             ("/find", self.signed_in(pages.find)),
             ("/entity/{id}", self.signed_in(pages.entity)),
+            ("/entity/{id}/merge", self.signed_in(merging.review)),
             ("/graph", self.signed_in(pages.graph)),
             ("/api/graph", self.signed_in(pages.graph_data)),
             ("/admin", self.signed_in(tenant_admin.overview)),
@@ -283,7 +286,7 @@ class Console:
         ]
         post = [
             ("/sign-out", self.sign_out),
-            *((f"/entity/{{id}}/{name}", action) for name, action in pages.actions().items()),
+            *((f"/entity/{{id}}/{name}", action) for name, action in {**pages.actions(), **merging.actions()}.items()),
             *((f"/admin/{name}", action) for name, action in tenant_admin.actions().items() if name != "import"),
         ]
         routes: list[BaseRoute] = [Route(f"{PREFIX}{path}", endpoint, methods=["GET"]) for path, endpoint in get]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -20,12 +19,6 @@ class Told:
     text: str
 
 
-@dataclass(frozen=True, slots=True)
-class Author:
-    actor: str
-    at: datetime
-
-
 def who(actor: str, me: str) -> str:
     return "you" if actor == me else actor
 
@@ -33,6 +26,12 @@ def who(actor: str, me: str) -> str:
 def _short(value: Any) -> str:
     text = "(empty)" if value in (None, "", {}) else str(value)
     return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 1] + "…"
+
+
+def _why(changes: dict[str, Any]) -> str:
+    """An invalidation's end time and reason, when they were given."""
+    out = f" (until {_short(changes['valid_until'])})" if changes.get("valid_until") else ""
+    return out + (f", because {_short(changes['reason'])}" if changes.get("reason") else "")
 
 
 def describe(entry: HistoryEntry, me: str) -> Told:
@@ -52,18 +51,28 @@ def describe(entry: HistoryEntry, me: str) -> Told:
         case "related" | "unrelated":
             verb = "connected" if entry.action == "related" else "disconnected"
             text = f"{verb} {_short(c.get('from'))} —{_short(c.get('type'))}→ {_short(c.get('to'))}"
+        case "observations_invalidated":
+            texts = c.get("observations", [])
+            text = f"ended {len(texts)} observation{'s' if len(texts) != 1 else ''}: " + "; ".join(
+                _short(t) for t in texts[:5]
+            )
+            text += _why(c)
+        case "relation_invalidated":
+            text = f"ended {_short(c.get('from'))} —{_short(c.get('type'))}→ {_short(c.get('to'))}" + _why(c)
+        case "aliases_added" | "aliases_removed":
+            verb = "added" if entry.action == "aliases_added" else "removed"
+            text = f"{verb} alias{'es' if len(c.get('aliases', [])) != 1 else ''} " + ", ".join(
+                _short(a) for a in c.get("aliases", [])[:10]
+            )
+        case "merged":
+            names = ", ".join(_short(m.get("name")) for m in c.get("merged", [])[:10])
+            text = f"merged {names} into it"
+            if c.get("aliases_added"):
+                text += "; aliases gained: " + ", ".join(_short(a) for a in c["aliases_added"][:10])
+        case "merged_into":
+            text = f"merged it into {_short(c.get('into', {}).get('name'))}"
         case "deleted" | "restored":
             text = entry.action
         case _:
             text = entry.action.replace("_", " ") + (f": {_short(c)}" if c else "")
     return Told(entry.at, who(entry.actor, me), entry.action, text)
-
-
-def observation_authors(entries: Sequence[HistoryEntry], me: str) -> dict[str, Author]:
-    """Who added each observation and when, as far as the history read goes back (newest first in)."""
-    out: dict[str, Author] = {}
-    for entry in entries:
-        if entry.action == "observations_added":
-            for text in entry.changes.get("observations", []):
-                out.setdefault(text, Author(who(entry.actor, me), entry.at))
-    return out

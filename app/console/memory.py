@@ -12,11 +12,11 @@ from starlette.responses import JSONResponse, Response
 
 from app.auth.principal import READ, WRITE
 from app.console.calls import parse
-from app.console.history import describe, observation_authors
+from app.console.history import describe
 from app.console.web import query, secure
 from app.errors import EngramError
 from app.services import models
-from app.services.filters import EntityFilters, SearchFilters
+from app.services.filters import EntityFilters, SearchFilters, time_range
 from app.services.search import Query
 from app.services.search_models import Mode
 
@@ -41,6 +41,17 @@ class FindForm(BaseModel):
     mode: Mode = "hybrid"
     after: date | None = None
     before: date | None = None
+    source: models.Source | None = None
+    since: date | None = None
+    until: date | None = None
+
+
+class EndForm(BaseModel):
+    """Why a fact or a relation stopped being true (kept in the history)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    reason: models.WhyEnded = None
 
 
 class GraphForm(BaseModel):
@@ -64,6 +75,13 @@ def entity_id(value: str) -> str:
         raise EngramError("not_found", "no such entity") from None
 
 
+async def change(console: Console, request: Request, visit: Visit) -> tuple[str, dict[str, str]]:
+    """A write form's entity id and fields, once the role and the CSRF token allow it."""
+    eid = entity_id(request.path_params["id"])
+    visit.require(WRITE)
+    return eid, await console.form(request, visit)
+
+
 class MemoryPages:
     def __init__(self, console: Console) -> None:
         self.c = console
@@ -77,6 +95,8 @@ class MemoryPages:
             "observations/remove": self.remove_observation,
             "connect": self.connect,
             "disconnect": self.disconnect,
+            "observations/end": self.end_observation,
+            "relations/end": self.end_relation,
             "delete": self.delete,
             "restore": self.restore,
         }
@@ -86,11 +106,13 @@ class MemoryPages:
     async def find(self, request: Request, visit: Visit) -> Response:
         visit.require(READ)
         who, run, find = visit.who, self.c.run, self.services.entities.find
-        form = parse(FindForm, _given(request.query_params, "q", "type", "mode", "after", "before"))
+        names = ("q", "type", "mode", "after", "before", "source", "since", "until")
+        form = parse(FindForm, _given(request.query_params, *names))
+        facts = _facts(form)
         stats = await run(who, "graph_stats", self.services.graph.stats, writes=False)
         hits, listing, notices = None, None, []
         if form.q and form.q.strip():
-            kinds = SearchFilters(types=[form.type] if form.type else None)
+            kinds = SearchFilters(types=[form.type] if form.type else None, **facts)
             q = Query(text=form.q.strip(), mode=form.mode, filters=kinds, limit=HITS)
             result = await run(who, "search", self.services.search.search, q, writes=False)
             hits, notices = result.hits, list(result.notices)
@@ -121,11 +143,14 @@ class MemoryPages:
             if exc.code != "not_found":
                 raise
             entity = None  # deleted: its history and a way back
+        if entity is not None and entity.id != eid:  # merged into another: its id leads to the survivor
+            return self.c.done(
+                visit, f"/console/entity/{entity.id}", f"{history.entity.name} was merged into this entity."
+            )
         entries = [describe(e, who.subject) for e in history.entries]
         context = {
             "summary": history.entity,
             "entity": entity,
-            "authors": observation_authors(history.entries, who.subject),
             "outgoing": [r for r in (entity.relations or []) if r.from_id == eid] if entity else [],
             "incoming": [r for r in (entity.relations or []) if r.to_id == eid and r.from_id != eid] if entity else [],
             "history": entries,
@@ -134,10 +159,7 @@ class MemoryPages:
         return self.c.page(request, "entity.html", context, visit)
 
     async def _change(self, request: Request, visit: Visit) -> tuple[str, dict[str, str]]:
-        """A write form's entity id and fields, once the role and the CSRF token allow it."""
-        eid = entity_id(request.path_params["id"])
-        visit.require(WRITE)
-        return eid, await self.c.form(request, visit)
+        return await change(self.c, request, visit)
 
     def _back(self, visit: Visit, eid: str, message: str) -> Response:
         return self.c.done(visit, f"/console/entity/{eid}", message)
@@ -178,6 +200,26 @@ class MemoryPages:
             return self._back(visit, eid, "Observation added." if done else "That observation was already there.")
         return self._back(visit, eid, "Observation removed." if done else "That observation was not there.")
 
+    async def end_observation(self, request: Request, visit: Visit) -> Response:
+        """End a fact (it held, and no longer does): reads stop showing it, history keeps why."""
+        eid, f = await self._change(request, visit)
+        item = parse(models.ObservationsIn, {"entity": eid, "observations": [f.get("observation", "")]})
+        reason = parse(EndForm, _given(f, "reason")).reason
+        end = self.services.entities.invalidate_observations
+        result = await self.c.run(visit.who, "invalidate_observations", end, [item], None, reason, writes=True)
+        done = bool(result.results and result.results[0].observations)
+        return self._back(visit, eid, "Observation ended." if done else "That observation was not valid now.")
+
+    async def end_relation(self, request: Request, visit: Visit) -> Response:
+        eid, f = await self._change(request, visit)
+        rid = _relation_id(f)
+        reason = parse(EndForm, _given(f, "reason")).reason
+        end = self.services.relations.invalidate
+        result = await self.c.run(visit.who, "invalidate_relations", end, [], [rid], None, reason, writes=True)
+        if not result.invalidated:
+            raise EngramError("not_found", "no such relation valid now")
+        return self._back(visit, eid, "Relation ended.")
+
     async def connect(self, request: Request, visit: Visit) -> Response:
         eid, f = await self._change(request, visit)
         direction = f.get("direction", "out")
@@ -192,10 +234,7 @@ class MemoryPages:
 
     async def disconnect(self, request: Request, visit: Visit) -> Response:
         eid, f = await self._change(request, visit)
-        try:
-            rid = RELATION_ID.validate_python(f.get("relation", ""))
-        except ValidationError:
-            raise EngramError("invalid", "relation: a relation id") from None
+        rid = _relation_id(f)
         result = await self.c.run(visit.who, "disconnect", self.services.relations.disconnect, [], [rid], writes=True)
         if not result.removed:
             raise EngramError("not_found", "no such relation")
@@ -263,12 +302,28 @@ class MemoryPages:
 
 
 def _listing(form: FindForm) -> EntityFilters:
-    """The listing's filters: a type, and creation dates (`before` includes its whole day)."""
+    """The listing's filters: a type, creation dates (`before` includes its whole day), and the facts'."""
     return EntityFilters(
         types=[form.type] if form.type else None,
         created_after=_day(form.after),
         created_before=_day(form.before + timedelta(days=1) if form.before else None),
+        **_facts(form),
     )
+
+
+def _facts(form: FindForm) -> dict[str, Any]:
+    """The observation filters of search and listing alike: a source, and write dates (`until`
+    includes its whole day)."""
+    since, until = _day(form.since), _day(form.until + timedelta(days=1) if form.until else None)
+    time_range(since, until)
+    return {"sources": [form.source] if form.source else None, "since": since, "until": until}
+
+
+def _relation_id(fields: dict[str, str]) -> str:
+    try:
+        return RELATION_ID.validate_python(fields.get("relation", ""))
+    except ValidationError:
+        raise EngramError("invalid", "relation: a relation id") from None
 
 
 def _day(value: date | None) -> datetime | None:

@@ -818,6 +818,27 @@ async def test_find_filters_by_type_and_time_and_marks_matches(builtin, acme, br
     assert "Ada Lovelace</a>" in recent  # named even when no listing shows it
 
 
+async def test_find_filters_by_area_and_topic(builtin, browse):
+    t = await seed(
+        builtin,
+        [
+            {"name": "Calculus notes", "type": "note", "area": "maths", "topic": "analysis", "observations": ["lim"]},
+            {"name": "Algebra notes", "type": "note", "area": "maths", "topic": "algebra", "observations": ["lim"]},
+            {"name": "Opera notes", "type": "note", "area": "music", "observations": ["lim of range"]},
+        ],
+        [],
+    )
+    alice = await browse(t.admin, t.id)
+    maths = table(await alice.page("/console/find?area=maths"), "listing")
+    assert "Calculus notes" in maths and "Algebra notes" in maths and "Opera notes" not in maths
+    analysis = table(await alice.page("/console/find?area=maths&topic=analysis"), "listing")
+    assert "Calculus notes" in analysis and "Algebra notes" not in analysis
+    hits = table(await alice.page("/console/find?q=lim&mode=keyword&area=music"), "hits")
+    assert "Opera notes" in hits and "Calculus notes" not in hits
+    refused = await alice.http.get("/console/find?area=" + "x" * 101)
+    assert refused.status_code == 400 and "area" in refused.text
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (scripts/system-deps.sh)")
 async def test_an_admin_makes_a_key_uses_it_and_revokes_it_in_chromium(builtin, db_settings):
     from playwright.async_api import async_playwright

@@ -38,6 +38,8 @@ class FindForm(BaseModel):
 
     q: models.LongText | None = None
     type: models.TypeName | None = None
+    area: models.Label | None = None
+    topic: models.Label | None = None
     mode: Mode = "hybrid"
     after: date | None = None
     before: date | None = None
@@ -106,13 +108,13 @@ class MemoryPages:
     async def find(self, request: Request, visit: Visit) -> Response:
         visit.require(READ)
         who, run, find = visit.who, self.c.run, self.services.entities.find
-        names = ("q", "type", "mode", "after", "before", "source", "since", "until")
+        names = ("q", "type", "area", "topic", "mode", "after", "before", "source", "since", "until")
         form = parse(FindForm, _given(request.query_params, *names))
         facts = _facts(form)
         stats = await run(who, "graph_stats", self.services.graph.stats, writes=False)
         hits, listing, notices = None, None, []
         if form.q and form.q.strip():
-            kinds = SearchFilters(types=[form.type] if form.type else None, **facts)
+            kinds = SearchFilters(types=[form.type] if form.type else None, area=form.area, topic=form.topic, **facts)
             q = Query(text=form.q.strip(), mode=form.mode, filters=kinds, limit=HITS)
             result = await run(who, "search", self.services.search.search, q, writes=False)
             hits, notices = result.hits, list(result.notices)
@@ -302,9 +304,12 @@ class MemoryPages:
 
 
 def _listing(form: FindForm) -> EntityFilters:
-    """The listing's filters: a type, creation dates (`before` includes its whole day), and the facts'."""
+    """The listing's filters: a type, an area and topic, creation dates (`before` includes its whole
+    day), and the facts'."""
     return EntityFilters(
         types=[form.type] if form.type else None,
+        area=form.area,
+        topic=form.topic,
         created_after=_day(form.after),
         created_before=_day(form.before + timedelta(days=1) if form.before else None),
         **_facts(form),

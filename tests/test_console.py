@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import html
 import re
 import shutil
 import struct
@@ -18,6 +19,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urljoin
 
 import asyncpg
 import httpx2
@@ -32,6 +34,8 @@ from app.console import OFF_IN_OIDC_MODE, console_routes
 from tests.conftest import ROOT, Server, ok, serve
 from tests.helpers import connect, serve_builtin
 from tests.oauth_agent import Person, hidden_fields, oauth_client
+from tests.oidc_issuer import CLIENT_ID as UPSTREAM_CLIENT
+from tests.oidc_issuer import StandInIssuer
 from tests.test_authserver import CHROMIUM_ARGS, PASSWORD, add_user, engram
 
 ARTIFACTS = ROOT / "test-artifacts" / "console"
@@ -221,6 +225,29 @@ async def test_sign_in_keeps_the_token_on_the_server(builtin, acme, browse):
     assert 'name="password"' in (await browser.get("/console/sign-in")).text
     replay = httpx2.AsyncClient(base_url=builtin.base, cookies={"engram-console": session.value})
     assert (await replay.get("/console/find")).headers["location"] == "/console"
+
+
+async def test_signing_in_through_an_upstream_provider_opens_the_console(db_settings):
+    """With an external identity provider behind the built-in server, the console's sign-in is that
+    provider's OpenID Connect login, then the same choice of memory."""
+    with StandInIssuer() as issuer:
+        corp = {"name": "corp", "label": "Corp SSO", "issuer": issuer.url, "client_id": UPSTREAM_CLIENT}
+        upstream = orjson.dumps([{**corp, "client_secret": "upstream-secret"}]).decode()
+        with serve_builtin(db_settings, ENGRAM_LOCAL_ACCOUNTS="false", ENGRAM_UPSTREAM_PROVIDERS=upstream) as server:
+            async with httpx2.AsyncClient(base_url=server.base, follow_redirects=True, timeout=30) as http:
+                page = await http.get("/console/sign-in")
+                assert "Sign in with Corp SSO" in page.text and 'name="password"' not in page.text
+                start = re.search(r'href="([^"]*/oauth/upstream/corp[^"]*)"', page.text)
+                assert start is not None
+                # The provider approves at once and sends the browser back to Engram's callback.
+                consent = await http.get(urljoin(server.base, html.unescape(start[1])))
+                assert 'Open <span class="client">Engram console</span> for which memory?' in consent.text
+                personal = re.findall(r'name="tenant" id="[^"]+" value="([^"]+)"', consent.text)
+                assert len(personal) == 1
+                form = {**hidden_fields(consent.text), "decision": "allow", "tenant": personal[0]}
+                landed = await http.post("/oauth/consent", data=form)
+                assert landed.url.path == "/console/find", landed.text
+                assert f'id="tenant">{personal[0]}<' in landed.text
 
 
 async def test_a_forged_callback_or_a_replayed_code_signs_nobody_in(builtin):

@@ -17,6 +17,7 @@ import shutil
 import struct
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin
@@ -739,6 +740,23 @@ def png_size(path: Any) -> tuple[int, int]:
     return struct.unpack(">II", image[16:24])
 
 
+@asynccontextmanager
+async def console_in_chromium(blocked: list[str]) -> AsyncIterator[Any]:
+    """A page of headless Chromium (screenshots go to ARTIFACTS); what the Content Security Policy
+    blocks is appended to `blocked`."""
+    from playwright.async_api import async_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        page = await browser.new_page(viewport={"width": 1200, "height": 900})
+        page.on("console", lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None)
+        try:
+            yield page
+        finally:
+            await browser.close()
+
+
 async def sign_in_with_browser(page: Any, server: Server, tenant: Tenant) -> None:
     """Through the console's sign-in: the authorization server's page, then the tenant's choice."""
     await page.goto(f"{server.base}/console")
@@ -753,15 +771,10 @@ async def sign_in_with_browser(page: Any, server: Server, tenant: Tenant) -> Non
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (scripts/system-deps.sh)")
 async def test_a_person_tends_memory_in_chromium(builtin, acme):
-    from playwright.async_api import async_playwright, expect
+    from playwright.async_api import expect
 
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     blocked: list[str] = []
-    async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        page = await browser.new_page(viewport={"width": 1200, "height": 900})
-        page.on("console", lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None)
-
+    async with console_in_chromium(blocked) as page:
         await sign_in_with_browser(page, builtin, acme)
         assert await page.locator("#tenant").inner_text() == acme.id
         counts = await page.locator("#counts").inner_text()
@@ -820,7 +833,6 @@ async def test_a_person_tends_memory_in_chromium(builtin, acme):
         await page.get_by_role("link", name="Administer").click()
         assert acme.admin.username in await page.locator("#members").inner_text()
         await page.screenshot(path=ARTIFACTS / "admin.png", full_page=True)
-        await browser.close()
 
     assert not blocked, blocked  # the policy blocked nothing the pages use
     for name in ("find", "search", "entity", "graph", "admin"):
@@ -868,15 +880,9 @@ async def test_find_filters_by_area_and_topic(builtin, browse):
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (scripts/system-deps.sh)")
 async def test_an_admin_makes_a_key_uses_it_and_revokes_it_in_chromium(builtin, db_settings):
-    from playwright.async_api import async_playwright
-
     t = await seed(builtin, [{"name": "Report source", "type": "note", "observations": ["for the bot"]}], [])
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     blocked: list[str] = []
-    async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        page = await browser.new_page(viewport={"width": 1200, "height": 900})
-        page.on("console", lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None)
+    async with console_in_chromium(blocked) as page:
         await sign_in_with_browser(page, builtin, t)
         await page.get_by_role("link", name="Administer").click()
 
@@ -917,7 +923,6 @@ async def test_an_admin_makes_a_key_uses_it_and_revokes_it_in_chromium(builtin, 
         await page.get_by_role("link", name="Audit log").click()
         audit = await page.locator("main").inner_text()
         assert "console:create_api_key" in audit and "console:revoke_api_key" in audit
-        await browser.close()
 
     assert not blocked, blocked
     assert mcp_status(builtin, key) == 401
@@ -930,8 +935,6 @@ async def test_an_admin_makes_a_key_uses_it_and_revokes_it_in_chromium(builtin, 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (scripts/system-deps.sh)")
 async def test_a_person_merges_duplicates_and_ends_a_fact_in_chromium(builtin):
-    from playwright.async_api import async_playwright
-
     t = await seed(
         builtin,
         [
@@ -942,12 +945,8 @@ async def test_a_person_merges_duplicates_and_ends_a_fact_in_chromium(builtin):
         [{"from": "Grace Hoper", "to": "Navy", "type": "served in"}],
     )
     survivor, duplicate = t.ids["Grace Hopper"], t.ids["Grace Hoper"]
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     blocked: list[str] = []
-    async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        page = await browser.new_page(viewport={"width": 1200, "height": 900})
-        page.on("console", lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None)
+    async with console_in_chromium(blocked) as page:
         await sign_in_with_browser(page, builtin, t)
         await page.goto(f"{builtin.base}/console/entity/{survivor}")
         assert "No aliases." in await page.locator("#aliases").inner_text()
@@ -997,7 +996,6 @@ async def test_a_person_merges_duplicates_and_ends_a_fact_in_chromium(builtin):
         audit = await page.locator("main").inner_text()
         for action in ("console:merge_entities", "console:add_aliases", "console:invalidate_observations"):
             assert action in audit, action
-        await browser.close()
 
     assert not blocked, blocked
     stored = await mcp_call(builtin, t.admin, "get_entity", {"id": survivor, "include_invalid": True})

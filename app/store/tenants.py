@@ -144,6 +144,10 @@ class KeyAudit:
     duration_ms: float
     request_id: str
 
+    def args(self) -> tuple[str, str, str, float, str]:
+        """The definer functions' last five parameters, in their order."""
+        return (self.subject, self.client_id, self.tool, self.duration_ms, self.request_id)
+
 
 # What the definer functions' refusals mean (sql/migrations/0015_tenant_api_keys.sql).
 _KEY_REFUSALS: dict[type[asyncpg.PostgresError], tuple[str, str]] = {
@@ -178,11 +182,7 @@ async def create_key_in_tenant(
             name,
             list(scopes),
             expires_at,
-            audit.subject,
-            audit.client_id,
-            audit.tool,
-            audit.duration_ms,
-            audit.request_id,
+            *audit.args(),
         )
     except tuple(_KEY_REFUSALS) as exc:
         raise _refusal(exc) from None
@@ -193,16 +193,6 @@ async def create_key_in_tenant(
 async def revoke_key_in_tenant(tx: Tx, key_id: str, audit: KeyAudit) -> bool:
     """Revoke one of the transaction's tenant's keys; False if it has no unrevoked key by that id."""
     try:
-        return bool(
-            await tx.fetchval(
-                "SELECT engram.revoke_api_key($1, $2, $3, $4, $5, $6)",
-                key_id,
-                audit.subject,
-                audit.client_id,
-                audit.tool,
-                audit.duration_ms,
-                audit.request_id,
-            )
-        )
+        return bool(await tx.fetchval("SELECT engram.revoke_api_key($1, $2, $3, $4, $5, $6)", key_id, *audit.args()))
     except tuple(_KEY_REFUSALS) as exc:
         raise _refusal(exc) from None

@@ -30,7 +30,8 @@ from tests.helpers import serve_builtin
 from tests.oauth_agent import oauth_client
 from tests.test_authserver import REDIRECT, _part, add_user, register
 
-MEMORY = {
+# The originals' tools: the seven they share, and each one's two reads.
+SHARED = {
     "create_entities",
     "create_relations",
     "add_observations",
@@ -38,20 +39,9 @@ MEMORY = {
     "delete_observations",
     "delete_relations",
     "read_graph",
-    "search_nodes",
-    "open_nodes",
 }
-NEO4J = {
-    "create_entities",
-    "create_relations",
-    "add_observations",
-    "delete_entities",
-    "delete_observations",
-    "delete_relations",
-    "read_graph",
-    "search_memories",
-    "find_memories_by_name",
-}
+MEMORY = SHARED | {"search_nodes", "open_nodes"}
+NEO4J = SHARED | {"search_memories", "find_memories_by_name"}
 INITIALIZE = {
     "jsonrpc": "2.0",
     "id": 1,

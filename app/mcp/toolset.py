@@ -117,7 +117,8 @@ class ToolSet:
             tool.parameters = lean(tool.parameters) | {"additionalProperties": False}  # see `_Arguments`
             fields = {f: getattr(tool.fn_metadata, f) for f in FuncMetadata.model_fields}
             fields["output_schema"] = lean(fields["output_schema"], output=True)
-            tool.fn_metadata = _Arguments(**fields)
+            known = frozenset(f.alias or name for name, f in fields["arg_model"].model_fields.items())
+            tool.fn_metadata = _Arguments(**fields, known=known)
             self.tools.append(tool)
             self.scopes[tool_name] = scope
             return fn
@@ -168,9 +169,10 @@ class InvalidArguments(ValidationError):
 class _Arguments(FuncMetadata):
     """The SDK's argument validation, with its refusals reported as `invalid` (field and rule, never the input)."""
 
+    known: frozenset[str] = frozenset()  # the argument names the tool takes, set at registration
+
     def validate_arguments(self, arguments_to_validate: dict[str, Any]) -> dict[str, Any]:
-        known = {f.alias or name for name, f in self.arg_model.model_fields.items()}
-        if unknown := sorted(set(arguments_to_validate) - known):  # pydantic would drop them silently
+        if unknown := sorted(arguments_to_validate.keys() - self.known):  # pydantic would drop them silently
             refused = InvalidArguments.from_exception_data("arguments", [])
             refused.problems = [f"{name[:100]}: unknown argument" for name in unknown[:10]]
             raise refused

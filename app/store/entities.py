@@ -188,6 +188,23 @@ async def resolve(tx: Tx, refs: Sequence[str], *, lock: bool = False) -> list[Ca
     return [candidate(r) for r in rows]
 
 
+def field_arrays(items: Sequence[Any]) -> list[list[Any]]:
+    """The entity fields every insert sends, one array per column, for `unnest`: id, name,
+    name_key, type, description, area, topic, subtopic, certainty, properties."""
+    return [
+        [i.id for i in items],
+        [i.name for i in items],
+        [name_key(i.name) for i in items],
+        [i.type for i in items],
+        [i.description for i in items],
+        [i.area for i in items],
+        [i.topic for i in items],
+        [i.subtopic for i in items],
+        [i.certainty for i in items],
+        [i.properties for i in items],
+    ]
+
+
 @timed
 async def insert(tx: Tx, items: Sequence[NewEntity], actor: str) -> None:
     await tx.execute(
@@ -209,16 +226,7 @@ async def insert(tx: Tx, items: Sequence[NewEntity], actor: str) -> None:
                u.certainty, coalesce(u.properties, '{}'), $11, $11
         FROM u JOIN v ON v.eid = u.id
         """,
-        [i.id for i in items],
-        [i.name for i in items],
-        [name_key(i.name) for i in items],
-        [i.type for i in items],
-        [i.description for i in items],
-        [i.area for i in items],
-        [i.topic for i in items],
-        [i.subtopic for i in items],
-        [i.certainty for i in items],
-        [i.properties for i in items],
+        *field_arrays(items),
         actor,
     )
     tx.growth.entities += len(items)

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from app.store.database import Database, Tenant, Tx, timed
-from app.store.entities import COLUMNS, EntityRow, NewEntity, name_key
+from app.store.entities import COLUMNS, EntityRow, NewEntity, field_arrays
 from app.store.history import Change
 from app.store.validity import edge_holds, valid_at
 
@@ -192,16 +192,7 @@ async def insert_entities(tx: Tx, items: Sequence[ImportedEntity], actor: str) -
                coalesce(u.updated_by, u.created_by, $17), u.deleted_at
         FROM u JOIN v ON v.eid = u.id
         """,
-        [i.id for i in items],
-        [i.name for i in items],
-        [name_key(i.name) for i in items],
-        [i.type for i in items],
-        [i.description for i in items],
-        [i.area for i in items],
-        [i.topic for i in items],
-        [i.subtopic for i in items],
-        [i.certainty for i in items],
-        [i.properties for i in items],
+        *field_arrays(items),
         [i.version for i in items],
         [i.created_at for i in items],
         [i.updated_at for i in items],

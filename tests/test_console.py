@@ -258,17 +258,26 @@ async def test_a_forged_callback_or_a_replayed_code_signs_nobody_in(builtin):
     assert "engram-console" not in answer.cookies
 
 
-async def test_the_session_outlives_its_access_token_and_ends_with_its_grant(db_settings):
-    """The console refreshes the access token before it ends (a minute here), and a revoked grant
-    (`engram revoke --user`) ends the console session too."""
-    with serve(db_settings, ENGRAM_AUTH_MODE="builtin", ENGRAM_EMBEDDING_PROVIDER="none",
-               ENGRAM_ACCESS_TOKEN_TTL_SECONDS="60") as short:  # fmt: skip
+async def test_sessions_are_shared_by_replicas_and_each_refresh_token_is_spent_once(db_settings):
+    """Sessions are kept in the database: a second process serving the same public URL (a replica
+    behind one ingress, or the first one restarted) serves a session it never saw. Requests racing
+    on both to refresh an ending access token (a minute here) spend its single-use refresh token
+    once, and a revoked grant (`engram revoke --user`) ends the session on both."""
+    short = {"ENGRAM_ACCESS_TOKEN_TTL_SECONDS": "60"}
+    with (
+        serve_builtin(db_settings, **short) as first,
+        serve_builtin(db_settings, **short, ENGRAM_PUBLIC_URL=first.base) as second,
+    ):
         tenant = f"console-{uuid.uuid4().hex[:10]}"
-        person = add_user(short, tenant, "writer")
-        browser = await console_sign_in(short, person, tenant)
+        person = add_user(first, tenant, "writer")
+        browser = await console_sign_in(first, person, tenant)
+        session = {"engram-console": browser.http.cookies["engram-console"]}
+        replica = httpx2.AsyncClient(base_url=second.base, cookies=session)
+        page = await replica.get("/console/find")
+        assert page.status_code == 200 and f'id="tenant">{tenant}<' in page.text
 
         def refreshes() -> int:
-            listed = engram(short.env, "audit", "auth", "--limit", "10000")
+            listed = engram(first.env, "audit", "auth", "--limit", "10000")
             assert listed.returncode == 0, listed.stderr
             return sum(
                 1
@@ -278,17 +287,23 @@ async def test_the_session_outlives_its_access_token_and_ends_with_its_grant(db_
 
         assert refreshes() == 0
         await asyncio.sleep(31)  # past the point where the console refreshes a 60-second token
-        assert 'id="tenant"' in await browser.page("/console/find")
-        assert refreshes() == 1
-        revoked = engram(short.env, "revoke", "--user", person.username)
+        racing = [client.get("/console/find", follow_redirects=False) for client in (browser.http, replica) * 4]
+        answers = await asyncio.gather(*racing)
+        assert [a.status_code for a in answers] == [200] * 8
+        assert all(f'id="tenant">{tenant}<' in a.text for a in answers)
+        assert refreshes() == 1  # a second spend would have revoked the grant
+        assert (await replica.get("/console/find", follow_redirects=False)).status_code == 200
+        revoked = engram(first.env, "revoke", "--user", person.username)
         assert revoked.returncode == 0, revoked.stderr
-        for _ in range(60):  # replicas read the revoked grants every few seconds
-            answer = await browser.http.get("/console/find", follow_redirects=False)
-            if answer.status_code == 303:
-                break
-            await asyncio.sleep(0.5)
-        assert answer.status_code == 303 and answer.headers["location"] == "/console"
+        for client in (browser.http, replica):
+            for _ in range(60):  # replicas read the revoked grants every few seconds
+                answer = await client.get("/console/find", follow_redirects=False)
+                if answer.status_code == 303:
+                    break
+                await asyncio.sleep(0.5)
+            assert answer.status_code == 303 and answer.headers["location"] == "/console"
         await browser.http.aclose()
+        await replica.aclose()
 
 
 # --- isolation --------------------------------------------------------------------------------

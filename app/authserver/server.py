@@ -33,6 +33,7 @@ from starlette.types import ASGIApp
 
 from app.auth.cimd import ClientDocuments
 from app.authserver.accounts import Accounts, Throttle
+from app.authserver.client_sessions import ClientSessions
 from app.authserver.clients import Clients
 from app.authserver.events import Events
 from app.authserver.limits import RateLimiter
@@ -118,6 +119,7 @@ class AuthServer:
             personal_tenants=personal_tenants,
         )
         self.accounts = accounts
+        self.client_sessions = ClientSessions(db, ttl=timedelta(hours=12))
         cookies = Cookies(secure=issuer.startswith("https://"))
         self.pages = Pages(
             self.provider,

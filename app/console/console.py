@@ -6,10 +6,10 @@ Every page is for the tenant of the session's verified token; no URL, field or h
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hmac
 import re
-import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -30,7 +30,7 @@ from app.console.calls import Runner
 from app.console.memory import MemoryPages
 from app.console.merging import MergePages
 from app.console.sessions import PendingSignIn, Session, Sessions
-from app.console.signin import SignIn, pkce_pair
+from app.console.signin import SignIn, challenge_of
 from app.console.web import HERE, Static, problem, render, secure
 from app.errors import EngramError
 from app.services import Services
@@ -39,7 +39,8 @@ from app.services.models import UUID_PATTERN
 PREFIX = "/console"
 ENTITY_ID = re.compile(UUID_PATTERN)
 FORM_BYTES = 64 * 1024  # a console form: a few fields of at most a few KiB each
-REFRESH_AHEAD = 30  # seconds before the access token ends that it is refreshed
+REFRESH_AHEAD = 60  # seconds before the access token ends that it is refreshed
+REFRESH_WAIT = 0.1, 30  # while another request refreshes: poll every 0.1 s, at most 30 times
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +115,7 @@ class Console:
         self.transfer_seconds = transfer_seconds
         self.claims = tenant_claims
         self.sign = SignIn(auth, issuer=issuer, resource=resource, scopes=scopes, callback=f"{issuer}{PREFIX}/callback")
-        self.sessions = Sessions()
+        self.sessions = Sessions(auth.client_sessions)
         self.cookies = Cookies(secure=issuer.startswith("https://"))
         self.static = Static(f"{PREFIX}/static", HERE / "static", AUTH_STATIC)  # the sign-in pages' look too
 
@@ -128,7 +129,7 @@ class Console:
             "static": self.static.base,
             "visit": visit,
             "csrf": visit.session.csrf if visit else "",
-            "flash": visit.session.take_flash() if visit else "",
+            "flash": visit.session.take_notice() if visit else "",
         }
         return render(request, template, context, status, **base)
 
@@ -142,29 +143,34 @@ class Console:
     async def visit(self, request: Request) -> Visit | None:
         """The signed-in visit, its access token refreshed when it is about to end; None: sign in."""
         cookie = request.cookies.get(self.cookies.session)
-        session = self.sessions.get(cookie)
+        session = await self.sessions.get(cookie)
         if session is None:
             return None
-        if session.expires_at - REFRESH_AHEAD < time.time() and not await self._refresh(session):
-            self.sessions.close(cookie)
-            return None
-        access = await self.verifier.verify_token(session.access_token)
-        if access is None and await self._refresh(session):  # revoked or rotated: try once more
-            access = await self.verifier.verify_token(session.access_token)
-        if access is None:
-            self.sessions.close(cookie)
+        if session.expires_at - REFRESH_AHEAD < time.time():
+            session = await self._refreshed(session)
+        access = await self.verifier.verify_token(session.access_token) if session else None
+        if session is not None and access is None:  # revoked, or signed by a retired key: try once more
+            session = await self._refreshed(session)
+            access = await self.verifier.verify_token(session.access_token) if session else None
+        if session is None or access is None:
+            await self.sessions.close(cookie)
             return None
         return Visit(session, principal_from_token(access, self.claims))
 
-    async def _refresh(self, session: Session) -> bool:
-        if not session.refresh_token:
-            return False
-        tokens = await self.sign.refresh(session.refresh_token)
-        if tokens is None:
-            return False
-        session.access_token, session.refresh_token = tokens.access_token, tokens.refresh_token
-        session.expires_at = tokens.expires_at
-        return True
+    async def _refreshed(self, session: Session) -> Session | None:
+        """The session with a fresh access token. One request, across every replica, spends the
+        refresh token; the others go on with the token they have while it lasts, or wait for the new one."""
+        if await self.sessions.claim_refresh(session):
+            tokens = await self.sign.refresh(session.refresh_token) if session.refresh_token else None
+            return await self.sessions.renew(session, tokens) if tokens else None
+        pause, tries = REFRESH_WAIT
+        current: Session | None = session
+        for _ in range(tries):
+            if current is None or current.version > session.version or current.expires_at > time.time() + 5:
+                return current
+            await asyncio.sleep(pause)
+            current = await self.sessions.get(session.cookie)
+        return None
 
     def signed_in(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         """A page for signed-in visits only; refusals of the services become a page saying why."""
@@ -181,6 +187,9 @@ class Console:
                 return await handler(request, visit)
             except EngramError as exc:
                 return self.refused(request, visit, exc, _back_to(request))
+            finally:
+                if visit is not None:
+                    await self.sessions.settle(visit.session)
 
         return endpoint
 
@@ -199,7 +208,7 @@ class Console:
 
     def done(self, visit: Visit, target: str, message: str) -> Response:
         """After a change: back to `target` (a console path) with a note of what happened."""
-        visit.session.flash = message
+        visit.session.told = message
         return secure(RedirectResponse(target, status_code=303))
 
     # --- signing in and out ----------------------------------------------------------------------
@@ -212,16 +221,15 @@ class Console:
 
     async def begin(self, request: Request) -> Response:
         """Off to the authorization server: sign in (if needed) and choose the tenant."""
-        verifier, challenge = pkce_pair()
-        state = secrets.token_urlsafe(24)
-        cookie = self.sessions.begin(PendingSignIn(state, verifier, f"{PREFIX}/find"))
-        response = RedirectResponse(self.sign.authorize_url(state, challenge), status_code=303)
+        cookie, pending = PendingSignIn.begin()
+        response = RedirectResponse(self.sign.authorize_url(pending.state, challenge_of(pending.verifier)), 303)
         self.cookies.set(response, self.cookies.sign_in, cookie, 600)
         return secure(response)
 
     async def callback(self, request: Request) -> Response:
         q = request.query_params
-        pending = self.sessions.finish(request.cookies.get(self.cookies.sign_in))
+        cookie = request.cookies.get(self.cookies.sign_in, "")
+        pending = PendingSignIn.of(cookie) if 0 < len(cookie) <= 100 else None
         state = q.get("state", "")
         if pending is None or not hmac.compare_digest(state.encode(), pending.state.encode()):
             return self._sign_in_failed(request, "This sign-in expired or was not started here. Please start again.")
@@ -236,13 +244,10 @@ class Console:
         user = await self.auth.accounts.session_user(request.cookies.get(self.auth.pages.cookies.session))
         username = user.username if user else (access.subject or "")
         display = (user.display_name or user.username) if user else username
-        old = request.cookies.get(self.cookies.session)
-        self.sessions.close(old)  # a tenant switch replaces the session; its old id is worthless now
-        value = self.sessions.open(
-            Session(tokens.access_token, tokens.refresh_token, tokens.expires_at, username, display)
-        )
-        response = RedirectResponse(pending.back_to, status_code=303)
-        self.cookies.set(response, self.cookies.session, value)
+        await self.sessions.close(request.cookies.get(self.cookies.session))  # a tenant switch replaces it
+        session = await self.sessions.open(tokens, username, display)
+        response = RedirectResponse(f"{PREFIX}/find", status_code=303)
+        self.cookies.set(response, self.cookies.session, session.cookie)
         self.cookies.clear(response, self.cookies.sign_in)
         return secure(response)
 
@@ -256,7 +261,7 @@ class Console:
         """Signed out everywhere this browser was: the console's session, its grant (its tokens stop
         working within seconds), and the authorization server's own session."""
         await self.form(request, visit)
-        self.sessions.close(request.cookies.get(self.cookies.session))
+        await self.sessions.close(visit.session.cookie)
         await self.sign.revoke(visit.session.refresh_token or visit.session.access_token)
         signed_in = request.cookies.get(self.auth.pages.cookies.session)
         if signed_in and len(signed_in) <= 100:

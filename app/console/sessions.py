@@ -1,39 +1,107 @@
-"""The console's server-side sessions: the browser holds only a random session id in an HttpOnly
-cookie; the tokens, the CSRF secret and the flash message stay here.
+"""The console's sessions. The browser holds only a random cookie; the tokens, the CSRF secret and
+the one-line notice after a change are kept in PostgreSQL by the authorization server's
+`ClientSessions` (sealed with a key only the cookie gives), so any replica serves any request and a
+restart signs nobody out.
 
-Sessions live in this process's memory, bounded in number and age. Behind several replicas a
-person whose request reaches another replica signs in again (the authorization server's own
-session makes that a click on the tenant page), unless the ingress keeps them on one (docs/console.md).
+An unfinished sign-in keeps nothing on the server: its `state` and PKCE verifier are derived from a
+random cookie set when it began, and derived again at the callback.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
 import secrets
 from dataclasses import dataclass, field
+from typing import Any
 
-from cachetools import TTLCache
-
-SESSION_SECONDS = 12 * 3600
-SIGN_IN_SECONDS = 600  # an unfinished sign-in (state and PKCE verifier) waits this long
-MAX_SESSIONS = 10_000
+from app.authserver.client_sessions import ClientSessions
+from app.console.signin import Tokens
 
 
 @dataclass(slots=True)
 class Session:
-    """One signed-in browser: whose tokens, for which tenant, with which CSRF secret."""
+    """One signed-in browser: whose tokens, with which CSRF secret, at which version of its tokens."""
 
+    cookie: str
     access_token: str
     refresh_token: str | None
     expires_at: float  # when the access token ends (its own `exp`)
     username: str  # the account's name
     display_name: str
     csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
-    flash: str = ""
+    version: int = 1
+    refreshing: bool = False  # another request is refreshing the tokens right now
+    notice: str = ""  # what the last change said, shown once on the next page
+    told: str = ""  # a notice this request leaves for the next page
+    shown: str = ""  # the notice this request displayed
 
-    def take_flash(self) -> str:
-        message, self.flash = self.flash, ""
-        return message
+    def take_notice(self) -> str:
+        self.shown, self.notice = self.notice, ""
+        return self.shown
+
+    def record(self) -> dict[str, Any]:
+        """What is sealed: everything but the cookie, the version and the notices."""
+        return {
+            "access_token": self.access_token,
+            "refresh_token": self.refresh_token,
+            "expires_at": self.expires_at,
+            "username": self.username,
+            "display_name": self.display_name,
+            "csrf": self.csrf,
+        }
+
+
+class Sessions:
+    def __init__(self, kept: ClientSessions) -> None:
+        self._kept = kept
+
+    async def open(self, tokens: Tokens, username: str, display_name: str) -> Session:
+        session = Session("", tokens.access_token, tokens.refresh_token, tokens.expires_at, username, display_name)
+        session.cookie = await self._kept.open(session.record())
+        return session
+
+    async def get(self, cookie: str | None) -> Session | None:
+        opened = await self._kept.get(cookie)
+        if cookie is None or opened is None:
+            return None
+        r = opened.record
+        return Session(
+            cookie,
+            r["access_token"],
+            r["refresh_token"],
+            r["expires_at"],
+            r["username"],
+            r["display_name"],
+            r["csrf"],
+            opened.version,
+            opened.refreshing,
+            opened.notice,
+        )
+
+    async def claim_refresh(self, session: Session) -> bool:
+        """Whether this request is the one to spend the refresh token: it is single-use, and a second
+        spend (from another request or replica) would revoke the whole grant."""
+        return await self._kept.claim_refresh(session.cookie, session.version)
+
+    async def renew(self, session: Session, tokens: Tokens) -> Session | None:
+        session.access_token, session.refresh_token = tokens.access_token, tokens.refresh_token
+        session.expires_at = tokens.expires_at
+        if not await self._kept.renew(session.cookie, session.version, session.record()):
+            return None
+        session.version += 1
+        return session
+
+    async def settle(self, session: Session) -> None:
+        """Keeps the notice this request left, or clears the one it showed."""
+        if session.told:
+            await self._kept.set_notice(session.cookie, session.told)
+        elif session.shown:
+            await self._kept.clear_notice(session.cookie, session.shown)
+
+    async def close(self, cookie: str | None) -> None:
+        await self._kept.close(cookie)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,40 +110,18 @@ class PendingSignIn:
 
     state: str
     verifier: str
-    back_to: str
+
+    @classmethod
+    def of(cls, cookie: str) -> PendingSignIn:
+        return cls(_derive(cookie, b"state"), _derive(cookie, b"verifier"))
+
+    @classmethod
+    def begin(cls) -> tuple[str, PendingSignIn]:
+        """A new sign-in: the cookie to set, and the state and verifier it stands for."""
+        cookie = secrets.token_urlsafe(32)
+        return cookie, cls.of(cookie)
 
 
-def _key(value: str) -> str:
-    """Sessions are found by a hash of the cookie: a memory dump does not hand out live cookies."""
-    return hashlib.sha256(value.encode()).hexdigest()
-
-
-class Sessions:
-    def __init__(self, max_sessions: int = MAX_SESSIONS, seconds: float = SESSION_SECONDS) -> None:
-        self._sessions: TTLCache[str, Session] = TTLCache(maxsize=max_sessions, ttl=seconds)
-        self._pending: TTLCache[str, PendingSignIn] = TTLCache(maxsize=max_sessions, ttl=SIGN_IN_SECONDS)
-
-    def open(self, session: Session) -> str:
-        value = secrets.token_urlsafe(32)
-        self._sessions[_key(value)] = session
-        return value
-
-    def get(self, value: str | None) -> Session | None:
-        if not value or len(value) > 100:
-            return None
-        return self._sessions.get(_key(value))
-
-    def close(self, value: str | None) -> None:
-        if value and len(value) <= 100:
-            self._sessions.pop(_key(value), None)
-
-    def begin(self, pending: PendingSignIn) -> str:
-        value = secrets.token_urlsafe(32)
-        self._pending[_key(value)] = pending
-        return value
-
-    def finish(self, value: str | None) -> PendingSignIn | None:
-        """The sign-in this browser began, once: a replayed callback finds nothing."""
-        if not value or len(value) > 100:
-            return None
-        return self._pending.pop(_key(value), None)
+def _derive(cookie: str, purpose: bytes) -> str:
+    mac = hmac.new(cookie.encode(), b"engram-console-sign-in:" + purpose, hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(mac).rstrip(b"=").decode()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import secrets
 import time
 from dataclasses import dataclass
 from urllib.parse import urlencode
@@ -33,11 +32,9 @@ class Tokens:
     expires_at: float
 
 
-def pkce_pair() -> tuple[str, str]:
-    """(verifier, S256 challenge)."""
-    verifier = secrets.token_urlsafe(48)
-    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
-    return verifier, challenge
+def challenge_of(verifier: str) -> str:
+    """The PKCE S256 challenge of `verifier`."""
+    return base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
 
 
 class SignIn:

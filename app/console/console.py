@@ -39,7 +39,7 @@ from app.services.models import UUID_PATTERN
 PREFIX = "/console"
 ENTITY_ID = re.compile(UUID_PATTERN)
 FORM_BYTES = 64 * 1024  # a console form: a few fields of at most a few KiB each
-REFRESH_AHEAD = 60  # seconds before the access token ends that it is refreshed
+REFRESH_AHEAD = 30  # seconds before the access token ends that it is refreshed
 REFRESH_WAIT = 0.1, 30  # while another request refreshes: poll every 0.1 s, at most 30 times
 
 

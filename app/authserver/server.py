@@ -34,6 +34,7 @@ from starlette.types import ASGIApp
 from app.auth.cimd import ClientDocuments
 from app.authserver.accounts import Accounts, Throttle
 from app.authserver.clients import Clients
+from app.authserver.connections import Connections
 from app.authserver.events import Events
 from app.authserver.limits import RateLimiter
 from app.authserver.pages import Cookies, Pages
@@ -107,6 +108,9 @@ class AuthServer:
             scope_names=scope_names,
             tenant_claim=tenant_claim,
             lifetimes=lifetimes,
+        )
+        self.connections = Connections(
+            db, self.clients, self._events, access_lifetime=timedelta(seconds=lifetimes.access)
         )
         accounts = Accounts(
             db,

@@ -27,6 +27,7 @@ from app.authserver.server import STATIC as AUTH_STATIC
 from app.authserver.server import AuthServer
 from app.console.admin import AdminPages
 from app.console.calls import Runner
+from app.console.connected import ConnectedApps
 from app.console.memory import MemoryPages
 from app.console.merging import MergePages
 from app.console.sessions import PendingSignIn, Session, Sessions
@@ -65,10 +66,12 @@ class Cookies:
 
 @dataclass(frozen=True, slots=True)
 class Visit:
-    """A signed-in request: the session and the principal its verified token makes."""
+    """A signed-in request: the session, the principal its verified token makes, and the grant
+    (the token's `sid`) this session is."""
 
     session: Session
     who: Principal
+    grant: str = ""
 
     @property
     def can_write(self) -> bool:
@@ -154,7 +157,8 @@ class Console:
         if access is None:
             self.sessions.close(cookie)
             return None
-        return Visit(session, principal_from_token(access, self.claims))
+        sid = (access.claims or {}).get("sid")
+        return Visit(session, principal_from_token(access, self.claims), sid if isinstance(sid, str) else "")
 
     async def _refresh(self, session: Session) -> bool:
         if not session.refresh_token:
@@ -256,8 +260,13 @@ class Console:
         """Signed out everywhere this browser was: the console's session, its grant (its tokens stop
         working within seconds), and the authorization server's own session."""
         await self.form(request, visit)
-        self.sessions.close(request.cookies.get(self.cookies.session))
         await self.sign.revoke(visit.session.refresh_token or visit.session.access_token)
+        return await self.signed_out(request)
+
+    async def signed_out(self, request: Request) -> Response:
+        """The end of this browser's sessions, the console's and the authorization server's (whose
+        grant is already revoked): back to the console's welcome page."""
+        self.sessions.close(request.cookies.get(self.cookies.session))
         signed_in = request.cookies.get(self.auth.pages.cookies.session)
         if signed_in and len(signed_in) <= 100:
             await self.auth.accounts.close_session(signed_in)
@@ -272,6 +281,7 @@ class Console:
         pages = MemoryPages(self)
         merging = MergePages(self)
         tenant_admin = AdminPages(self)
+        apps = ConnectedApps(self)
         get = [
             ("", self.home),
             ("/sign-in", self.begin),
@@ -283,9 +293,11 @@ class Console:
             ("/api/graph", self.signed_in(pages.graph_data)),
             ("/admin", self.signed_in(tenant_admin.overview)),
             ("/admin/audit", self.signed_in(tenant_admin.audit)),
+            ("/apps", self.signed_in(apps.listing)),
         ]
         post = [
             ("/sign-out", self.sign_out),
+            ("/apps/disconnect", apps.disconnect),
             *((f"/entity/{{id}}/{name}", action) for name, action in {**pages.actions(), **merging.actions()}.items()),
             *((f"/admin/{name}", action) for name, action in tenant_admin.actions().items() if name != "import"),
         ]

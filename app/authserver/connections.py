@@ -25,6 +25,7 @@ from app.store.database import Database
 
 MAX_GRANTS = 200  # grants (and, apart, remembered consents) a listing shows
 NAME_SECONDS = 2.0  # how long a listing waits for clients' metadata documents before showing their ids
+NAME_LOOKUPS = 8  # clients looked up at once (database connections, document fetches)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +123,13 @@ class Connections:
     async def _known(self, client_ids: Iterable[str]) -> dict[str, EngramClient]:
         """The clients found, in parallel; a metadata document that does not answer within
         NAME_SECONDS (or at all) leaves its client to be shown by its id."""
-        tasks = {client_id: asyncio.ensure_future(self._clients.get(client_id)) for client_id in set(client_ids)}
+        slots = asyncio.Semaphore(NAME_LOOKUPS)
+
+        async def get(client_id: str) -> EngramClient | None:
+            async with slots:
+                return await self._clients.get(client_id)
+
+        tasks = {client_id: asyncio.ensure_future(get(client_id)) for client_id in set(client_ids)}
         if not tasks:
             return {}
         await asyncio.wait(tasks.values(), timeout=NAME_SECONDS)

@@ -318,10 +318,13 @@ class Console:
 
 
 def _back_to(request: Request) -> str:
-    """Where a refused action's page links back to: the entity it was about, else the console."""
+    """Where a refused action's page links back to: the entity it was about, the connected
+    applications, else the console."""
     parts = request.url.path.split("/")
     if request.method == "POST" and len(parts) > 3 and parts[2] == "entity" and ENTITY_ID.fullmatch(parts[3]):
         return f"{PREFIX}/entity/{parts[3]}"
+    if request.method == "POST" and len(parts) > 2 and parts[2] == "apps":
+        return f"{PREFIX}/apps"
     return PREFIX
 
 

@@ -17,7 +17,7 @@ import shutil
 import struct
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin
@@ -44,15 +44,20 @@ CHROMIUM = shutil.which("chromium")
 CSP = "default-src 'none'"
 
 
-@pytest.fixture(scope="module")
-def builtin(db_settings: Settings) -> Iterator[Server]:
-    with serve_builtin(
+def serve_console(db_settings: Settings) -> AbstractContextManager[Server]:
+    """The server the console's tests share: builtin auth, limits raised for many sign-ins."""
+    return serve_builtin(
         db_settings,
         ENGRAM_TOKEN_PER_MINUTE="10000",
         ENGRAM_AUTHORIZE_PER_MINUTE="10000",
         ENGRAM_SIGN_IN_PER_MINUTE="10000",
         ENGRAM_API_KEY_CACHE_SECONDS="0",  # a revoked key is refused at once (docs/auth.md)
-    ) as running:
+    )
+
+
+@pytest.fixture(scope="module")
+def builtin(db_settings: Settings) -> Iterator[Server]:
+    with serve_console(db_settings) as running:
         yield running
 
 
@@ -410,6 +415,7 @@ async def test_every_answer_carries_the_policy(builtin, acme, browse):
         f"/console/api/graph?entity={ada}",
         "/console/admin",
         "/console/admin/audit",
+        "/console/apps",
         f"/console/entity/{uuid.uuid4()}",
         "/console/entity/not-an-id",
         *static,
@@ -425,7 +431,7 @@ async def test_every_answer_carries_the_policy(builtin, acme, browse):
         await alice.get(static[0].replace("/static/", "/static/0").rsplit("/", 2)[0] + "/x/console.css")
     ).status_code == 404
     # No inline script or style anywhere: the policy would block it, so none is written.
-    for path in paths[:8]:
+    for path in paths[:9]:
         text = (await alice.get(path)).text
         assert "<script>" not in text and "style=" not in text and "<style" not in text, path
 

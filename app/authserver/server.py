@@ -35,6 +35,7 @@ from app.auth.cimd import ClientDocuments
 from app.authserver.accounts import Accounts, Throttle
 from app.authserver.client_sessions import ClientSessions
 from app.authserver.clients import Clients
+from app.authserver.connections import Connections
 from app.authserver.events import Events
 from app.authserver.limits import RateLimiter
 from app.authserver.pages import Cookies, Pages
@@ -108,6 +109,9 @@ class AuthServer:
             scope_names=scope_names,
             tenant_claim=tenant_claim,
             lifetimes=lifetimes,
+        )
+        self.connections = Connections(
+            db, self.clients, self._events, access_lifetime=timedelta(seconds=lifetimes.access)
         )
         accounts = Accounts(
             db,

@@ -27,6 +27,7 @@ from app.authserver.server import STATIC as AUTH_STATIC
 from app.authserver.server import AuthServer
 from app.console.admin import AdminPages
 from app.console.calls import Runner
+from app.console.connected import ConnectedApps
 from app.console.memory import MemoryPages
 from app.console.merging import MergePages
 from app.console.sessions import PendingSignIn, Session, Sessions
@@ -66,10 +67,12 @@ class Cookies:
 
 @dataclass(frozen=True, slots=True)
 class Visit:
-    """A signed-in request: the session and the principal its verified token makes."""
+    """A signed-in request: the session, the principal its verified token makes, and the grant
+    (the token's `sid`) this session is."""
 
     session: Session
     who: Principal
+    grant: str = ""
 
     @property
     def can_write(self) -> bool:
@@ -155,7 +158,8 @@ class Console:
         if session is None or access is None:
             await self.sessions.close(cookie)
             return None
-        return Visit(session, principal_from_token(access, self.claims))
+        sid = (access.claims or {}).get("sid")
+        return Visit(session, principal_from_token(access, self.claims), sid if isinstance(sid, str) else "")
 
     async def _refreshed(self, session: Session) -> Session | None:
         """The session with a fresh access token. One request, across every replica, spends the
@@ -261,8 +265,13 @@ class Console:
         """Signed out everywhere this browser was: the console's session, its grant (its tokens stop
         working within seconds), and the authorization server's own session."""
         await self.form(request, visit)
-        await self.sessions.close(visit.session.cookie)
         await self.sign.revoke(visit.session.refresh_token or visit.session.access_token)
+        return await self.signed_out(request)
+
+    async def signed_out(self, request: Request) -> Response:
+        """The end of this browser's sessions, the console's and the authorization server's (whose
+        grant is already revoked): back to the console's welcome page."""
+        await self.sessions.close(request.cookies.get(self.cookies.session))
         signed_in = request.cookies.get(self.auth.pages.cookies.session)
         if signed_in and len(signed_in) <= 100:
             await self.auth.accounts.close_session(signed_in)
@@ -277,6 +286,7 @@ class Console:
         pages = MemoryPages(self)
         merging = MergePages(self)
         tenant_admin = AdminPages(self)
+        apps = ConnectedApps(self)
         get = [
             ("", self.home),
             ("/sign-in", self.begin),
@@ -288,9 +298,11 @@ class Console:
             ("/api/graph", self.signed_in(pages.graph_data)),
             ("/admin", self.signed_in(tenant_admin.overview)),
             ("/admin/audit", self.signed_in(tenant_admin.audit)),
+            ("/apps", self.signed_in(apps.listing)),
         ]
         post = [
             ("/sign-out", self.sign_out),
+            ("/apps/disconnect", apps.disconnect),
             *((f"/entity/{{id}}/{name}", action) for name, action in {**pages.actions(), **merging.actions()}.items()),
             *((f"/admin/{name}", action) for name, action in tenant_admin.actions().items() if name != "import"),
         ]
@@ -311,10 +323,13 @@ class Console:
 
 
 def _back_to(request: Request) -> str:
-    """Where a refused action's page links back to: the entity it was about, else the console."""
+    """Where a refused action's page links back to: the entity it was about, the connected
+    applications, else the console."""
     parts = request.url.path.split("/")
     if request.method == "POST" and len(parts) > 3 and parts[2] == "entity" and ENTITY_ID.fullmatch(parts[3]):
         return f"{PREFIX}/entity/{parts[3]}"
+    if request.method == "POST" and len(parts) > 2 and parts[2] == "apps":
+        return f"{PREFIX}/apps"
     return PREFIX
 
 

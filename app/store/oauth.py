@@ -290,6 +290,68 @@ async def revoked_since(conn: asyncpg.Connection, since: datetime) -> list[str]:
     return [r[0] for r in rows]
 
 
+@dataclass(frozen=True, slots=True)
+class LiveGrant:
+    """A grant its client can still use: a usable refresh token or code, or an access token within its
+    lifetime. `last_issued_at` is when it last got tokens (each issue stores a new refresh token)."""
+
+    id: str
+    client_id: str
+    tenant: str
+    scopes: list[str]
+    created_at: datetime
+    last_issued_at: datetime | None
+
+
+@timed
+async def live_grants(
+    conn: asyncpg.Connection, user_id: str, access_lifetime: timedelta, limit: int
+) -> list[LiveGrant]:
+    """A user's live grants across every tenant, newest first, at most `limit`."""
+    rows = await conn.fetch(
+        """SELECT f.id::text AS id, f.client_id, f.tenant_key, f.scopes, f.created_at, t.last_issued_at
+             FROM engram.oauth_families f
+             LEFT JOIN LATERAL (
+                 SELECT max(r.created_at) AS last_issued_at,
+                        bool_or(r.used_at IS NULL AND r.expires_at > now()) AS refreshable
+                   FROM engram.oauth_refresh_tokens r WHERE r.family_id = f.id) t ON true
+            WHERE f.user_id = $1::uuid AND f.revoked_at IS NULL
+              AND (t.refreshable OR t.last_issued_at > now() - $2::interval
+                   OR EXISTS (SELECT 1 FROM engram.oauth_codes c
+                               WHERE c.family_id = f.id AND c.used_at IS NULL AND c.expires_at > now()))
+            ORDER BY f.created_at DESC, f.id LIMIT $3""",
+        user_id,
+        access_lifetime,
+        limit,
+    )
+    return [
+        LiveGrant(r["id"], r["client_id"], r["tenant_key"], list(r["scopes"]), r["created_at"], r["last_issued_at"])
+        for r in rows
+    ]
+
+
+@timed
+async def disconnect(conn: asyncpg.Connection, user_id: str, client_id: str, tenant: str) -> tuple[list[str], bool]:
+    """Revokes every unrevoked grant of a user for a client on a tenant and forgets the consent
+    remembered for them, in one transaction: (the grants revoked, whether a consent was forgotten)."""
+    async with conn.transaction():
+        rows = await conn.fetch(
+            "UPDATE engram.oauth_families SET revoked_at = now(), revoked_why = 'disconnected by the user'"
+            " WHERE user_id = $1::uuid AND client_id = $2 AND tenant_key = $3 AND revoked_at IS NULL"
+            " RETURNING id::text",
+            user_id,
+            client_id,
+            tenant,
+        )
+        forgotten = await conn.execute(
+            "DELETE FROM engram.oauth_consents WHERE user_id = $1::uuid AND client_id = $2 AND tenant_key = $3",
+            user_id,
+            client_id,
+            tenant,
+        )
+    return [r[0] for r in rows], not forgotten.endswith(" 0")
+
+
 # --- consents -------------------------------------------------------------------------------------
 
 
@@ -303,6 +365,26 @@ async def consents(conn: asyncpg.Connection, user_id: str, client_id: str) -> li
         client_id,
     )
     return [(r["tenant_key"], list(r["scopes"])) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class Consent:
+    client_id: str
+    tenant: str
+    scopes: list[str]
+    created_at: datetime
+
+
+@timed
+async def user_consents(conn: asyncpg.Connection, user_id: str, limit: int) -> list[Consent]:
+    """The consents a user asked to be remembered, on every tenant, newest first, at most `limit`."""
+    rows = await conn.fetch(
+        "SELECT client_id, tenant_key, scopes, created_at FROM engram.oauth_consents WHERE user_id = $1::uuid"
+        " ORDER BY created_at DESC, client_id, tenant_key LIMIT $2",
+        user_id,
+        limit,
+    )
+    return [Consent(r["client_id"], r["tenant_key"], list(r["scopes"]), r["created_at"]) for r in rows]
 
 
 @timed

@@ -60,3 +60,14 @@ def test_transfer_benchmark_runs_quick(tmp_path: Path) -> None:
         assert f["round_trip_identical"] and f["import"]["rows_per_s"] > 0 and f["export"]["rows_per_s"] > 0
         assert f["summary"]["refused_total"] == 0
     assert "## Export and import" in done.stdout
+
+
+def test_authorization_server_benchmark_runs_quick(tmp_path: Path) -> None:
+    results = tmp_path / "auth.json"
+    done = _run("bench.auth", "--quick", "--results", str(results))
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    r = orjson.loads(results.read_bytes())
+    assert r["machine"]["quick"] is True
+    assert all(r["steps"][step]["n"] > 0 for step in ("register", "sign in", "code exchange", "refresh", "revoke"))
+    assert r["steps"]["refresh"]["n"] == r["rounds"] * r["refreshes_per_round"]
+    assert set(r["floors"]) == {"argon2id verify (in process)", "ES256 sign (in process)", "bare Starlette POST (HTTP)"}

@@ -101,6 +101,7 @@ async def _seed(server: Server, tenant: str) -> Seeded:
         )
         ok(await c.call_tool("remove_entities", {"entities": ["Gone"]}))
         ok(await c.call_tool("append_observations", {"items": [{"entity": "Ada", "observations": ["o3"]}]}))
+        ok(await c.call_tool("add_aliases", {"name": "Ada", "aliases": ["Enchantress"]}))
         cursors = {
             "find": ok(await c.call_tool("find_entities", {"limit": 1}))["next_cursor"],
             "history": ok(await c.call_tool("entity_history", {"name": "Ada", "limit": 1}))["next_cursor"],
@@ -192,6 +193,8 @@ def catalogue(s: Seeded) -> dict[str, dict[str, Any]]:
                     "subtopic": "s",
                     "certainty": 5,
                     "properties": props,
+                    "valid_from": "2020-01-01T00:00:00Z",
+                    "valid_until": "2100-01-01T00:00:00Z",
                 }
             ],
             "on_existing": "merge",
@@ -716,8 +719,12 @@ async def test_another_tenant_reaches_nothing_with_this_tenants_ids_names_and_cu
             ("neo-search_memories", {"query": "Filler"}),
             ("search", {"query": "Filler", "mode": "keyword"}),
             ("find_entities", {"text_contains": "o1"}),
+            ("find_entities", {"name_contains": "Enchantress"}),
+            ("find_entities", {"name_contains": "%"}),
+            ("find_entities", {"name_contains": "_", "sort": "name"}),
             ("find_duplicates", {}),
             ("read_graph", {}),
         ]:
             seen = json.dumps(ok(await b.call_tool(tool, args)))
             assert "Ada" not in seen and "Filler" not in seen and "o3" not in seen, tool
+            assert "Enchantress" not in seen, tool

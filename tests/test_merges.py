@@ -286,6 +286,106 @@ async def test_search_finds_entities_by_alias(client_for, tenant):
         assert ok(await c.call_tool("search", {"query": "Enchantress", "mode": "keyword"}))["hits"] == []
 
 
+async def _listing(c: Any, sort: str, limit: int, **filters: Any) -> tuple[list[dict[str, Any]], set[int]]:
+    """Every page of a find_entities listing, followed through its cursors; and the totals the pages said."""
+    args: dict[str, Any] = {"sort": sort, "limit": limit, **filters}
+    found, totals = [], set()
+    while True:
+        page = ok(await c.call_tool("find_entities", args))
+        found += page["entities"]
+        totals.add(page["total"])
+        if not page["next_cursor"]:
+            return found, totals
+        args["cursor"] = page["next_cursor"]
+
+
+async def test_find_entities_matches_names_and_aliases_once(client_for, tenant):
+    async with client_for(tenant) as c:
+        ids = await _seed(
+            c,
+            [
+                {"name": "Robert Smith", "type": "person", "certainty": 90},
+                {"name": "Bob Jones", "type": "person", "certainty": 10},
+                {"name": "Acme", "type": "org"},
+                {"name": "Widgets", "type": "org", "certainty": 50},
+                {"name": "Gone Co", "type": "org"},
+                {"name": "R. Smith", "type": "person"},
+                {"name": "Deal", "type": "offer"},
+                {"name": "Other deal", "type": "offer"},
+            ],
+        )
+        ok(await c.call_tool("add_aliases", {"name": "Robert Smith", "aliases": ["Bobby", "Bob S."]}))
+        ok(await c.call_tool("add_aliases", {"name": "Bob Jones", "aliases": ["Bobcat"]}))  # name and alias match
+        ok(await c.call_tool("add_aliases", {"name": "Acme", "aliases": ["Acme Bobbins Ltd"]}))
+        ok(await c.call_tool("add_aliases", {"name": "Gone Co", "aliases": ["Bob's Old Firm"]}))
+        ok(await c.call_tool("remove_entities", {"entities": ["Gone Co"]}))
+        ok(await c.call_tool("add_aliases", {"name": "Deal", "aliases": ["50%_off"]}))
+        ok(await c.call_tool("add_aliases", {"name": "Other deal", "aliases": ["500 off"]}))
+
+        found = ok(await c.call_tool("find_entities", {"name_contains": "BOB", "sort": "name"}))
+        assert found["total"] == 3
+        assert [(e["name"], e["matched_alias"]) for e in found["entities"]] == [
+            ("Acme", "Acme Bobbins Ltd"),
+            ("Bob Jones", None),  # its name matched: listed once, no alias named
+            ("Robert Smith", "Bob S."),  # the first of its matching aliases in key order
+        ]
+        # `%` and `_` are characters; other filters apply to alias matches too.
+        deal = ok(await c.call_tool("find_entities", {"name_contains": "0%_"}))["entities"]
+        assert [(e["name"], e["matched_alias"]) for e in deal] == [("Deal", "50%_off")]
+        orgs = ok(await c.call_tool("find_entities", {"name_contains": "bob", "types": ["org"]}))
+        assert [e["name"] for e in orgs["entities"]] == ["Acme"] and orgs["total"] == 1
+
+        # A merged entity's old name is the survivor's alias: it finds the survivor, once.
+        ok(await c.call_tool("merge_entities", {"into": "Robert Smith", "merge": ["R. Smith"]}))
+        merged = ok(await c.call_tool("find_entities", {"name_contains": "r. smi"}))
+        assert [(e["id"], e["matched_alias"]) for e in merged["entities"]] == [(ids["Robert Smith"], "R. Smith")]
+        smiths = ok(await c.call_tool("find_entities", {"name_contains": "smith"}))
+        assert [e["id"] for e in smiths["entities"]] == [ids["Robert Smith"]] and smiths["total"] == 1
+
+        # Paged in every order, a page at a time: each match once, the total on every page.
+        names = {"Acme", "Bob Jones", "Robert Smith"}
+        for sort in ("name", "recent", "certainty"):
+            whole = ok(await c.call_tool("find_entities", {"name_contains": "bob", "sort": sort}))["entities"]
+            paged, totals = await _listing(c, sort, 1, name_contains="bob")
+            assert [e["id"] for e in paged] == [e["id"] for e in whole], sort
+            assert {e["name"] for e in paged} == names and len(paged) == 3 and totals == {3}, sort
+        assert [e["name"] for e in whole] == ["Robert Smith", "Bob Jones", "Acme"]  # certainty, unknown last
+
+
+async def test_find_entities_pages_through_many_alias_matches(client_for, tenant):
+    """Name matches and alias matches interleave in every order; paging keeps each exactly once."""
+    async with client_for(tenant) as c:
+        await _seed(c, [{"name": f"Item {i:02d}", "type": "t", "certainty": i % 7} for i in range(30)])
+        for i in range(0, 30, 3):
+            ok(await c.call_tool("add_aliases", {"name": f"Item {i:02d}", "aliases": [f"Needle {i}", f"needle b{i}"]}))
+        await _seed(c, [{"name": f"Needle entity {i}", "type": "t", "certainty": i} for i in range(5)])
+        for sort in ("name", "recent", "certainty"):
+            for limit in (1, 4, 50):
+                paged, totals = await _listing(c, sort, limit, name_contains="needle")
+                ids = [e["id"] for e in paged]
+                assert len(ids) == len(set(ids)) == 15 and totals == {15}, (sort, limit)
+                assert sum(e["matched_alias"] is not None for e in paged) == 10
+        by_name = [e["name"] for e in (await _listing(c, "name", 4, name_contains="needle"))[0]]
+        assert by_name == sorted(by_name)
+
+
+async def test_another_tenants_aliases_never_match(client_for, tenant):
+    async with client_for(tenant) as a:
+        await _seed(a, [{"name": "Ada", "type": "person"}])
+        ok(await a.call_tool("add_aliases", {"name": "Ada", "aliases": ["Countess of Lovelace"]}))
+    async with client_for(tenant + "-other") as b:
+        await _seed(b, [{"name": "Charles", "type": "person"}])
+        ok(await b.call_tool("add_aliases", {"name": "Charles", "aliases": ["Countess impostor"]}))
+        found = ok(await b.call_tool("find_entities", {"name_contains": "countess"}))
+        assert [(e["name"], e["matched_alias"]) for e in found["entities"]] == [("Charles", "Countess impostor")]
+        assert found["total"] == 1
+        assert ok(await b.call_tool("find_entities", {"name_contains": "Lovelace"}))["total"] == 0
+    async with client_for(tenant) as a:
+        found = ok(await a.call_tool("find_entities", {"name_contains": "countess"}))
+        assert [(e["name"], e["matched_alias"]) for e in found["entities"]] == [("Ada", "Countess of Lovelace")]
+        assert ok(await a.call_tool("find_entities", {"name_contains": "impostor"}))["total"] == 0
+
+
 async def test_the_dialects_see_no_aliases(server, client_for, tenant):
     async with client_for(tenant) as c:
         await _seed(c, [{"name": "Ada", "type": "person", "observations": ["o1"]}, {"name": "Bob", "type": "person"}])

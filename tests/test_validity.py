@@ -246,6 +246,112 @@ async def test_sources_default_to_the_client_and_filter_search_and_listing(vserv
         assert listed(ok(await c.call_tool("find_entities", window))) == ["Pulsar", "Quasar"]
 
 
+async def test_upserted_observations_carry_their_entrys_interval(vserver, tenant):
+    """An upsert entry's interval covers its observations, as an append_observations item's does; entries
+    of one name fold, each observation keeping the interval of the first entry that gave it."""
+    async with vserver.client(tenant, SCOPES) as c:
+        made = ok(
+            await c.call_tool(
+                "upsert_entities",
+                {
+                    "entities": [
+                        {
+                            "name": "Ada",
+                            "type": "person",
+                            "observations": ["lives in Paris", "speaks French"],
+                            "valid_from": "2019-01-01T00:00:00",  # no zone: UTC
+                            "valid_until": Y2022,
+                        },
+                        {"name": "Ada", "type": "person", "observations": ["born in London", "speaks French"]},
+                        {"name": "Bob", "type": "person", "observations": ["works at Acme"], "valid_from": Y2021},
+                    ],
+                    "source": "cv",
+                },
+            )
+        )
+        assert [(r["name"], r["observations_added"]) for r in made["results"]] == [("Ada", 3), ("Bob", 1)]
+
+        def texts(entity: dict[str, Any]) -> list[str]:
+            return entity["observations"]
+
+        assert texts(ok(await c.call_tool("get_entity", {"name": "Ada"}))) == ["born in London"]
+        then = ok(await c.call_tool("get_entity", {"name": "Ada", "as_of": Y2020}))
+        assert texts(then) == ["lives in Paris", "speaks French", "born in London"]
+        everything = ok(await c.call_tool("get_entity", {"name": "Ada", "include_invalid": True}))
+        records = [
+            (o["text"], o["source"], o["valid_from"], o["valid_until"]) for o in everything["observation_records"]
+        ]
+        assert [(t, src, f and f[:10], u and u[:10]) for t, src, f, u in records] == [
+            ("lives in Paris", "cv", "2019-01-01", "2022-01-01"),
+            ("speaks French", "cv", "2019-01-01", "2022-01-01"),  # its first entry's interval
+            ("born in London", "cv", None, None),
+        ]
+        assert texts(ok(await c.call_tool("get_entity", {"name": "Bob", "as_of": Y2020}))) == []
+        assert texts(ok(await c.call_tool("get_entity", {"name": "Bob", "as_of": Y2023}))) == ["works at Acme"]
+
+        # Reads of every kind see the interval.
+        query = {"query": "Paris", "mode": "keyword"}
+        assert ok(await c.call_tool("search", query))["hits"] == []
+        assert [h["entity"]["name"] for h in ok(await c.call_tool("search", {**query, "as_of": Y2021}))["hits"]] == [
+            "Ada"
+        ]
+        listed = ok(await c.call_tool("find_entities", {"text_contains": "Acme", "as_of": Y2020}))
+        assert listed["total"] == 0
+        listed = ok(await c.call_tool("find_entities", {"text_contains": "Acme", "as_of": Y2023}))
+        assert [e["name"] for e in listed["entities"]] == ["Bob"]
+
+        # Written again: an ended fact holds anew with the new interval; one still valid is a duplicate.
+        again = ok(
+            await c.call_tool(
+                "upsert_entities",
+                {
+                    "entities": [
+                        {"name": "Ada", "type": "person", "observations": ["lives in Paris"], "valid_from": Y2024},
+                        {"name": "Bob", "type": "person", "observations": ["works at Acme"], "valid_until": Y2023},
+                    ]
+                },
+            )
+        )
+        assert [(r["status"], r["observations_added"]) for r in again["results"]] == [("updated", 1), ("unchanged", 0)]
+        paris = ok(await c.call_tool("get_entity", {"name": "Ada", "include_invalid": True}))["observation_records"]
+        anew = [(o["valid_from"][:10], o["valid_until"], o["source"]) for o in paris if o["text"] == "lives in Paris"]
+        assert anew == [("2024-01-01", None, CLIENT)]
+        bob = ok(await c.call_tool("get_entity", {"name": "Bob"}))["observation_records"]
+        assert [(o["valid_from"][:10], o["valid_until"]) for o in bob] == [("2021-01-01", None)]
+        history = ok(await c.call_tool("entity_history", {"name": "Ada"}))["entries"]
+        assert next(e["changes"] for e in history if e["action"] == "observations_added") == {
+            "observations": ["lives in Paris"]
+        }
+    async with vserver.at("memory").client(tenant, SCOPES) as m:
+        # The dialects see only what holds now, without intervals.
+        nodes = ok(await m.call_tool("open_nodes", {"names": ["Ada", "Bob"]}))["entities"]
+        assert [(n["name"], n["observations"]) for n in nodes] == [
+            ("Ada", ["lives in Paris", "born in London"]),  # the fact written again keeps its place
+            ("Bob", ["works at Acme"]),
+        ]
+
+
+async def test_an_upsert_with_an_empty_interval_is_refused_and_writes_nothing(vserver, tenant):
+    async with vserver.client(tenant, SCOPES) as c:
+        await _career(c)
+        before = await _facts(vserver, tenant)
+        entries = [
+            {"name": "Newcomer", "type": "person", "observations": ["arrived"]},
+            {"name": "Ada", "type": "person", "description": "changed", "observations": ["x"]},
+        ]
+        for bad in (
+            {"valid_from": Y2024, "valid_until": Y2020},
+            {"valid_from": Y2020, "valid_until": Y2020},
+            {"valid_from": "2020-01-01T00:30:00-01:00", "valid_until": "2020-01-01T01:00:00Z"},  # 01:30 UTC
+        ):
+            refused = await c.call_tool("upsert_entities", {"entities": [*entries, {**entries[1], **bad}]})
+            assert error_code(refused) == "invalid", bad
+            assert "valid_from" in refused.content[0].text  # type: ignore[union-attr]
+        assert await _facts(vserver, tenant) == before
+        assert error_code(await c.call_tool("get_entity", {"name": "Newcomer"})) == "not_found"
+        assert ok(await c.call_tool("get_entity", {"name": "Ada"}))["description"] == ""
+
+
 async def test_search_and_listing_see_what_holds(vserver, tenant):
     async with vserver.client(tenant, SCOPES) as c:
         await _career(c)
@@ -382,6 +488,22 @@ HOSTILE = [
     ("find_entities", {"sources": [None]}),
     ("upsert_entities", {"entities": [{"name": "Ada", "type": "person"}], "source": "x" * 201}),
     ("upsert_entities", {"entities": [{"name": "Ada", "type": "person"}], "source": "   "}),
+    ("upsert_entities", {"entities": [{"name": "Ada", "type": "person", "valid_from": Y2020}]}),  # no facts
+    ("upsert_entities", {"entities": [{"name": "Ada", "type": "person", "observations": [], "valid_until": Y2020}]}),
+    ("upsert_entities", {"entities": [{"name": "Ada", "type": "p", "observations": ["o"], "valid_from": "soon"}]}),
+    ("upsert_entities", {"entities": [{"name": "Ada", "type": "p", "observations": ["o"], "valid_until": 1700000000}]}),
+    (
+        "upsert_entities",
+        {"entities": [{"name": "Ada", "type": "p", "observations": ["o"], "valid_from": "10000-01-01T00:00:00Z"}]},
+    ),
+    (
+        "upsert_entities",
+        {"entities": [{"name": "Ada", "type": "p", "observations": ["o"], "valid_until": "0001-01-01T00:00:00+01:00"}]},
+    ),
+    (
+        "upsert_entities",
+        {"entities": [{"name": "Ada", "type": "p", "observations": ["o"], "valid_from": [Y2020]}]},
+    ),
     (
         "append_observations",
         {"items": [{"entity": "Ada", "observations": ["o"], "valid_from": Y2024, "valid_until": Y2020}]},

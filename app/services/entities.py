@@ -24,7 +24,7 @@ from app.services import models
 from app.services.base import Service
 from app.services.filters import EntityFilters
 from app.services.refs import choose, resolve
-from app.services.shapes import audit_entry, entity, history_entry, relation, summary
+from app.services.shapes import audit_entry, entity, found, history_entry, relation, summary
 from app.store import audit, entities, history, index, merges, relations, tenants
 from app.store.database import Tx
 from app.store.entities import EntityRow, Provenance
@@ -34,25 +34,31 @@ from app.store.validity import NOW, When
 OnExisting = Literal["merge", "skip", "error"]
 
 
+Interval = tuple[datetime | None, datetime | None]  # (valid_from, valid_until); None: open
+OPEN: Interval = (None, None)
+
+
 @dataclass(slots=True)
 class _Merged:
-    """One name's inputs of a batch, folded together: later fields win, observations concatenate."""
+    """One name's inputs of a batch, folded together: later fields win, observations concatenate,
+    each with the interval of the first entry that gave it."""
 
     name: str
     fields: dict[str, Any]
-    observations: list[str] = field(default_factory=list)
+    observations: dict[str, Interval] = field(default_factory=dict)
 
 
 def _fold(items: Sequence[models.EntityIn]) -> list[_Merged]:
     merged: dict[str, _Merged] = {}
     for item in items:
-        given = item.model_dump(exclude={"name", "observations"}, exclude_none=True)
+        given = item.model_dump(exclude={"name", "observations", "valid_from", "valid_until"}, exclude_none=True)
         current = merged.setdefault(item.name, _Merged(item.name, {}))
         props = {**current.fields.get("properties", {}), **given.pop("properties", {})}
         current.fields.update(given)
         if props:
             current.fields["properties"] = props
-        current.observations = list(dict.fromkeys([*current.observations, *item.observations]))
+        for text in item.observations:
+            current.observations.setdefault(text, (item.valid_from, item.valid_until))
     return list(merged.values())
 
 
@@ -79,11 +85,11 @@ class Entities(Service):
         self.check_batch(len(items), sum(len(i.observations) for i in items))
         folded = _fold(items)
         async with self.tx(who, texts=_texts(folded)) as tx:
-            results = await self._upsert(tx, folded, on_existing, who.actor, Provenance(source or who.client_id))
+            results = await self._upsert(tx, folded, on_existing, who.actor, source or who.client_id)
         return models.UpsertResult(results=results, embeddings_pending=tx.pending)
 
     async def _upsert(
-        self, tx: Tx, folded: list[_Merged], on_existing: OnExisting, actor: str, given: Provenance
+        self, tx: Tx, folded: list[_Merged], on_existing: OnExisting, actor: str, source: str
     ) -> list[models.UpsertItem]:
         await entities.lock_names(tx, (m.name for m in folded))
         existing = await entities.live_by_names(tx, [m.name for m in folded], lock=True)
@@ -112,7 +118,8 @@ class Entities(Service):
 
         writable = [m for m in folded if m.name not in existing or on_existing == "merge"]
         pairs = [(ids[m.name], o) for m in writable for o in m.observations]
-        added = await entities.add_observations(tx, pairs, actor, [given] * len(pairs))
+        given = [Provenance(source, *m.observations[o]) for m in writable for o in m.observations]
+        added = await entities.add_observations(tx, pairs, actor, given)
         events += [Event(eid, "observations_added", {"observations": texts}) for eid, texts in added.items()]
         touched = (changed | set(added)) - {e.id for e in new}
         versions = await entities.touch(tx, touched, actor) if touched else {}
@@ -327,9 +334,9 @@ class Entities(Service):
     async def put(self, who: Principal, items: Sequence[tuple[str, str, Sequence[str]]]) -> None:
         """Create each (name, type, observations), or make an existing one exactly that (type and observations)."""
         self.check_batch(len(items), sum(len(obs) for _, _, obs in items))
-        folded = [_Merged(name, {"type": type_}, list(dict.fromkeys(obs))) for name, type_, obs in items]
+        folded = [_Merged(name, {"type": type_}, dict.fromkeys(obs, OPEN)) for name, type_, obs in items]
         async with self.tx(who, texts=_texts(folded)) as tx:
-            await self._upsert(tx, folded, "merge", who.actor, Provenance(who.client_id))
+            await self._upsert(tx, folded, "merge", who.actor, who.client_id)
             found = await entities.live_by_names(tx, [m.name for m in folded])
             stored = await entities.observations(tx, [r.id for r in found.values()], 100_000)
             stale = [
@@ -387,12 +394,11 @@ class Entities(Service):
                 after=after,  # type: ignore[arg-type]
                 **filters.store_args(),
             )
-            more = len(rows) > limit
             next_cursor = None
-            if more:
-                last, key = rows[limit - 1]
-                next_cursor = self.cursors.encode(tx.tenant.id, listing, [key, last.id])
-        return models.EntityPage(entities=[summary(r) for r, _ in rows[:limit]], total=total, next_cursor=next_cursor)
+            if len(rows) > limit:
+                last = rows[limit - 1]
+                next_cursor = self.cursors.encode(tx.tenant.id, listing, [last.sort_key, last.row.id])
+        return models.EntityPage(entities=[found(f) for f in rows[:limit]], total=total, next_cursor=next_cursor)
 
     async def audit(
         self, who: Principal, tool: str | None, limit: int, cursor: str | None, subject: str | None = None

@@ -111,6 +111,14 @@ def check_interval(valid_from: datetime | None, valid_until: datetime | None) ->
         raise ValueError("`valid_from` must be before `valid_until`")
 
 
+# The bounds of a fact's validity interval [valid_from, valid_until), as writes take them.
+ValidFrom = Annotated[
+    Moment | None,
+    Field(description="When the fact became true; left out: no lower bound (true for as long as known)."),
+]
+ValidUntil = Annotated[Moment | None, Field(description="When it stops being true; left out: no end.")]
+
+
 Direction = Literal["out", "in", "both"]
 ClearableField = Literal["description", "area", "topic", "subtopic", "certainty"]
 
@@ -176,17 +184,26 @@ class EntityIn(Strict):
     subtopic: Label | None = None
     certainty: Certainty | None = Field(None, description="How sure the facts are, 0-100.")
     properties: dict[str, Any] | None = Field(None, description="Any small JSON object (≤ 50 keys, ≤ 8 KiB).")
+    # As an item of append_observations: the interval covers this entry's observations.
+    valid_from: ValidFrom = None
+    valid_until: ValidUntil = None
 
     _check_properties = field_validator("properties")(bounded_properties)
+
+    @model_validator(mode="after")
+    def _interval(self) -> EntityIn:
+        check_interval(self.valid_from, self.valid_until)
+        if (self.valid_from is not None or self.valid_until is not None) and not self.observations:
+            # Entities have no interval: a bound without facts would be silently dropped.
+            raise ValueError("`valid_from`/`valid_until` apply to the entry's observations: give some")
+        return self
 
 
 class Validity(Strict):
     """When the facts of a write hold, and where they came from: both bounds are optional."""
 
-    valid_from: Moment | None = Field(
-        None, description="When the fact became true; left out: no lower bound (true for as long as known)."
-    )
-    valid_until: Moment | None = Field(None, description="When it stops being true; left out: no end.")
+    valid_from: ValidFrom = None
+    valid_until: ValidUntil = None
     source: Source | None = Field(
         None, description="Where the fact came from (a document, a conversation, ...); default: your client id."
     )
@@ -380,8 +397,14 @@ class HistoryPage(BaseModel):
     next_cursor: str | None = None
 
 
+class FoundEntity(EntitySummary):
+    matched_alias: str | None = Field(
+        None, description="The alias `name_contains` matched, when the name itself did not."
+    )
+
+
 class EntityPage(BaseModel):
-    entities: list[EntitySummary]
+    entities: list[FoundEntity]
     total: int
     next_cursor: str | None = None
 

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from app.services import models
 from app.store.audit import AuditRow
-from app.store.entities import EntityRow
+from app.store.entities import EntityRow, Found
 from app.store.history import Change
 from app.store.relations import Relation
 
 
 def summary(row: EntityRow) -> models.EntitySummary:
     return models.EntitySummary.model_validate(row, from_attributes=True)
+
+
+def found(hit: Found) -> models.FoundEntity:
+    """A listing's entity, with the alias that matched its name filter if its name did not."""
+    return models.FoundEntity.model_validate(hit.row, from_attributes=True).model_copy(
+        update={"matched_alias": hit.matched_alias}
+    )
 
 
 def entity(row: EntityRow, **more: object) -> models.Entity:

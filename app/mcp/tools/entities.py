@@ -42,7 +42,7 @@ def register(tool: ToolSet, services: Services) -> None:
         appends new observations (exact duplicates skipped); `skip` leaves existing ones alone;
         `error` fails the call if any name exists. One transaction. Returns, per name, created,
         updated, unchanged or skipped, with id and version. `source`: where the observations came
-        from; for facts true only for a time, use append_observations with `valid_from`/`valid_until`.
+        from; an entry's `valid_from`/`valid_until`: when its observations hold (default always).
         """
         return await services.entities.upsert(who, entities, on_existing, source)
 
@@ -185,11 +185,12 @@ def register(tool: ToolSet, services: Services) -> None:
     ) -> models.EntityPage:
         """List entities matching all given filters, sorted, a page at a time.
 
-        `name_contains`: names, ignoring case; `text_contains`: names, types, descriptions,
-        observations, property values; `types`: exact. `sources`, `since`, `until`: an observation
-        from those sources written in that range. `sort`: recent (last changed first), name, or
-        certainty (highest first). Returns the page, the total and `next_cursor` (pass it back as
-        `cursor` with the same filters). For questions in plain words, use `search`.
+        `name_contains`: names and aliases, ignoring case (`matched_alias` says which alias);
+        `text_contains`: names, types, descriptions, observations, property values; `types`: exact.
+        `sources`, `since`, `until`: an observation from those sources written in that range.
+        `sort`: recent (last changed first), name, or certainty (highest first). Returns the page,
+        the total and `next_cursor` (pass it back as `cursor` with the same filters). For questions
+        in plain words, use `search`.
         """
         time_range(since, until)
         filters = EntityFilters(

@@ -411,6 +411,8 @@ async def test_every_answer_carries_the_policy(builtin, acme, browse):
         "/console/find",
         "/console/find?q=engine",
         f"/console/entity/{ada}",
+        f"/console/entity/{ada}?as_of=2000-01-01T00:00",
+        f"/console/entity/{ada}?ended=1",
         f"/console/graph?entity={ada}",
         f"/console/api/graph?entity={ada}",
         "/console/admin",
@@ -431,7 +433,7 @@ async def test_every_answer_carries_the_policy(builtin, acme, browse):
         await alice.get(static[0].replace("/static/", "/static/0").rsplit("/", 2)[0] + "/x/console.css")
     ).status_code == 404
     # No inline script or style anywhere: the policy would block it, so none is written.
-    for path in paths[:9]:
+    for path in paths[:11]:
         text = (await alice.get(path)).text
         assert "<script>" not in text and "style=" not in text and "<style" not in text, path
 
@@ -1013,12 +1015,28 @@ async def test_a_person_merges_duplicates_and_ends_a_fact_in_chromium(builtin):
         history = await page.locator("#history").inner_text()
         assert "you ended 1 observation: Lives in Arlington, because moved away" in history
         await page.screenshot(path=ARTIFACTS / "merged.png", full_page=True)
+
+        # The page as of a moment before that end: the fact held then, and nothing can be edited.
+        await page.get_by_label("As of (UTC)").fill("2000-01-01T00:00")
+        await page.get_by_role("button", name="Show as of").click()
+        await page.wait_for_url(re.compile(r"as_of=2000-01-01T00"))
+        assert "As of 2000-01-01 00:00:00 UTC" in await page.locator("#view-banner").inner_text()
+        assert "Lives in Arlington" in await page.locator("#observations").inner_text()
+        assert await page.locator("main form[method=post]").count() == 0
+        await page.screenshot(path=ARTIFACTS / "as-of.png", full_page=True)
+        await page.get_by_role("link", name="Show ended facts").click()
+        ended = await page.locator("#ended-observations").inner_text()
+        assert "Lives in Arlington" in ended and "ended because moved away" in ended
+        await page.get_by_role("link", name="Back to now").click()
+        assert await page.locator("#view-banner").count() == 0
         await page.goto(f"{builtin.base}/console/admin/audit")
         audit = await page.locator("main").inner_text()
         for action in ("console:merge_entities", "console:add_aliases", "console:invalidate_observations"):
             assert action in audit, action
 
     assert not blocked, blocked
+    width, height = png_size(ARTIFACTS / "as-of.png")
+    assert width == 1200 and height >= 600
     stored = await mcp_call(builtin, t.admin, "get_entity", {"id": survivor, "include_invalid": True})
     ended = {r["text"]: r["valid_until"] for r in stored["observation_records"]}
     assert ended["Lives in Arlington"] is not None and ended["Rear admiral"] is None
@@ -1183,3 +1201,236 @@ async def test_find_filters_facts_by_source_and_write_time(builtin, browse):
     assert "Sourced</a>" in listed and "Unsourced" not in listed
     assert "Nothing matched." in table(await alice.page("/console/find?q=orbital&since=2999-01-01"), "hits")
     assert "Sourced" in table(await alice.page("/console/find?q=orbital&since=2000-01-01&until=2999-01-01"), "hits")
+
+
+# --- validity: reading as of a moment, the ended facts, ends and intervals through the forms ------
+
+
+def section(page: str, id: str) -> str:
+    """The list with this id (observations, relations, ended facts)."""
+    return page.split(f'id="{id}"', 1)[1].split("</ul>", 1)[0]
+
+
+def post_forms(page: str) -> int:
+    """How many forms on the page post (the header's sign-out is one)."""
+    return page.count('method="post"')
+
+
+async def test_as_of_shows_a_fact_before_its_end_and_hides_it_after(builtin, browse):
+    t = await seed(
+        builtin,
+        [
+            {"name": "Marie Curie", "type": "person", "observations": ["Lives in Paris"]},
+            {"name": "Sorbonne", "type": "org"},
+        ],
+        [{"from": "Marie Curie", "to": "Sorbonne", "type": "teaches at"}],
+    )
+    marie, teaches = t.ids["Marie Curie"], t.relations["Marie Curie|teaches at|Sorbonne"]
+    end = {"at": "2023-06-01T12:00:00Z"}
+    items = [{"entity": "Marie Curie", "observations": ["Lives in Paris"]}]
+    await mcp_call(builtin, t.admin, "invalidate_observations", {"items": items, **end, "reason": "moved to Warsaw"})
+    await mcp_call(builtin, t.admin, "invalidate_relations", {"ids": [teaches], **end, "reason": "retired"})
+    alice = await browse(t.admin, t.id)
+    here = f"/console/entity/{marie}"
+
+    before = await alice.page(f"{here}?as_of=2023-06-01T11:59:59")
+    assert "Lives in Paris" in section(before, "observations") and "Sorbonne</a>" in section(before, "outgoing")
+    banner = before.split('id="view-banner"', 1)[1].split("</p>", 1)[0]
+    assert "As of" in banner and "2023-06-01 11:59:59 UTC" in banner and f'<a href="{here}">Back to now</a>' in banner
+    assert 'value="2023-06-01T11:59:59"' in before  # the input keeps the moment shown
+    at_end = await alice.page(f"{here}?as_of=2023-06-01T12:00")  # an interval's end is not in it
+    assert "Lives in Paris" not in section(at_end, "observations") and "Sorbonne</a>" not in section(at_end, "outgoing")
+    now = await alice.page(here)
+    assert "Lives in Paris" not in section(now, "observations") and 'id="view-banner"' not in now
+    assert 'id="ended-observations"' not in now
+
+    ended = await alice.page(f"{here}?ended=1")
+    assert "With the ended facts" in ended and "Lives in Paris" not in section(ended, "observations")
+    gone = section(ended, "ended-observations")
+    assert "Lives in Paris" in gone and "until <time" in gone and "2023-06-01 12:00:00 UTC" in gone
+    assert 'ended because <span class="reason">moved to Warsaw</span>' in gone and " from <time" not in gone
+    gone = section(ended, "ended-relations")
+    assert "teaches at" in gone and "Sorbonne</a>" in gone and "2023-06-01 12:00:00 UTC" in gone and "retired" in gone
+    # The other end's page lists the ended relation too, with the reason its history recorded.
+    assert "retired" in section(await alice.page(f"/console/entity/{t.ids['Sorbonne']}?ended=1"), "ended-relations")
+
+    # The views are read-only, for a writer as for a reader; the reader still chooses the view.
+    reader = await browse(add_user(builtin, t.id, "reader"), t.id)
+    rita = [await reader.page(f"{here}{view}") for view in ("", "?ended=1", "?as_of=2023-01-01T00:00")]
+    for page in (before, ended, *rita):
+        assert post_forms(page) == 1 and 'name="at"' not in page and 'name="valid_from"' not in page
+        assert 'id="view"' in page and 'name="as_of"' in page
+    assert post_forms(now) > 1  # the present is where a writer edits
+    both = await alice.get(f"{here}?as_of=2023-01-01T00:00&ended=1")
+    assert both.status_code == 400 and "not both" in both.text and f'href="{here}"' in both.text
+
+
+async def test_ending_a_fact_at_a_past_moment_agrees_with_as_of_reads(builtin, browse):
+    t = await seed(
+        builtin,
+        [
+            {"name": "Chair", "type": "person", "observations": ["Chairs the committee"]},
+            {"name": "Board", "type": "org"},
+        ],
+        [{"from": "Chair", "to": "Board", "type": "sits on"}],
+    )
+    chair, sits = t.ids["Chair"], t.relations["Chair|sits on|Board"]
+    alice = await browse(t.admin, t.id)
+    here = f"/console/entity/{chair}"
+    csrf = alice.csrf(await alice.page(here))
+    data = {"observation": "Chairs the committee", "at": "2022-03-04T05:06:07", "reason": "stepped down"}
+    ended = await alice.post(f"{here}/observations/end", {**data, "csrf": csrf})
+    assert ended.status_code == 200 and ended.url.path == here
+    assert "Observation ended as of 2022-03-04 05:06:07 UTC." in ended.text
+    assert "Chairs the committee" not in section(ended.text, "observations")
+    ended = await alice.post(f"{here}/relations/end", {"relation": sits, "at": "2022-03-04T05:06", "csrf": csrf})
+    assert "Relation ended as of 2022-03-04 05:06:00 UTC." in ended.text
+    # Ended by then: nothing more to end, and the page says so.
+    again = await alice.post(f"{here}/observations/end", {**data, "at": "2023-01-01T00:00", "csrf": csrf})
+    assert "That observation was not valid then." in again.text
+    again = await alice.post(f"{here}/relations/end", {"relation": sits, "at": "2023-01-01T00:00", "csrf": csrf})
+    assert again.status_code == 404 and "no such relation valid at that moment" in again.text
+
+    # The console's as-of pages and the tool agree, on both sides of each end.
+    for moment, held in (("2022-03-04T05:06:06", True), ("2022-03-04T05:06:07", False)):
+        page = await alice.page(f"{here}?as_of={moment}")
+        read = await mcp_call(builtin, t.admin, "get_entity", {"id": chair, "as_of": moment})
+        assert ("Chairs the committee" in section(page, "observations")) is held, moment
+        assert ("Chairs the committee" in read["observations"]) is held, moment
+    for moment, held in (("2022-03-04T05:05:59", True), ("2022-03-04T05:06:00", False)):
+        page = await alice.page(f"{here}?as_of={moment}")
+        read = await mcp_call(builtin, t.admin, "get_entity", {"id": chair, "as_of": moment})
+        assert ("Board</a>" in section(page, "outgoing")) is held, moment
+        assert bool(read["relations"]) is held, moment
+    stored = await mcp_call(builtin, t.admin, "get_entity", {"id": chair, "include_invalid": True})
+    assert stored["observation_records"][0]["valid_until"].startswith("2022-03-04T05:06:07")
+    assert stored["relations"][0]["valid_until"].startswith("2022-03-04T05:06:00")
+    page = await alice.page(f"{here}?ended=1")
+    assert "stepped down" in section(page, "ended-observations") and "2022-03-04 05:06:07 UTC" in page
+    history = page.split('id="history"', 1)[1]
+    assert (
+        "</strong> ended 1 observation: Chairs the committee (until 2022-03-04T05:06:07+00:00), because stepped down"
+        in (history)
+    )
+
+
+async def test_an_observation_written_with_its_source_and_interval(builtin, browse):
+    t = await seed(builtin, [{"name": "Explorer", "type": "person"}], [])
+    eid = t.ids["Explorer"]
+    alice = await browse(t.admin, t.id)
+    here = f"/console/entity/{eid}"
+    csrf = alice.csrf(await alice.page(here))
+    current = {"observation": "Keeps a diary", "source": "  field diary  ", "valid_from": "1911-10-01T00:00"}
+    added = await alice.post(f"{here}/observations/add", {**current, "valid_until": "2999-01-01T00:00", "csrf": csrf})
+    assert added.status_code == 200 and "Observation added." in added.text
+    shown = section(added.text, "observations")
+    assert 'source <span class="source">field diary</span>' in shown
+    assert "valid from 1911-10-01 00:00 until 2999-01-01 00:00" in shown
+    past = {"observation": "Reached the pole", "valid_from": "1911-12-14T15:00:00", "valid_until": "1912-01-17"}
+    added = await alice.post(f"{here}/observations/add", {**past, "source": "", "csrf": csrf})
+    assert "Observation added." in added.text and "Reached the pole" not in section(added.text, "observations")
+    then = section(await alice.page(f"{here}?as_of=1911-12-24T00:00"), "observations")
+    assert (
+        "Reached the pole" in then and "Keeps a diary" in then and 'source <span class="source">engram-console' in then
+    )
+    ended = section(await alice.page(f"{here}?ended=1"), "ended-observations")
+    assert "Reached the pole" in ended and "from <time" in ended and "1912-01-17 00:00:00 UTC" in ended
+
+    records = (await mcp_call(builtin, t.admin, "get_entity", {"id": eid, "include_invalid": True}))[
+        "observation_records"
+    ]
+    got = {r["text"]: (r["source"], r["valid_from"][:19], r["valid_until"][:19], r["created_by"]) for r in records}
+    assert got == {
+        "Keeps a diary": ("field diary", "1911-10-01T00:00:00", "2999-01-01T00:00:00", t.subject),
+        "Reached the pole": ("engram-console", "1911-12-14T15:00:00", "1912-01-17T00:00:00", t.subject),
+    }
+    audit = table(await alice.page("/console/admin/audit?tool=console:append_observations"), "audit")
+    assert audit.count("console:append_observations") == 2
+
+
+async def test_hostile_validity_input_is_refused_and_changes_nothing(builtin, other, browse):
+    t = await seed(builtin, [{"name": "Target", "type": "note"}, {"name": "Twin", "type": "note"}], [])
+    target = t.ids["Target"]
+    since = {"valid_from": "2020-01-01T00:00:00Z"}
+    items = [{"entity": "Target", "observations": ["held"], **since}]
+    await mcp_call(builtin, t.admin, "append_observations", {"items": items})
+    made = await mcp_call(
+        builtin, t.admin, "connect_entities", {"relations": [{"from": "Target", "to": "Twin", "type": "near", **since}]}
+    )
+    near = made["results"][0]["relation"]["id"]
+    alice = await browse(t.admin, t.id)
+    here = f"/console/entity/{target}"
+    csrf = alice.csrf(await alice.page(here))
+    before = await merge_state(builtin, t, "Target", "Twin")
+    add = {"observation": "planted"}
+    end = {"observation": "held"}
+    cases = [
+        ("observations/add", {**add, "valid_from": "yesterday"}, 400, "valid_from"),
+        ("observations/add", {**add, "valid_until": "2024-02-30T00:00"}, 400, "valid_until"),
+        (
+            "observations/add",
+            {**add, "valid_from": "2024-02-01T00:00", "valid_until": "2024-01-01T00:00"},
+            400,
+            "before",
+        ),
+        (
+            "observations/add",
+            {**add, "valid_from": "2024-01-01T00:00", "valid_until": "2024-01-01T00:00"},
+            400,
+            "before",
+        ),
+        ("observations/add", {**add, "valid_from": "2024-01-01\x00T00:00"}, 400, "valid_from"),
+        ("observations/add", {**add, "valid_until": "2024-01-01" + "0" * 5000}, 400, "valid_until"),
+        ("observations/add", {**add, "valid_from": "1700000000"}, 400, "ISO 8601"),
+        ("observations/add", {**add, "source": "s" * 201}, 400, "at most 200"),
+        ("observations/add", {**add, "source": "diary\x00"}, 400, "NUL"),
+        ("observations/end", {**end, "at": "soon"}, 400, "at:"),
+        ("observations/end", {**end, "at": "2024-01-01T00:00\x00"}, 400, "at:"),
+        ("observations/end", {**end, "at": "2024-01-01" + "9" * 5000}, 400, "at:"),
+        ("observations/end", {**end, "at": "2019-06-01T00:00"}, 400, "cannot end then"),
+        ("observations/end", {**end, "at": "2020-01-01T00:00:00"}, 400, "cannot end then"),
+        ("observations/end", {**end, "at": "2024-01-01T00:00", "reason": "r" * 1001}, 400, "at most 1000"),
+        ("relations/end", {"relation": near, "at": "2019-06-01T00:00"}, 400, "cannot end then"),
+        ("relations/end", {"relation": near, "at": "31/12/2024"}, 400, "at:"),
+        ("relations/end", {"relation": near, "at": "2024-01-01T00:00", "reason": "why\x00"}, 400, "NUL"),
+    ]
+    for action, data, status, words in cases:
+        answer = await alice.post(f"{here}/{action}", {**data, "csrf": csrf})
+        assert answer.status_code == status, (action, data.keys(), answer.status_code, answer.text[-400:])
+        assert words in answer.text and "invalid" in answer.text, (action, words)
+        assert f'<a href="{here}">Back</a>' in answer.text
+    for query in (
+        "as_of=yesterday",
+        "as_of=%00",
+        "as_of=2024-01-01T00:00%00",
+        "as_of=" + "2" * 5000,
+        "as_of=2024-01-01T25:00",
+        "ended=maybe",
+        "as_of=2024-01-01T00:00&ended=1",
+    ):
+        answer = await alice.get(f"{here}?{query}")
+        assert answer.status_code == 400 and "invalid" in answer.text and "held" not in answer.text, query
+    # A forged token, with the new fields.
+    forged = [
+        ("observations/add", {**add, "source": "forged", "valid_from": "2021-01-01T00:00"}),
+        ("observations/end", {**end, "at": "2024-01-01T00:00", "reason": "forged"}),
+        ("relations/end", {"relation": near, "at": "2024-01-01T00:00"}),
+    ]
+    for action, data in forged:
+        answer = await alice.post(f"{here}/{action}", {**data, "csrf": "x" * 43})
+        assert answer.status_code == 403 and "did not come from this console" in answer.text, action
+    # Another tenant's member, with their own valid token: nothing of Target is found, or read as of a moment.
+    bob = await browse(other.admin, other.id)
+    bob_csrf = bob.csrf(await bob.page("/console/find"))
+    for action, data in forged:
+        answer = await bob.post(f"{here}/{action}", {**data, "csrf": bob_csrf})
+        assert answer.status_code == 404, (action, answer.status_code)
+    vault = other.ids["Vault"]
+    answer = await bob.post(
+        f"/console/entity/{vault}/relations/end", {"relation": near, "at": "2024-01-01T00:00", "csrf": bob_csrf}
+    )
+    assert answer.status_code == 404
+    for query in ("as_of=2024-01-01T00:00", "ended=1"):
+        answer = await bob.get(f"{here}?{query}")
+        assert answer.status_code == 404 and "held" not in answer.text, query
+    assert await merge_state(builtin, t, "Target", "Twin") == before

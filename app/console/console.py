@@ -323,10 +323,11 @@ class Console:
 
 
 def _back_to(request: Request) -> str:
-    """Where a refused action's page links back to: the entity it was about, the connected
-    applications, else the console."""
+    """Where a refused action's page links back to: the entity it was about (as it is now, after a
+    refused view of it), the connected applications, else the console."""
     parts = request.url.path.split("/")
-    if request.method == "POST" and len(parts) > 3 and parts[2] == "entity" and ENTITY_ID.fullmatch(parts[3]):
+    about_entity = len(parts) > 3 and parts[2] == "entity" and ENTITY_ID.fullmatch(parts[3])
+    if about_entity and (request.method == "POST" or request.url.query):
         return f"{PREFIX}/entity/{parts[3]}"
     if request.method == "POST" and len(parts) > 2 and parts[2] == "apps":
         return f"{PREFIX}/apps"

@@ -12,11 +12,12 @@ from starlette.responses import JSONResponse, Response
 
 from app.auth.principal import READ, WRITE
 from app.console.calls import parse
+from app.console.facts import EndForm, Facts, View, ViewForm, split, utc
 from app.console.history import describe
 from app.console.web import query, secure
 from app.errors import EngramError
 from app.services import models
-from app.services.filters import EntityFilters, SearchFilters, time_range
+from app.services.filters import EntityFilters, SearchFilters, moment, time_range
 from app.services.search import Query
 from app.services.search_models import Mode
 
@@ -48,14 +49,6 @@ class FindForm(BaseModel):
     until: date | None = None
 
 
-class EndForm(BaseModel):
-    """Why a fact or a relation stopped being true (kept in the history)."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    reason: models.WhyEnded = None
-
-
 class GraphForm(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -65,8 +58,8 @@ class GraphForm(BaseModel):
 
 
 def _given(values: Any, *names: str) -> dict[str, str]:
-    """The named parameters that were given non-empty."""
-    return {n: v for n in names if (v := values.get(n))}
+    """The named parameters that were given, not blank: an optional field left empty is not given."""
+    return {n: v for n in names if (v := values.get(n)) and v.strip()}
 
 
 def entity_id(value: str) -> str:
@@ -133,30 +126,43 @@ class MemoryPages:
     # --- an entity ------------------------------------------------------------------------------
 
     async def entity(self, request: Request, visit: Visit) -> Response:
+        """An entity as it is now (with its forms), as of another moment, or with its ended facts
+        (`?as_of=…`, `?ended=1`: read-only, since every change acts on now)."""
         visit.require(READ)
         eid = entity_id(request.path_params["id"])
+        form = parse(ViewForm, _given(request.query_params, "as_of", "ended"))
+        when = moment(form.as_of, form.ended)  # both at once: refused before anything is read
+        view = View(form.as_of, form.ended)
         who, run = visit.who, self.c.run
         # The history is readable for deleted entities too (by id), and names the tenant's own only.
         history = await run(who, "entity_history", self.services.entities.history, eid, HISTORY, None, writes=False)
         try:
             get = self.services.entities.get
-            entity = await run(who, "get_entity", get, eid, include_relations=True, max_observations=1000, writes=False)
+            entity = await run(
+                who, "get_entity", get, eid, include_relations=True, max_observations=1000, when=when, writes=False
+            )
         except EngramError as exc:
             if exc.code != "not_found":
                 raise
             entity = None  # deleted: its history and a way back
         if entity is not None and entity.id != eid:  # merged into another: its id leads to the survivor
-            return self.c.done(
-                visit, f"/console/entity/{entity.id}", f"{history.entity.name} was merged into this entity."
-            )
-        entries = [describe(e, who.subject) for e in history.entries]
+            target = f"/console/entity/{entity.id}" + (f"?{view.query}" if view.query else "")
+            return self.c.done(visit, target, f"{history.entity.name} was merged into this entity.")
+        facts = Facts()
+        if entity is not None and view.ended:
+            facts = split(entity, history.entries, datetime.now(UTC))
+        elif entity is not None:
+            facts = Facts(list(entity.observation_records), list(entity.relations or []))
         context = {
             "summary": history.entity,
             "entity": entity,
-            "outgoing": [r for r in (entity.relations or []) if r.from_id == eid] if entity else [],
-            "incoming": [r for r in (entity.relations or []) if r.to_id == eid and r.from_id != eid] if entity else [],
-            "history": entries,
+            "view": view,
+            "facts": facts,
+            "outgoing": [r for r in facts.relations if r.from_id == eid],
+            "incoming": [r for r in facts.relations if r.to_id == eid and r.from_id != eid],
+            "history": [describe(e, who.subject) for e in history.entries],
             "more_history": history.next_cursor is not None,
+            "utc": utc,
         }
         return self.c.page(request, "entity.html", context, visit)
 
@@ -191,8 +197,16 @@ class MemoryPages:
         return await self._observation(request, visit, add=False)
 
     async def _observation(self, request: Request, visit: Visit, *, add: bool) -> Response:
+        """Add a fact (optionally with its source and validity interval, as append_observations
+        takes them) or remove one."""
         eid, f = await self._change(request, visit)
-        item = parse(models.ObservationsIn, {"entity": eid, "observations": [f.get("observation", "")]})
+        fields = {"entity": eid, "observations": [f.get("observation", "")]}
+        if add:
+            item: models.ObservationsIn = parse(
+                models.NewObservations, {**fields, **_given(f, "source", "valid_from", "valid_until")}
+            )
+        else:
+            item = parse(models.ObservationsIn, fields)
         action = "append_observations" if add else "remove_observations"
         result = await self.c.run(
             visit.who, action, self.services.entities.change_observations, [item], add=add, writes=True
@@ -203,24 +217,30 @@ class MemoryPages:
         return self._back(visit, eid, "Observation removed." if done else "That observation was not there.")
 
     async def end_observation(self, request: Request, visit: Visit) -> Response:
-        """End a fact (it held, and no longer does): reads stop showing it, history keeps why."""
+        """End a fact (it held, and no longer does) now or at the moment given: reads from then on
+        stop showing it, `as_of` reads of earlier moments still do, and history keeps why."""
         eid, f = await self._change(request, visit)
         item = parse(models.ObservationsIn, {"entity": eid, "observations": [f.get("observation", "")]})
-        reason = parse(EndForm, _given(f, "reason")).reason
-        end = self.services.entities.invalidate_observations
-        result = await self.c.run(visit.who, "invalidate_observations", end, [item], None, reason, writes=True)
-        done = bool(result.results and result.results[0].observations)
-        return self._back(visit, eid, "Observation ended." if done else "That observation was not valid now.")
+        end = parse(EndForm, _given(f, "at", "reason"))
+        invalidate = self.services.entities.invalidate_observations
+        result = await self.c.run(
+            visit.who, "invalidate_observations", invalidate, [item], end.at, end.reason, writes=True
+        )
+        if result.results and result.results[0].observations:
+            return self._back(visit, eid, "Observation ended" + _at(end) + ".")
+        return self._back(visit, eid, "That observation was not valid " + ("then." if end.at else "now."))
 
     async def end_relation(self, request: Request, visit: Visit) -> Response:
         eid, f = await self._change(request, visit)
         rid = _relation_id(f)
-        reason = parse(EndForm, _given(f, "reason")).reason
-        end = self.services.relations.invalidate
-        result = await self.c.run(visit.who, "invalidate_relations", end, [], [rid], None, reason, writes=True)
+        end = parse(EndForm, _given(f, "at", "reason"))
+        invalidate = self.services.relations.invalidate
+        result = await self.c.run(
+            visit.who, "invalidate_relations", invalidate, [], [rid], end.at, end.reason, writes=True
+        )
         if not result.invalidated:
-            raise EngramError("not_found", "no such relation valid now")
-        return self._back(visit, eid, "Relation ended.")
+            raise EngramError("not_found", "no such relation valid " + ("at that moment" if end.at else "now"))
+        return self._back(visit, eid, "Relation ended" + _at(end) + ".")
 
     async def connect(self, request: Request, visit: Visit) -> Response:
         eid, f = await self._change(request, visit)
@@ -322,6 +342,11 @@ def _facts(form: FindForm) -> dict[str, Any]:
     since, until = _day(form.since), _day(form.until + timedelta(days=1) if form.until else None)
     time_range(since, until)
     return {"sources": [form.source] if form.source else None, "since": since, "until": until}
+
+
+def _at(end: EndForm) -> str:
+    """How a notice names the end's moment: nothing for now."""
+    return f" as of {utc(end.at)}" if end.at else ""
 
 
 def _relation_id(fields: dict[str, str]) -> str:

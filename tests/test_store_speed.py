@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
@@ -320,6 +321,18 @@ async def test_an_import_into_a_new_tenant_leaves_its_tables_analyzed(db_setting
 # --- substring search --------------------------------------------------------------------------
 
 
+@asynccontextmanager
+async def as_owner(db_settings: Any, tenant: str) -> AsyncIterator[tuple[asyncpg.Connection, asyncpg.Record]]:
+    """A connection as the schema's owner (it may read the statistics and steer the planner), and the
+    tenant's row (id, key, schema) for the store functions' `Tenant`."""
+    conn = await asyncpg.connect(db_settings.admin_dsn())
+    try:
+        await init_connection(conn)
+        yield conn, await conn.fetchrow("SELECT id::text, key, schema_name FROM engram.tenants WHERE key = $1", tenant)
+    finally:
+        await conn.close()
+
+
 async def test_substring_search_can_read_every_trigram_index(db_settings, client_for, tenant):
     """The substring search behind search_nodes gathers its matches from the trigram indexes of
     names, types and observations, one branch each, rather than testing every entity (an OR with
@@ -328,10 +341,7 @@ async def test_substring_search_can_read_every_trigram_index(db_settings, client
     async with client_for(tenant) as c:
         items = [{"name": f"Entity {i:04d}", "type": f"kind{i % 7}", "observations": [f"fact {i}"]} for i in range(300)]
         await _upsert(c, items)
-    conn = await asyncpg.connect(db_settings.admin_dsn())
-    try:
-        await init_connection(conn)
-        row = await conn.fetchrow("SELECT id::text, key, schema_name FROM engram.tenants WHERE key = $1", tenant)
+    async with as_owner(db_settings, tenant) as (conn, row):
         trigram = await conn.fetch(
             "SELECT x.indexrelid::regclass::text AS name, x.indexrelid FROM pg_index x"
             " WHERE x.indrelid IN ($1::regclass, $2::regclass) AND pg_get_indexdef(x.indexrelid) LIKE '%gin_trgm_ops%'",
@@ -346,8 +356,6 @@ async def test_substring_search_can_read_every_trigram_index(db_settings, client
             count = "SELECT pg_stat_get_xact_numscans($1)"
             scans = {r["name"]: await conn.fetchval(count, r["indexrelid"]) for r in trigram}
         assert all(scans.values()), scans
-    finally:
-        await conn.close()
 
 
 async def test_a_name_filter_reads_the_trigram_index_of_aliases(db_settings, client_for, tenant):
@@ -359,10 +367,7 @@ async def test_a_name_filter_reads_the_trigram_index_of_aliases(db_settings, cli
         await _upsert(c, [{"name": f"Entity {i:04d}", "type": "thing"} for i in range(300)])
         for i in range(0, 300, 30):
             ok(await c.call_tool("add_aliases", {"name": f"Entity {i:04d}", "aliases": [f"Moniker {i:04d}"]}))
-    conn = await asyncpg.connect(db_settings.admin_dsn())
-    try:
-        await init_connection(conn)
-        row = await conn.fetchrow("SELECT id::text, key, schema_name FROM engram.tenants WHERE key = $1", tenant)
+    async with as_owner(db_settings, tenant) as (conn, row):
         index = await conn.fetchval(
             "SELECT x.indexrelid FROM pg_index x WHERE x.indrelid = $1::regclass"
             " AND pg_get_indexdef(x.indexrelid) LIKE '%gin_trgm_ops%'",
@@ -379,5 +384,3 @@ async def test_a_name_filter_reads_the_trigram_index_of_aliases(db_settings, cli
                 )
                 assert [(f.row.name, f.matched_alias) for f in found] == [expected] and total == 1
             assert await conn.fetchval("SELECT pg_stat_get_xact_numscans($1)", index)
-    finally:
-        await conn.close()

@@ -233,14 +233,16 @@ def _password(args: argparse.Namespace) -> str:
     """A new password: one line of standard input with --password-stdin, else asked twice."""
     import getpass
 
+    from app.authserver.credentials import password_rule
+
     if args.password_stdin:
         password = sys.stdin.readline().rstrip("\n")
     else:
         password = getpass.getpass("password: ")
         if getpass.getpass("again: ") != password:
             sys.exit("error: the passwords differ")
-    if not 12 <= len(password) <= 1000 or "\x00" in password:
-        sys.exit("error: a password is 12 to 1000 characters")
+    if (problem := password_rule(password)) is not None:
+        sys.exit(f"error: {problem}")
     return password
 
 

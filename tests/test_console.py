@@ -44,15 +44,16 @@ CHROMIUM = shutil.which("chromium")
 CSP = "default-src 'none'"
 
 
-def serve_console(db_settings: Settings) -> AbstractContextManager[Server]:
-    """The server the console's tests share: builtin auth, limits raised for many sign-ins."""
-    return serve_builtin(
-        db_settings,
-        ENGRAM_TOKEN_PER_MINUTE="10000",
-        ENGRAM_AUTHORIZE_PER_MINUTE="10000",
-        ENGRAM_SIGN_IN_PER_MINUTE="10000",
-        ENGRAM_API_KEY_CACHE_SECONDS="0",  # a revoked key is refused at once (docs/auth.md)
-    )
+def serve_console(db_settings: Settings, **extra: str) -> AbstractContextManager[Server]:
+    """The server the console's tests share: builtin auth, limits raised for many sign-ins (`extra`
+    overrides any setting)."""
+    settings = {
+        "ENGRAM_TOKEN_PER_MINUTE": "10000",
+        "ENGRAM_AUTHORIZE_PER_MINUTE": "10000",
+        "ENGRAM_SIGN_IN_PER_MINUTE": "10000",
+        "ENGRAM_API_KEY_CACHE_SECONDS": "0",  # a revoked key is refused at once (docs/auth.md)
+    }
+    return serve_builtin(db_settings, **(settings | extra))
 
 
 @pytest.fixture(scope="module")
@@ -418,6 +419,7 @@ async def test_every_answer_carries_the_policy(builtin, acme, browse):
         "/console/admin",
         "/console/admin/audit",
         "/console/apps",
+        "/console/account",
         f"/console/entity/{uuid.uuid4()}",
         "/console/entity/not-an-id",
         *static,
@@ -433,7 +435,7 @@ async def test_every_answer_carries_the_policy(builtin, acme, browse):
         await alice.get(static[0].replace("/static/", "/static/0").rsplit("/", 2)[0] + "/x/console.css")
     ).status_code == 404
     # No inline script or style anywhere: the policy would block it, so none is written.
-    for path in paths[:11]:
+    for path in paths[:12]:
         text = (await alice.get(path)).text
         assert "<script>" not in text and "style=" not in text and "<style" not in text, path
 

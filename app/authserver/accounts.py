@@ -3,22 +3,24 @@ signed-in user may grant access to."""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 
 from app.auth.principal import personal_tenant
-from app.authserver.credentials import check_password, digest, new_secret
+from app.authserver.credentials import check_password, digest, hash_password, new_secret, password_rule
 from app.authserver.events import Events
 from app.authserver.limits import RateLimiter
 from app.errors import EngramError
 from app.store import accounts
 from app.store.accounts import Membership, User
 
-__all__ = ["Accounts", "Member", "Membership", "SignInRefused", "Throttle", "User"]
+__all__ = ["Accounts", "Member", "Membership", "PasswordChanged", "SignInRefused", "Throttle", "User"]
 from app.store.database import Database
 
 DEV_USER = "dev"
 DEV_TENANT = "demo"
+MAX_PASSWORD_FIELD = 1024  # characters of any password field a form posts (a new one: MAX_PASSWORD)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +47,26 @@ class Throttle:
     failures: int = 5
     window: int = 900
     attempts: int = 30
+
+
+@dataclass(frozen=True, slots=True)
+class PasswordChanged:
+    """What a password change ended besides the session it was made in."""
+
+    sessions_ended: int
+    grants_revoked: int
+
+
+def _failures(username: str) -> str:
+    """The limiter bucket of an account's wrong passwords: sign-in and password changes share it."""
+    return f"sign-in-failed:{username}"
+
+
+def _uuid(value: str) -> str | None:
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        return None
 
 
 class Accounts:
@@ -74,13 +96,13 @@ class Accounts:
         if (wait := await self._limiter.hit(f"sign-in:{address}", t.attempts, 60)) is not None:
             await self._events("sign_in", "rate_limited")
             raise SignInRefused("rate_limited", "Too many sign-in attempts from here. Try again shortly.", wait)
-        if (wait := await self._limiter.over(f"sign-in-failed:{username}", t.failures, t.window)) is not None:
+        if (wait := await self._limiter.over(_failures(username), t.failures, t.window)) is not None:
             await self._events("sign_in", "throttled", detail=username)
             raise SignInRefused("throttled", "Too many failed attempts for this account. Try again later.", wait)
         user = await self._db.run(accounts.by_username, username)
         # An unknown name is checked against a dummy hash: both answers take as long.
         if not await check_password(user.password_hash if user else None, password) or user is None:
-            await self._limiter.hit(f"sign-in-failed:{username}", t.failures, t.window)
+            await self._limiter.hit(_failures(username), t.failures, t.window)
             await self._events("sign_in", "wrong_password", user_id=user.id if user else None, detail=username)
             raise SignInRefused("wrong_password", "Wrong username or password.")
         if user.disabled:
@@ -88,6 +110,55 @@ class Accounts:
             raise SignInRefused("disabled", "This account is disabled.")
         await self._events("sign_in", "ok", user_id=user.id)
         return user
+
+    async def user(self, user_id: str) -> User | None:
+        """The user with this id (a verified token's `sub`), if there is one."""
+        user = _uuid(user_id)
+        return await self._db.run(accounts.by_id, user) if user else None
+
+    async def change_password(
+        self, user_id: str, current: str, new: str, repeat: str, *, keep_session: str | None, keep_grant: str
+    ) -> PasswordChanged:
+        """The person's own password change, `user_id` from their verified token. The current password
+        is checked as at sign-in, against the same per-account failure throttle (a wrong one counts;
+        once throttled, nothing is checked). Then every other browser session of theirs ends and every
+        other grant is revoked: all but `keep_session` (this browser's sign-in cookie) and `keep_grant`
+        (the `sid` of the token the change came with), so a stolen password no longer keeps doors open.
+        Every outcome is a `password_change` event; a refusal changes nothing."""
+        user = await self.user(user_id)
+        if user is None or user.disabled:
+            raise EngramError("not_found", "no such account")
+        who = user.id
+
+        async def refuse(code: str, why: str, message: str) -> EngramError:
+            await self._events("password_change", "refused", user_id=who, detail=why)
+            return EngramError(code, message)
+
+        if user.password_hash is None:
+            raise await refuse("invalid", "no_password", "this account signs in through an external provider")
+        for name, value in (("current", current), ("new", new), ("repeat", repeat)):
+            if len(value) > MAX_PASSWORD_FIELD or "\x00" in value:
+                raise await refuse("invalid", "bounds", f"{name}: at most {MAX_PASSWORD_FIELD} characters, no NUL")
+        if new != repeat:
+            raise await refuse("invalid", "mismatch", "the new password and its repetition differ")
+        if (problem := password_rule(new)) is not None:
+            raise await refuse("invalid", "rule", problem)
+        if new == current:
+            raise await refuse("invalid", "unchanged", "the new password is the current one")
+        t = self._throttle
+        if await self._limiter.over(_failures(user.username), t.failures, t.window) is not None:
+            raise await refuse("limit", "throttled", "too many wrong passwords for this account; try again later")
+        if not await check_password(user.password_hash, current):
+            await self._limiter.hit(_failures(user.username), t.failures, t.window)
+            raise await refuse("forbidden", "wrong_password", "the current password is wrong")
+        keep = digest(keep_session) if keep_session and len(keep_session) <= 100 else None
+        done = await self._db.run(
+            accounts.change_password, user.id, user.password_hash, await hash_password(new), keep, _uuid(keep_grant)
+        )
+        if done is None:  # changed, or disabled, since it was read
+            raise await refuse("conflict", "raced", "the account changed meanwhile; reload the page and try again")
+        await self._events("password_change", "ok", user_id=user.id, detail=f"{done[0]} sessions, {done[1]} grants")
+        return PasswordChanged(*done)
 
     async def linked_user(self, provider: str, subject: str) -> User | None:
         return await self._db.run(accounts.by_identity, provider, subject)

@@ -18,6 +18,17 @@ _hasher = PasswordHasher()  # argon2id with the library's current recommended pa
 _DUMMY = _hasher.hash(secrets.token_urlsafe(16))
 
 
+MIN_PASSWORD = 12  # characters of a new password, wherever it is set (the CLI, the console)
+MAX_PASSWORD = 1000
+
+
+def password_rule(password: str) -> str | None:
+    """Why `password` cannot be a new password, or None if it can."""
+    if not MIN_PASSWORD <= len(password) <= MAX_PASSWORD or "\x00" in password:
+        return f"a password is {MIN_PASSWORD} to {MAX_PASSWORD} characters, without NUL"
+    return None
+
+
 def new_secret() -> tuple[str, bytes]:
     """A fresh credential and its stored form."""
     value = secrets.token_urlsafe(32)

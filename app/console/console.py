@@ -25,6 +25,7 @@ from app.auth.principal import ADMIN, WRITE, Principal, principal_from_token
 from app.auth.verifier import TokenVerifier
 from app.authserver.server import STATIC as AUTH_STATIC
 from app.authserver.server import AuthServer
+from app.console.account import AccountPage
 from app.console.admin import AdminPages
 from app.console.calls import Runner
 from app.console.connected import ConnectedApps
@@ -287,6 +288,7 @@ class Console:
         merging = MergePages(self)
         tenant_admin = AdminPages(self)
         apps = ConnectedApps(self)
+        account = AccountPage(self)
         get = [
             ("", self.home),
             ("/sign-in", self.begin),
@@ -299,10 +301,12 @@ class Console:
             ("/admin", self.signed_in(tenant_admin.overview)),
             ("/admin/audit", self.signed_in(tenant_admin.audit)),
             ("/apps", self.signed_in(apps.listing)),
+            ("/account", self.signed_in(account.show)),
         ]
         post = [
             ("/sign-out", self.sign_out),
             ("/apps/disconnect", apps.disconnect),
+            ("/account/password", account.change_password),
             *((f"/entity/{{id}}/{name}", action) for name, action in {**pages.actions(), **merging.actions()}.items()),
             *((f"/admin/{name}", action) for name, action in tenant_admin.actions().items() if name != "import"),
         ]
@@ -324,13 +328,13 @@ class Console:
 
 def _back_to(request: Request) -> str:
     """Where a refused action's page links back to: the entity it was about (as it is now, after a
-    refused view of it), the connected applications, else the console."""
+    refused view of it), the connected applications, the account page, else the console."""
     parts = request.url.path.split("/")
     about_entity = len(parts) > 3 and parts[2] == "entity" and ENTITY_ID.fullmatch(parts[3])
     if about_entity and (request.method == "POST" or request.url.query):
         return f"{PREFIX}/entity/{parts[3]}"
-    if request.method == "POST" and len(parts) > 2 and parts[2] == "apps":
-        return f"{PREFIX}/apps"
+    if request.method == "POST" and len(parts) > 2 and parts[2] in ("apps", "account"):
+        return f"{PREFIX}/{parts[2]}"
     return PREFIX
 
 

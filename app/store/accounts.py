@@ -102,6 +102,43 @@ async def set_password(conn: asyncpg.Connection, username: str, password_hash: s
 
 
 @timed
+async def change_password(
+    conn: asyncpg.Connection,
+    user_id: str,
+    old_hash: str,
+    new_hash: str,
+    keep_session: bytes | None,
+    keep_grant: str | None,
+) -> tuple[int, int] | None:
+    """A person's own password change, in one transaction: the new hash, if the stored one is still
+    `old_hash` (else None, nothing changed); then every other browser session of theirs ends and every
+    other grant is revoked (`keep_session`, `keep_grant`: the ones the change was made through).
+    (sessions ended, grants revoked)."""
+    async with conn.transaction():
+        changed = await conn.execute(
+            "UPDATE engram.users SET password_hash = $3"
+            " WHERE id = $1::uuid AND password_hash = $2 AND disabled_at IS NULL",
+            user_id,
+            old_hash,
+            new_hash,
+        )
+        if changed.endswith(" 0"):
+            return None
+        sessions = await conn.execute(
+            "DELETE FROM engram.web_sessions WHERE user_id = $1::uuid AND id_hash IS DISTINCT FROM $2",
+            user_id,
+            keep_session,
+        )
+        grants = await conn.execute(
+            "UPDATE engram.oauth_families SET revoked_at = now(), revoked_why = 'password changed'"
+            " WHERE user_id = $1::uuid AND revoked_at IS NULL AND id IS DISTINCT FROM $2::uuid",
+            user_id,
+            keep_grant,
+        )
+    return int(sessions.rsplit(" ", 1)[-1]), int(grants.rsplit(" ", 1)[-1])
+
+
+@timed
 async def set_disabled(conn: asyncpg.Connection, username: str, disabled: bool) -> None:
     await _one(
         conn,

@@ -249,7 +249,7 @@ def _password(args: argparse.Namespace) -> str:
 def cmd_user(args: argparse.Namespace) -> None:
     """Local accounts of the built-in authorization server."""
     from app.authserver.credentials import hash_password
-    from app.store import accounts, oauth
+    from app.store import accounts
 
     name = (args.username or "").lower()
     if args.action == "add":
@@ -258,17 +258,20 @@ def cmd_user(args: argparse.Namespace) -> None:
         print(f"user {user.username} added ({user.id})")
     elif args.action == "passwd":
         digest = asyncio.run(hash_password(_password(args)))
-        _admin(lambda c: accounts.set_password(c, name, digest))
-        print(f"password of {name} changed")
+
+        async def reset(conn):  # type: ignore[no-untyped-def]
+            await accounts.set_password(conn, name, digest)
+            if not args.keep_sessions:  # whoever knew the old password is out, the person too
+                await _sign_out_everywhere(conn, name)
+
+        _admin(reset)
+        print(f"password of {name} changed" + ("" if args.keep_sessions else "; signed out everywhere"))
     elif args.action in ("disable", "enable"):
 
         async def switch(conn):  # type: ignore[no-untyped-def]
             await accounts.set_disabled(conn, name, args.action == "disable")
-            if args.action == "disable":  # sessions end at once; grants, and so their tokens, too
-                user = await accounts.by_username(conn, name)
-                assert user is not None
-                await accounts.close_sessions_of(conn, user.id)
-                await oauth.revoke_families(conn, user_id=user.id)
+            if args.action == "disable":
+                await _sign_out_everywhere(conn, name)
 
         _admin(switch)
         print(f"user {name} {args.action}d")
@@ -277,6 +280,16 @@ def cmd_user(args: argparse.Namespace) -> None:
             state = "disabled" if user.disabled else "active"
             kind = "password" if user.password_hash else "upstream"
             print(f"{user.username}\t{state}\t{kind}\t{created:%Y-%m-%d}\t{user.display_name}")
+
+
+async def _sign_out_everywhere(conn, name: str) -> None:  # type: ignore[no-untyped-def]
+    """Ends a user's sign-in sessions at once, and revokes their grants (so their tokens, within seconds)."""
+    from app.store import accounts, oauth
+
+    user = await accounts.by_username(conn, name)
+    assert user is not None
+    await accounts.close_sessions_of(conn, user.id)
+    await oauth.revoke_families(conn, user_id=user.id)
 
 
 def cmd_member(args: argparse.Namespace) -> None:
@@ -564,6 +577,9 @@ def main(argv: list[str] | None = None) -> None:
     user.add_argument("username", nargs="?")
     user.add_argument("--display-name", help="with add: the name shown on pages")
     user.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
+    user.add_argument(
+        "--keep-sessions", action="store_true", help="with passwd: do not sign the user out everywhere (the default)"
+    )
     user.set_defaults(func=cmd_user)
     member = sub.add_parser("member", help="which tenants a user may give applications access to")
     member.add_argument("action", choices=["add", "remove", "list"])

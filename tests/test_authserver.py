@@ -756,12 +756,23 @@ async def test_configured_clients_password_changes_and_revocation_by_command(bui
     issued = (await flow.exchange(await flow.code())).json()
     assert "Notes App" in person.pages[-1] and await mcp_status(builtin, issued["access_token"]) == 200
 
-    changed = engram(builtin.env, "user", "passwd", person.username, "--password-stdin", stdin="a brand new passphrase")
-    assert changed.returncode == 0, changed.stderr
-    assert engram(builtin.env, "user", "passwd", person.username, "--password-stdin", stdin="short").returncode != 0
+    passwd = ("user", "passwd", person.username, "--password-stdin")
+    kept = engram(builtin.env, *passwd, "--keep-sessions", stdin="a brand new passphrase")
+    assert kept.returncode == 0 and "signed out" not in kept.stdout, kept.stderr
+    assert engram(builtin.env, *passwd, stdin="short").returncode != 0
+    assert await mcp_status(builtin, issued["access_token"]) == 200  # --keep-sessions: grants live on
 
     revoked = engram(builtin.env, "revoke", "--user", person.username, "--client", "notes-app")
     assert revoked.returncode == 0 and revoked.stdout.startswith("1 grant")
     assert await until_refused(builtin, issued["access_token"])
+
+    # An operator's reset signs the person out everywhere by default: sessions end, grants are revoked.
+    again = (await flow.exchange(await flow.code())).json()  # the browser's sign-in session still holds
+    assert await mcp_status(builtin, again["access_token"]) == 200
+    reset = engram(builtin.env, *passwd, stdin="yet another passphrase")
+    assert reset.returncode == 0 and "signed out everywhere" in reset.stdout, reset.stderr
+    assert await until_refused(builtin, again["access_token"])
+    refreshed = await flow.token(grant_type="refresh_token", refresh_token=again["refresh_token"])
+    assert refreshed.status_code == 400 and refreshed.json()["error"] == "invalid_grant"
     assert engram(builtin.env, "client", "remove", "notes-app").returncode == 0
     assert "notes-app" not in engram(builtin.env, "client", "list").stdout

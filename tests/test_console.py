@@ -997,6 +997,13 @@ async def test_a_person_merges_duplicates_and_ends_a_fact_in_chromium(builtin):
             "you merged Grace Hoper into it; aliases gained: Grace Hoper" in await page.locator("#history").inner_text()
         )
 
+        # The neighbour's history tells where its relation went.
+        await page.goto(f"{builtin.base}/console/entity/{t.ids['Navy']}")
+        assert (
+            "you moved Grace Hoper —served in→ Navy to Grace Hopper, as Grace Hoper was merged into it"
+            in await page.locator("#history").inner_text()
+        )
+
         # The duplicate's page leads to the survivor.
         await page.goto(f"{builtin.base}/console/entity/{duplicate}")
         await page.wait_for_url(f"**/console/entity/{survivor}")

@@ -135,6 +135,94 @@ async def test_merge_folds_duplicates_into_the_survivor(server, tenant):
         assert _edges(zed) == [("Zed", "knows", "Robert Smith")]
 
 
+async def test_merge_tells_each_moved_or_folded_relation_in_the_other_ends_history(client_for, tenant):
+    async with client_for(tenant, (READ, WRITE, ADMIN)) as c, client_for(tenant + "-other") as elsewhere:
+        ids = await _seed(c, [{"name": n, "type": "t"} for n in ("A", "B", "C", "D")])
+        await _connect(
+            c,
+            ("C", "knows", "A"),  # re-pointed to B
+            ("C", "likes", "B"),
+            ("C", "likes", "A"),  # becomes a copy of C→B: folded into it
+            ("A", "uses", "D"),  # re-pointed, the merged entity at its start; D is deleted by then
+            ("A", "same as", "B"),  # a self-loop: dropped
+        )
+        rel = {
+            (r["from"], r["type"], r["to"]): r["id"]
+            for r in ok(await c.call_tool("get_entity", {"name": "C"}))["relations"]
+        }
+        rel.update(
+            {
+                (r["from"], r["type"], r["to"]): r["id"]
+                for r in ok(await c.call_tool("get_entity", {"name": "A"}))["relations"]
+            }
+        )
+        ok(await c.call_tool("remove_entities", {"entities": [ids["D"]]}))
+        await _seed(elsewhere, [{"name": "C", "type": "t"}])
+
+        merged = ok(await c.call_tool("merge_entities", {"into": "B", "merge": ["A"]}))
+        assert (merged["relations_moved"], merged["relations_folded"], merged["self_loops_dropped"]) == (2, 1, 1)
+
+        into, was = {"id": ids["B"], "name": "B"}, {"id": ids["A"], "name": "A"}
+        got = ok(await c.call_tool("get_entity", {"name": "C", "include_history": True}))
+        assert {r["id"]: (r["type"], r["to"]) for r in got["relations"]} == {
+            rel[("C", "knows", "A")]: ("knows", "B"),  # the same relation, now to the survivor
+            rel[("C", "likes", "B")]: ("likes", "B"),
+        }
+        told = {e["action"]: e for e in got["history"] if e["action"].startswith("relation_")}
+        assert told.keys() == {"relation_moved", "relation_folded"}
+        moved, folded = told["relation_moved"], told["relation_folded"]
+        assert (moved["entity_id"], moved["other_id"], moved["relation_id"]) == (
+            ids["C"],
+            ids["A"],
+            rel[("C", "knows", "A")],
+        )
+        assert moved["changes"] == {"type": "knows", "from": "C", "to": "A", "merged": was, "into": into}
+        assert (folded["entity_id"], folded["other_id"], folded["relation_id"]) == (
+            ids["C"],
+            ids["A"],
+            rel[("C", "likes", "A")],
+        )
+        assert folded["changes"] == {
+            "type": "likes",
+            "from": "C",
+            "to": "A",
+            "merged": was,
+            "into": into,
+            "folded_into": rel[("C", "likes", "B")],
+        }
+        assert moved["actor"] == folded["actor"] == got["history"][0]["actor"] != ""
+
+        # The other end may be deleted: its history (by id) tells it too, the merged entity at the start.
+        d = ok(await c.call_tool("entity_history", {"id": ids["D"]}))["entries"]
+        uses = next(e for e in d if e["action"] == "relation_moved")
+        assert (uses["entity_id"], uses["other_id"], uses["relation_id"]) == (
+            ids["D"],
+            ids["A"],
+            rel[("A", "uses", "D")],
+        )
+        assert (uses["changes"]["from"], uses["changes"]["to"]) == ("A", "D")
+
+        # The merged entity's history shows where its relations went, ending with merged_into; the
+        # survivor's holds one `merged` entry, counting the self-loop and naming it.
+        a = ok(await c.call_tool("entity_history", {"id": ids["A"]}))["entries"]
+        assert a[0]["action"] == "merged_into"
+        assert sorted(e["relation_id"] for e in a if e["action"] in ("relation_moved", "relation_folded")) == sorted(
+            [rel[("C", "knows", "A")], rel[("C", "likes", "A")], rel[("A", "uses", "D")]]
+        )
+        b = ok(await c.call_tool("entity_history", {"id": ids["B"]}))["entries"]
+        assert b[0]["action"] == "merged" and not any(e["action"].startswith("relation_m") for e in b)
+        assert b[0]["changes"]["self_loops_dropped_ids"] == [rel[("A", "same as", "B")]]
+
+        audit = ok(await c.call_tool("audit_log", {"tool_name": "merge_entities"}))["entries"]
+        assert {rel[("C", "knows", "A")], rel[("C", "likes", "A")], rel[("A", "uses", "D")]} <= set(
+            audit[0]["affected"]
+        )
+
+        # Another tenant's entity of the same name is told nothing.
+        theirs = ok(await elsewhere.call_tool("entity_history", {"name": "C"}))["entries"]
+        assert [e["action"] for e in theirs] == ["created"]
+
+
 async def test_merge_properties_rule_merged_takes_the_merged_values(client_for, tenant):
     async with client_for(tenant) as c:
         await _seed(

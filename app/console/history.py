@@ -69,6 +69,13 @@ def describe(entry: HistoryEntry, me: str) -> Told:
             text = f"merged {names} into it"
             if c.get("aliases_added"):
                 text += "; aliases gained: " + ", ".join(_short(a) for a in c["aliases_added"][:10])
+        case "relation_moved" | "relation_folded":
+            text = f"{_short(c.get('from'))} —{_short(c.get('type'))}→ {_short(c.get('to'))}"
+            merged, into = _short(c.get("merged", {}).get("name")), _short(c.get("into", {}).get("name"))
+            if entry.action == "relation_moved":
+                text = f"moved {text} to {into}, as {merged} was merged into it"
+            else:
+                text = f"folded {text} into the same relation with {into}, as {merged} was merged into it"
         case "merged_into":
             text = f"merged it into {_short(c.get('into', {}).get('name'))}"
         case "deleted" | "restored":

@@ -25,7 +25,7 @@ from app.store import aliases, entities, history, merges
 from app.store.database import Tx
 from app.store.entities import EntityRow, name_key
 from app.store.history import Event
-from app.store.merges import Edge
+from app.store.merges import Edge, EdgeChange
 
 MAX_MERGED = 20  # entities folded into one per call
 MAX_ALIASES = 100  # aliases one entity may hold
@@ -86,7 +86,9 @@ def _folded(kept: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
 
 class _EdgePlan:
     """How a merge changes edges: each touching a merged entity is re-pointed to the survivor, unless
-    it becomes a self-loop (dropped) or a copy of an edge the survivor has or gains (folded into it)."""
+    it becomes a self-loop (dropped) or a copy of an edge the survivor has or gains (folded into it).
+    Each re-pointed or folded edge is kept as an `EdgeChange` for its ends' history; a self-loop's id
+    goes to the survivor's `merged` entry (both its ends are merged, so no other end is told)."""
 
     def __init__(self, edges: Sequence[Edge], merged_gids: set[str], survivor_gid: str) -> None:
         self.edges = edges
@@ -94,6 +96,8 @@ class _EdgePlan:
         self.survivor = survivor_gid
         self.drop: list[str] = []
         self.write: dict[str, Edge] = {}
+        self.changes: list[EdgeChange] = []
+        self.loop_ids: list[str] = []
         self.loops = self.folded = self.moved = 0
 
     def end(self, gid: str) -> str:
@@ -110,6 +114,7 @@ class _EdgePlan:
             a, b = self.end(e.start), self.end(e.end)
             if a == b:
                 self.drop.append(e.gid)
+                self.loop_ids.append(e.props["id"])
                 self.loops += 1
                 continue
             key = (a, b, e.type)
@@ -120,9 +125,14 @@ class _EdgePlan:
                     kept[key] = self.write[target.gid] = Edge(target.gid, target.start, target.end, props)
                 self.drop.append(e.gid)
                 self.folded += 1
+                self._told(e, target.props["id"])
                 continue
             kept[key] = self.write[e.gid] = Edge(e.gid, a, b, e.props)
             self.moved += 1
+            self._told(e, None)
+
+    def _told(self, e: Edge, folded_into: str | None) -> None:
+        self.changes.append(EdgeChange(e.props["id"], e.type, e.start, e.end, e.start in self.merged, folded_into))
 
 
 class Merges(Service):
@@ -204,6 +214,7 @@ class Merges(Service):
             "relations_moved": plan.moved,
             "relations_folded": plan.folded,
             "self_loops_dropped": plan.loops,
+            "self_loops_dropped_ids": plan.loop_ids,
             "properties_rule": rule,
             "changes": changes,
         }
@@ -212,6 +223,7 @@ class Merges(Service):
             for o in others
         ]
         events.append(Event(survivor.id, "merged", record))  # last: the survivor's history shows it first
+        await merges.record_edge_changes(tx, plan.changes, survivor.id, values["name"], actor)
         await history.record(tx, events, actor)
         return models.MergeResult(
             entity=models.Changed(id=survivor.id, name=values["name"], version=version),

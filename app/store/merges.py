@@ -94,6 +94,57 @@ async def rewrite_edges(tx: Tx, edges: Sequence[Edge]) -> None:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class EdgeChange:
+    """A relation a merge re-pointed or folded, as it was: the history of its ends tells it."""
+
+    relation_id: str
+    type: str
+    start: str  # graph ids of its ends before the merge
+    end: str
+    merged_is_start: bool  # which end was the merged entity; the other stays (it is not merged)
+    folded_into: str | None  # the id of the relation it was folded into; None when re-pointed
+
+
+@timed
+async def record_edge_changes(tx: Tx, changes: Sequence[EdgeChange], into_id: str, into_name: str, actor: str) -> None:
+    """One history row per re-pointed or folded relation, in one statement: `relation_moved` or
+    `relation_folded`, on the end that stays (entity_id) and the merged end it left (other_id), so
+    both ends' history tells it; the changes name the relation as it was and the survivor. The ends'
+    names are read here by graph id, deleted ends included (a relation may touch a deleted entity)."""
+    if not changes:
+        return
+    tx.affected += [c.relation_id for c in changes]
+    await tx.execute(
+        """
+        INSERT INTO {s}.history (entity_id, other_id, relation_id, action, changes, actor)
+        SELECT CASE WHEN u.m THEN b.id ELSE a.id END, CASE WHEN u.m THEN a.id ELSE b.id END, u.rel,
+            CASE WHEN u.folded IS NULL THEN 'relation_moved' ELSE 'relation_folded' END,
+            jsonb_build_object(
+                'type', u.type, 'from', a.name, 'to', b.name,
+                'merged', CASE WHEN u.m THEN jsonb_build_object('id', a.id, 'name', a.name)
+                               ELSE jsonb_build_object('id', b.id, 'name', b.name) END,
+                'into', jsonb_build_object('id', $7::uuid, 'name', $8::text)
+            ) || CASE WHEN u.folded IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('folded_into', u.folded) END,
+            $9
+        FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::boolean[], $6::uuid[])
+            WITH ORDINALITY AS u(rel, type, a, b, m, folded, n)
+        JOIN {s}.entities a ON a.gid = u.a::ag_catalog.graphid
+        JOIN {s}.entities b ON b.gid = u.b::ag_catalog.graphid
+        ORDER BY u.n
+        """,
+        [c.relation_id for c in changes],
+        [c.type for c in changes],
+        [c.start for c in changes],
+        [c.end for c in changes],
+        [c.merged_is_start for c in changes],
+        [c.folded_into for c in changes],
+        into_id,
+        into_name,
+        actor,
+    )
+
+
 @timed
 async def count_observations(tx: Tx, entity_ids: Sequence[str], up_to: int) -> int:
     """Observations of these entities, counted up to `up_to`."""

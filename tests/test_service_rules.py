@@ -103,7 +103,23 @@ def test_a_batch_folds_by_name_later_fields_win_properties_merge_observations_co
     folded = _fold(items)
     assert [m.name for m in folded] == ["Ada", "Bob"]
     assert folded[0].fields == {"type": "mathematician", "properties": {"x": 1, "y": 2}}
-    assert folded[0].observations == ["a", "b", "c"]
+    assert list(folded[0].observations) == ["a", "b", "c"]  # in order, each once
+
+
+def test_a_folded_observation_keeps_the_interval_of_the_first_entry_that_gave_it() -> None:
+    early, late = datetime(2019, 1, 1, tzinfo=UTC), datetime(2021, 1, 1, tzinfo=UTC)
+    items = [
+        models.EntityIn(name="Ada", type="person", observations=["a", "b"], valid_from=early),
+        models.EntityIn(
+            name="Ada",
+            type="person",
+            observations=["b", "c"],
+            valid_from=late,
+            valid_until=datetime(2022, 1, 1, tzinfo=UTC),
+        ),
+    ]
+    (ada,) = _fold(items)
+    assert ada.observations == {"a": (early, None), "b": (early, None), "c": (late, datetime(2022, 1, 1, tzinfo=UTC))}
 
 
 def test_applying_fields_merges_properties_and_reports_changes() -> None:

@@ -741,8 +741,50 @@ async def test_unused_registrations_expire(builtin, db_settings):
         await conn.execute(
             "UPDATE engram.oauth_clients SET created_at = now() - interval '2 days' WHERE client_id = $1", unused
         )
-        await oauth.sweep(conn, timedelta(days=1))
+        await oauth.sweep(conn, timedelta(days=1), timedelta(days=30))
         assert await oauth.client(conn, unused) is None
+    finally:
+        await conn.close()
+
+
+async def test_ended_grants_are_swept_after_their_retention(builtin, flow, db_settings):
+    """A grant revoked, or left without a token or code, more than the retention ago is removed with
+    its rows; a live grant and one revoked lately stay (the revocation list reads the latter)."""
+    from datetime import timedelta
+
+    from app.store import oauth
+    from app.store.database import init_connection
+
+    grants = {}
+    for name in ("live", "revoked lately", "revoked long ago", "run dry long ago"):
+        issued = (await flow.exchange(await flow.code())).json()
+        grants[name] = _part(issued["access_token"], 1)["sid"]
+        if name.startswith("revoked"):
+            async with httpx2.AsyncClient() as http:
+                form = {"token": issued["refresh_token"], "client_id": flow.client_id}
+                assert (await http.post(f"{builtin.base}/revoke", data=form)).status_code == 200
+    conn = await asyncpg.connect(db_settings.admin_dsn())
+    await init_connection(conn)
+    try:
+        age = "UPDATE engram.oauth_families SET created_at = now() - interval '40 days' WHERE id = $1::uuid"
+        for sid in grants.values():
+            await conn.execute(age, sid)
+        await conn.execute(
+            "UPDATE engram.oauth_families SET revoked_at = now() - interval '31 days' WHERE id = $1::uuid",
+            grants["revoked long ago"],
+        )
+        await conn.execute(  # its last refresh token expired (and was swept), its code long used
+            "DELETE FROM engram.oauth_refresh_tokens WHERE family_id = $1::uuid", grants["run dry long ago"]
+        )
+        await conn.execute("DELETE FROM engram.oauth_codes WHERE family_id = $1::uuid", grants["run dry long ago"])
+        await oauth.sweep(conn, timedelta(days=1), timedelta(days=30))
+        left = await conn.fetch(
+            "SELECT id::text FROM engram.oauth_families WHERE id = ANY($1::uuid[])", list(grants.values())
+        )
+        assert {r[0] for r in left} == {grants["live"], grants["revoked lately"]}
+        tokens = "SELECT count(*) FROM engram.oauth_refresh_tokens WHERE family_id = $1::uuid"
+        assert await conn.fetchval(tokens, grants["revoked long ago"]) == 0  # gone with their grant
+        assert await conn.fetchval(tokens, grants["live"]) > 0
     finally:
         await conn.close()
 

@@ -58,6 +58,9 @@ class Refresh(RefreshToken):
     used: bool
 
 
+GRANT_RETENTION = timedelta(days=30)  # far beyond any access token's lifetime (at most a day)
+
+
 @dataclass(frozen=True, slots=True)
 class Lifetimes:
     access: int = 600
@@ -288,8 +291,9 @@ class Provider:
         )
 
     async def sweep(self, unused_clients: timedelta) -> None:
-        """Removes expired requests, codes, tokens and sessions, and registrations never used."""
-        await self._db.run(oauth.sweep, unused_clients)
+        """Removes expired requests, codes, tokens and sessions, registrations never used, and grants
+        ended for longer than GRANT_RETENTION (kept that long for the audit trail and the listings)."""
+        await self._db.run(oauth.sweep, unused_clients, GRANT_RETENTION)
 
     async def revoke(self, client: EngramClient, token: str) -> None:
         """RFC 7009: a refresh token (or an access token naming its family) revokes its family."""

@@ -524,17 +524,24 @@ async def events(conn: asyncpg.Connection, limit: int, since: datetime | None) -
 
 
 @timed
-async def sweep(conn: asyncpg.Connection, unused_client_age: timedelta) -> None:
+async def sweep(conn: asyncpg.Connection, unused_client_age: timedelta, grant_retention: timedelta) -> None:
     """Removes what has expired: requests, codes, refresh tokens, sessions (the console's too), old rate
-    windows, and dynamically registered clients never used within `unused_client_age`."""
+    windows, dynamically registered clients never used within `unused_client_age`, and grants revoked,
+    or left with no token nor code, longer than `grant_retention` ago (their codes and tokens with them)."""
     await conn.execute(
         """WITH r AS (DELETE FROM engram.oauth_requests WHERE expires_at < now()),
                 c AS (DELETE FROM engram.oauth_codes WHERE expires_at < now() - interval '1 day'),
                 t AS (DELETE FROM engram.oauth_refresh_tokens WHERE expires_at < now()),
                 s AS (DELETE FROM engram.web_sessions WHERE expires_at < now()),
                 cs AS (DELETE FROM engram.console_sessions WHERE expires_at < now()),
+                f AS (DELETE FROM engram.oauth_families f
+                       WHERE f.revoked_at < now() - $2::interval
+                          OR (f.created_at < now() - $2::interval
+                              AND NOT EXISTS (SELECT 1 FROM engram.oauth_refresh_tokens r WHERE r.family_id = f.id)
+                              AND NOT EXISTS (SELECT 1 FROM engram.oauth_codes c WHERE c.family_id = f.id))),
                 w AS (DELETE FROM engram.rate_windows WHERE window_no < extract(epoch FROM now())::bigint - 86400)
            DELETE FROM engram.oauth_clients
             WHERE kind = 'dynamic' AND last_used_at IS NULL AND created_at < now() - $1::interval""",
         unused_client_age,
+        grant_retention,
     )

@@ -578,7 +578,9 @@ def main(argv: list[str] | None = None) -> None:
     user.add_argument("--display-name", help="with add: the name shown on pages")
     user.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
     user.add_argument(
-        "--keep-sessions", action="store_true", help="with passwd: do not sign the user out everywhere (the default)"
+        "--keep-sessions",
+        action="store_true",
+        help="with passwd: change only the password (by default the user is signed out everywhere)",
     )
     user.set_defaults(func=cmd_user)
     member = sub.add_parser("member", help="which tenants a user may give applications access to")

@@ -341,45 +341,40 @@ def _signed_token(issuer: str, audience: str) -> str:
 
 
 def test_failed_discovery_and_jwks_fetches_are_counted(db_settings):
-    with FailingDocuments() as idp:
-        port = free_port()
-        env = server_env(
+    with (
+        FailingDocuments() as idp,
+        serve(
             db_settings,
-            port,
             ENGRAM_AUTH_MODE="oidc",
             ENGRAM_OIDC_ISSUER=idp.url,
             ENGRAM_JWKS_MIN_REFRESH_SECONDS="1",
             ENGRAM_EMBEDDING_PROVIDER="none",
-        )
-        process = start_server(env)
-        try:
-            before = _fetch_failures(env)
-            # Every pair is exported from the start, at 0.
-            assert before == {pair: 0.0 for pair in before}
-            assert {("jwks", "http_status"), ("discovery", "unreachable"), ("client_metadata", "busy")} <= set(before)
-            token = _signed_token(idp.url, f"http://127.0.0.1:{port}/mcp")
-            headers = {"Authorization": f"Bearer {token}"}
-            url = f"http://127.0.0.1:{port}/mcp"
+        ) as server,
+    ):
+        env, url = server.env, server.url
+        before = _fetch_failures(env)
+        # Every pair is exported from the start, at 0.
+        assert before == {pair: 0.0 for pair in before}
+        assert {("jwks", "http_status"), ("discovery", "unreachable"), ("client_metadata", "busy")} <= set(before)
+        token = _signed_token(idp.url, url)
+        headers = {"Authorization": f"Bearer {token}"}
 
-            # The identity provider's metadata answers 503: a failed discovery.
-            assert httpx2.post(url, headers=headers, timeout=10).status_code == 401
-            assert "/.well-known/openid-configuration" in idp.requests
-            after_discovery = _fetch_failures(env)
-            assert after_discovery[("discovery", "http_status")] == 1
-            assert after_discovery[("jwks", "http_status")] == 0
+        # The identity provider's metadata answers 503: a failed discovery.
+        assert httpx2.post(url, headers=headers, timeout=10).status_code == 401
+        assert "/.well-known/openid-configuration" in idp.requests
+        after_discovery = _fetch_failures(env)
+        assert after_discovery[("discovery", "http_status")] == 1
+        assert after_discovery[("jwks", "http_status")] == 0
 
-            # Discovery works now, but the JWKS answers 500: a failed key fetch.
-            idp.discovery_up = True
-            time.sleep(1.1)  # ENGRAM_JWKS_MIN_REFRESH_SECONDS
-            assert httpx2.post(url, headers=headers, timeout=10).status_code == 401
-            assert "/jwks" in idp.requests
-            after_jwks = _fetch_failures(env)
-            assert after_jwks[("jwks", "http_status")] == 1
-            assert after_jwks[("discovery", "http_status")] == 1
-            assert sum(after_jwks.values()) == 2
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
+        # Discovery works now, but the JWKS answers 500: a failed key fetch.
+        idp.discovery_up = True
+        time.sleep(1.1)  # ENGRAM_JWKS_MIN_REFRESH_SECONDS
+        assert httpx2.post(url, headers=headers, timeout=10).status_code == 401
+        assert "/jwks" in idp.requests
+        after_jwks = _fetch_failures(env)
+        assert after_jwks[("jwks", "http_status")] == 1
+        assert after_jwks[("discovery", "http_status")] == 1
+        assert sum(after_jwks.values()) == 2
 
 
 def test_failed_client_metadata_document_fetches_are_counted(db_settings):

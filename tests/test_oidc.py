@@ -26,7 +26,7 @@ from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull,
 from app.auth import apikeys
 from app.config import ENDPOINT_PATHS
 from app.store import tenants
-from tests.conftest import ROOT, connect, error_code, free_port, ok, server_env, start_server
+from tests.conftest import ROOT, connect, error_code, free_port, ok, serve, server_env, start_server
 from tests.oidc_issuer import CLIENT_ID, CLIENT_SECRET, StandInIssuer
 
 INIT = {
@@ -348,28 +348,22 @@ def test_without_configured_audiences_each_endpoint_takes_tokens_for_itself_only
 
 def test_configured_audiences_hold_at_every_endpoint(db_settings, tenant):
     """ENGRAM_OIDC_AUDIENCES: the identity provider's one audience for the API, at every endpoint."""
-    with StandInIssuer() as issuer:
-        port = free_port()
-        env = server_env(
+    with (
+        StandInIssuer() as issuer,
+        serve(
             db_settings,
-            port,
             ENGRAM_AUTH_MODE="oidc",
             ENGRAM_OIDC_ISSUER=issuer.url,
             ENGRAM_OIDC_AUDIENCES="api://engram",
             ENGRAM_EMBEDDING_PROVIDER="none",
-        )
-        process = start_server(env)
-        try:
-            base = f"http://127.0.0.1:{port}"
-            for audience, status in (("api://engram", 200), (f"{base}/mcp", 401)):
-                token = issuer.sign(issuer.claims_for(audience, tenant))
-                for path in ENDPOINT_PATHS.values():
-                    url = f"{base}{path}"
-                    answer = httpx2.post(url, content=orjson.dumps(INIT), headers=_headers(token), timeout=10)
-                    assert answer.status_code == status, (audience, path)
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
+        ) as server,
+    ):
+        for audience, status in (("api://engram", 200), (server.url, 401)):
+            token = issuer.sign(issuer.claims_for(audience, tenant))
+            for path in ENDPOINT_PATHS.values():
+                url = f"{server.base}{path}"
+                answer = httpx2.post(url, content=orjson.dumps(INIT), headers=_headers(token), timeout=10)
+                assert answer.status_code == status, (audience, path)
 
 
 def _headers(token: str) -> dict[str, str]:
@@ -381,19 +375,13 @@ def _headers(token: str) -> dict[str, str]:
 
 
 async def test_managed_tenants_must_exist(db_settings, tenant):
-    port = free_port()
-    env = server_env(db_settings, port, ENGRAM_TENANT_POLICY="managed")
-    process = start_server(env)
-    try:
-        url = f"http://127.0.0.1:{port}/mcp"
-        from app.auth.devkeys import mint_token
-
-        token = mint_token(db_settings.model_copy(update={"port": port}), tenant=tenant)
-        async with connect(url, token) as c:
+    with serve(db_settings, ENGRAM_TENANT_POLICY="managed") as server:
+        env = server.env
+        async with server.client(tenant) as c:
             assert error_code(await c.call_tool("get_entity", {"name": "x"})) == "forbidden"
         created = _engram(env, "tenant", "create", tenant)
         assert created.returncode == 0, created.stderr
-        async with connect(url, token) as c:
+        async with server.client(tenant) as c:
             ok(await c.call_tool("upsert_entities", {"entities": [{"name": "x", "type": "t"}]}))
         shown = _engram(env, "tenant", "show", tenant)
         assert "entities: 1" in shown.stdout
@@ -401,6 +389,3 @@ async def test_managed_tenants_must_exist(db_settings, tenant):
         deleted = _engram(env, "tenant", "delete", tenant)
         assert deleted.returncode == 0, deleted.stderr
         assert tenant not in _engram(env, "tenant", "list").stdout
-    finally:
-        process.terminate()
-        process.wait(timeout=30)

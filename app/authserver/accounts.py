@@ -62,7 +62,8 @@ def _failures(username: str) -> str:
     return f"sign-in-failed:{username}"
 
 
-def _uuid(value: str) -> str | None:
+def user_key(value: str) -> str | None:
+    """A user id (a token's `sub`) in its canonical form; None for what no user id can be."""
     try:
         return str(uuid.UUID(value))
     except ValueError:
@@ -113,7 +114,7 @@ class Accounts:
 
     async def user(self, user_id: str) -> User | None:
         """The user with this id (a verified token's `sub`), if there is one."""
-        user = _uuid(user_id)
+        user = user_key(user_id)
         return await self._db.run(accounts.by_id, user) if user else None
 
     async def change_password(
@@ -153,7 +154,7 @@ class Accounts:
             raise await refuse("forbidden", "wrong_password", "the current password is wrong")
         keep = digest(keep_session) if keep_session and len(keep_session) <= 100 else None
         done = await self._db.run(
-            accounts.change_password, user.id, user.password_hash, await hash_password(new), keep, _uuid(keep_grant)
+            accounts.change_password, user.id, user.password_hash, await hash_password(new), keep, user_key(keep_grant)
         )
         if done is None:  # changed, or disabled, since it was read
             raise await refuse("conflict", "raced", "the account changed meanwhile; reload the page and try again")

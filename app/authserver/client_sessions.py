@@ -11,7 +11,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeGuard
 
 from joserfc import jwe
 from joserfc.errors import JoseError
@@ -30,7 +30,6 @@ class Opened:
 
     record: dict[str, Any]
     version: int
-    refreshing: bool
     notice: str
 
 
@@ -42,7 +41,8 @@ def _sealed_by(cookie: str) -> OctKey:
     return OctKey.import_key(hashlib.sha256(b"engram-console-session:seal:" + cookie.encode()).digest())
 
 
-def _usable(cookie: str | None) -> bool:
+def usable(cookie: str | None) -> TypeGuard[str]:
+    """Whether a cookie's value could be one of ours (what else is sent is not looked up at all)."""
     return bool(cookie) and len(cookie or "") <= MAX_COOKIE
 
 
@@ -59,7 +59,7 @@ class ClientSessions:
         return cookie
 
     async def get(self, cookie: str | None) -> Opened | None:
-        if cookie is None or not _usable(cookie):
+        if not usable(cookie):
             return None
         row = await self._db.run(console_sessions.session, _found_by(cookie))
         if row is None:
@@ -68,7 +68,7 @@ class ClientSessions:
             record = json.loads(jwe.decrypt_compact(row.sealed, _sealed_by(cookie)).plaintext or b"")
         except (JoseError, ValueError):
             return None
-        return Opened(record, row.version, row.refreshing, row.notice)
+        return Opened(record, row.version, row.notice)
 
     async def claim_refresh(self, cookie: str, version: int) -> bool:
         """Whether this request is the one to spend the refresh token of `version` (for a short hold)."""
@@ -84,7 +84,7 @@ class ClientSessions:
         await self._db.run(console_sessions.clear_notice, _found_by(cookie), notice[:2000])
 
     async def close(self, cookie: str | None) -> None:
-        if cookie is not None and _usable(cookie):
+        if usable(cookie):
             await self._db.run(console_sessions.close_session, _found_by(cookie))
 
 

@@ -10,13 +10,13 @@ answer whether it belongs to someone else or to no one.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from app.auth.principal import TENANT_ID
+from app.authserver.accounts import user_key
 from app.authserver.clients import MAX_URL, Clients, EngramClient, public_view
 from app.authserver.events import Events
 from app.errors import EngramError
@@ -73,7 +73,7 @@ class Connections:
 
     async def of(self, user_id: str, limit: int = MAX_GRANTS) -> Listing:
         """The person's live grants and remembered consents, by application, then tenant."""
-        user = _user(user_id)
+        user = user_key(user_id)
         if user is None:
             return Listing([], False, limit)
         grants = await self._db.run(oauth.live_grants, user, self._access_lifetime, limit + 1)
@@ -110,7 +110,7 @@ class Connections:
             raise EngramError("invalid", f"client: 1 to {MAX_URL} characters, no NUL")
         if not TENANT_ID.fullmatch(tenant):
             raise EngramError("invalid", "tenant: 1-200 letters, digits and . _ : @ | -")
-        user = _user(user_id)
+        user = user_key(user_id)
         grants, forgotten = await self._db.run(oauth.disconnect, user, client_id, tenant) if user else ([], False)
         if not grants and not forgotten:
             await self._events("disconnect", "not_found", user_id=user, client_id=client_id[:200], tenant=tenant)
@@ -149,11 +149,3 @@ class Connections:
 
 def _name(client_id: str, client: EngramClient | None) -> str:
     return (client.client_name if client else None) or client_id
-
-
-def _user(user_id: str) -> str | None:
-    """The user id in its canonical form; None for what no user id can be."""
-    try:
-        return str(uuid.UUID(user_id))
-    except ValueError:
-        return None

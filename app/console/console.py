@@ -233,8 +233,7 @@ class Console:
 
     async def callback(self, request: Request) -> Response:
         q = request.query_params
-        cookie = request.cookies.get(self.cookies.sign_in, "")
-        pending = PendingSignIn.of(cookie) if 0 < len(cookie) <= 100 else None
+        pending = PendingSignIn.of(request.cookies.get(self.cookies.sign_in))
         state = q.get("state", "")
         if pending is None or not hmac.compare_digest(state.encode(), pending.state.encode()):
             return self._sign_in_failed(request, "This sign-in expired or was not started here. Please start again.")

@@ -16,7 +16,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.authserver.client_sessions import ClientSessions
+from app.authserver.client_sessions import ClientSessions, usable
 from app.console.signin import Tokens
 
 
@@ -32,7 +32,6 @@ class Session:
     display_name: str
     csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     version: int = 1
-    refreshing: bool = False  # another request is refreshing the tokens right now
     notice: str = ""  # what the last change said, shown once on the next page
     told: str = ""  # a notice this request leaves for the next page
     shown: str = ""  # the notice this request displayed
@@ -43,14 +42,10 @@ class Session:
 
     def record(self) -> dict[str, Any]:
         """What is sealed: everything but the cookie, the version and the notices."""
-        return {
-            "access_token": self.access_token,
-            "refresh_token": self.refresh_token,
-            "expires_at": self.expires_at,
-            "username": self.username,
-            "display_name": self.display_name,
-            "csrf": self.csrf,
-        }
+        return {name: getattr(self, name) for name in SEALED}
+
+
+SEALED = ("access_token", "refresh_token", "expires_at", "username", "display_name", "csrf")
 
 
 class Sessions:
@@ -66,19 +61,8 @@ class Sessions:
         opened = await self._kept.get(cookie)
         if cookie is None or opened is None:
             return None
-        r = opened.record
-        return Session(
-            cookie,
-            r["access_token"],
-            r["refresh_token"],
-            r["expires_at"],
-            r["username"],
-            r["display_name"],
-            r["csrf"],
-            opened.version,
-            opened.refreshing,
-            opened.notice,
-        )
+        sealed = {name: opened.record[name] for name in SEALED}
+        return Session(cookie=cookie, version=opened.version, notice=opened.notice, **sealed)
 
     async def claim_refresh(self, session: Session) -> bool:
         """Whether this request is the one to spend the refresh token: it is single-use, and a second
@@ -112,14 +96,17 @@ class PendingSignIn:
     verifier: str
 
     @classmethod
-    def of(cls, cookie: str) -> PendingSignIn:
+    def of(cls, cookie: str | None) -> PendingSignIn | None:
+        """The sign-in a cookie set by `begin` stands for; None for what cannot be such a cookie."""
+        if not usable(cookie):
+            return None
         return cls(_derive(cookie, b"state"), _derive(cookie, b"verifier"))
 
     @classmethod
     def begin(cls) -> tuple[str, PendingSignIn]:
         """A new sign-in: the cookie to set, and the state and verifier it stands for."""
         cookie = secrets.token_urlsafe(32)
-        return cookie, cls.of(cookie)
+        return cookie, cls(_derive(cookie, b"state"), _derive(cookie, b"verifier"))
 
 
 def _derive(cookie: str, purpose: bytes) -> str:

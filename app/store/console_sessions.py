@@ -16,7 +16,6 @@ from app.store.database import timed
 class SessionRow:
     sealed: str
     version: int
-    refreshing: bool  # another request is spending the refresh token right now
     notice: str
 
 
@@ -33,11 +32,10 @@ async def open_session(conn: asyncpg.Connection, id_hash: bytes, sealed: str, tt
 @timed
 async def session(conn: asyncpg.Connection, id_hash: bytes) -> SessionRow | None:
     row = await conn.fetchrow(
-        "SELECT sealed, version, coalesce(refreshing_until > now(), false) AS refreshing, notice"
-        " FROM engram.console_sessions WHERE id_hash = $1 AND expires_at > now()",
+        "SELECT sealed, version, notice FROM engram.console_sessions WHERE id_hash = $1 AND expires_at > now()",
         id_hash,
     )
-    return SessionRow(row["sealed"], row["version"], row["refreshing"], row["notice"]) if row else None
+    return SessionRow(row["sealed"], row["version"], row["notice"]) if row else None
 
 
 @timed

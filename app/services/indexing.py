@@ -295,7 +295,7 @@ class Indexer:
                 ids = await vectors.entity_ids_after(tx, after, _REBUILD_PAGE)
                 if not ids:
                     return
-                await index.sync(tx, ids, index.Vectors(self.model))
+                await index.sync(tx, index.Vectors(self.model), entities=ids, relations_of_entities=True)
             after = ids[-1]
 
 

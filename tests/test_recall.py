@@ -17,6 +17,7 @@ from mcp.shared.exceptions import MCPError
 
 from app.auth.principal import READ
 from tests.conftest import error_code, ok
+from tests.test_transfer import export, lines_of, summary
 
 Y2020, Y2021, Y2022, Y2023 = (f"{y}-05-01T00:00:00+00:00" for y in range(2020, 2024))
 
@@ -394,3 +395,90 @@ async def test_writing_episodes_needs_the_write_scope(client_for, tenant):
         with pytest.raises(MCPError):  # 403 insufficient_scope at the HTTP layer (tests/test_auth.py)
             await c.call_tool("add_episodes", {"episodes": [{"text": "a"}]})
         assert ok(await c.call_tool("recall", {"query": "a"}))["facts"] == []
+
+
+async def test_get_entity_shows_the_observations_that_matter(client_for, tenant):
+    """An entity with hundreds of facts: the newest, or those relevant to a question, come first."""
+    facts = [f"Ada visited town number {i} on her tour" for i in range(200)]
+    facts[37] = "Ada is allergic to peanuts and carries an epinephrine pen"
+    async with client_for(tenant) as c:
+        for i in range(0, len(facts), 100):
+            ok(
+                await c.call_tool(
+                    "upsert_entities",
+                    {"entities": [{"name": "Ada", "type": "person", "observations": facts[i : i + 100]}]},
+                )
+            )
+        oldest = ok(await c.call_tool("get_entity", {"name": "Ada", "max_observations": 3}))
+        assert oldest["observations"] == facts[:3] and oldest["observations_total"] == 200
+        newest = ok(
+            await c.call_tool("get_entity", {"name": "Ada", "max_observations": 3, "observations_first": "newest"})
+        )
+        assert newest["observations"] == facts[-1:-4:-1]
+        await embedded(c, "what food must Ada avoid?", "peanuts")
+        relevant = ok(
+            await c.call_tool(
+                "get_entity",
+                {
+                    "name": "Ada",
+                    "max_observations": 3,
+                    "observations_first": "relevant",
+                    "query": "what food must Ada avoid?",
+                },
+            )
+        )
+        assert relevant["observations"][0] == facts[37]
+        for bad in (
+            {"observations_first": "relevant"},
+            {"query": "food"},
+            {"observations_first": "relevant", "query": "  "},
+            {"observations_first": "random"},
+        ):
+            assert error_code(await c.call_tool("get_entity", {"name": "Ada", **bad})) == "invalid"
+
+
+async def test_episodes_travel_in_engram_files_byte_for_byte(server, client_for, tenant, tmp_path):
+    """Exported, imported into another tenant and exported again: the same file; imported twice: once;
+    the dialect formats carry no episodes."""
+    async with client_for(tenant) as c:
+        ok(
+            await c.call_tool(
+                "upsert_entities",
+                {"entities": [{"name": "Caroline", "type": "person"}, {"name": "Melanie", "type": "person"}]},
+            )
+        )
+        written = ok(
+            await c.call_tool(
+                "add_episodes",
+                {
+                    "episodes": [
+                        {
+                            "text": "Caroline told Melanie about the adoption agency",
+                            "at": Y2023,
+                            "source": "D2:1",
+                            "speakers": ["Caroline"],
+                            "valid_from": Y2021,
+                        },
+                        {"text": "A note with nobody in it", "at": Y2022},
+                    ]
+                },
+            )
+        )
+        ok(await c.call_tool("invalidate_episodes", {"ids": [written["episodes"][1]["id"]], "reason": "wrong"}))
+    first = export(server, tenant, tmp_path / "a.jsonl")
+    rows = lines_of(first)
+    eps = [r for r in rows if r["type"] == "episode"]
+    assert [e["text"] for e in eps] == ["Caroline told Melanie about the adoption agency", "A note with nobody in it"]
+    assert {(e["name"], e["role"]) for e in eps[0]["entities"]} == {("Caroline", "speaker"), ("Melanie", "mentioned")}
+    assert eps[1]["ended_why"] == "wrong" and rows[-1]["episodes"] == 2
+    copy = tenant + "-copy"
+    done = summary(server, copy, tmp_path / "a.jsonl")
+    assert done["episodes"]["added"] == 2 and done["refused_total"] == 0
+    assert export(server, copy, tmp_path / "b.jsonl") == first
+    again = summary(server, copy, tmp_path / "a.jsonl")
+    assert again["episodes"]["added"] == 0 and again["episodes"]["skipped"] == 2
+    async with client_for(copy) as c:
+        found = await embedded(c, "who is adopting?", "adoption agency")
+        assert found["facts"][0]["entities"][0]["name"] == "Caroline"
+    for fmt in ("memory", "neo4j"):
+        assert b"adoption" not in export(server, tenant, tmp_path / f"{fmt}.json", "--format", fmt)

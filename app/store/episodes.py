@@ -25,6 +25,10 @@ class NewEpisode:
     valid_from: datetime | None
     valid_until: datetime | None
     involved: Sequence[tuple[str, str]] = field(default_factory=tuple)  # (entity id, role), one role per entity
+    # As an import gives them (None: the writer, now, not ended):
+    created_by: str | None = None
+    created_at: datetime | None = None
+    ended_why: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,10 +63,12 @@ async def insert(tx: Tx, items: Sequence[NewEpisode], actor: str) -> list[int]:
     """Store episodes and their entities; returns their ids in the items' order."""
     rows = await tx.fetch(
         """
-        INSERT INTO {s}.episodes (content, at, source, valid_from, valid_until, created_by)
-        SELECT u.content, coalesce(u.at, now()), u.source, u.vf, u.vu, $6
-        FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::timestamptz[], $5::timestamptz[])
-            WITH ORDINALITY AS u(content, at, source, vf, vu, n)
+        INSERT INTO {s}.episodes (content, at, source, valid_from, valid_until, created_by, created_at, ended_why)
+        SELECT u.content, coalesce(u.at, now()), u.source, u.vf, u.vu, coalesce(u.by, $6), coalesce(u.made, now()),
+               u.why
+        FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::timestamptz[], $5::timestamptz[], $7::text[],
+                    $8::timestamptz[], $9::text[])
+            WITH ORDINALITY AS u(content, at, source, vf, vu, by, made, why, n)
         ORDER BY u.n
         RETURNING id
         """,
@@ -72,6 +78,9 @@ async def insert(tx: Tx, items: Sequence[NewEpisode], actor: str) -> list[int]:
         [i.valid_from for i in items],
         [i.valid_until for i in items],
         actor,
+        [i.created_by for i in items],
+        [i.created_at for i in items],
+        [i.ended_why for i in items],
     )
     ids = sorted(r[0] for r in rows)  # identity values follow the insert's order
     links = [(episode, entity, role) for episode, i in zip(ids, items, strict=True) for entity, role in i.involved]
@@ -94,6 +103,33 @@ async def insert(tx: Tx, items: Sequence[NewEpisode], actor: str) -> list[int]:
 async def by_ids(tx: Tx, ids: Sequence[int]) -> list[EpisodeRow]:
     rows = await tx.fetch(f"SELECT {_COLUMNS} FROM {{s}}.episodes p WHERE p.id = ANY($1::bigint[]) ORDER BY p.id", ids)
     return [_row(r) for r in rows]
+
+
+@timed
+async def page(tx: Tx, after: int | None, limit: int) -> list[EpisodeRow]:
+    """Every episode in id order (the order they were written), after `after`: an export's pages."""
+    rows = await tx.fetch(
+        f"SELECT {_COLUMNS} FROM {{s}}.episodes p WHERE $1::bigint IS NULL OR p.id > $1 ORDER BY p.id LIMIT $2",
+        after,
+        limit,
+    )
+    return [_row(r) for r in rows]
+
+
+@timed
+async def existing(tx: Tx, keys: Sequence[tuple[datetime, str, str | None]]) -> set[tuple[datetime, str, str | None]]:
+    """Those of these (at, text, source) that the tenant holds already: an import writes each once."""
+    rows = await tx.fetch(
+        """
+        SELECT p.at, p.content, p.source FROM {s}.episodes p
+        JOIN unnest($1::timestamptz[], $2::text[], $3::text[]) AS k(at, content, source)
+          ON p.at = k.at AND p.content = k.content AND p.source IS NOT DISTINCT FROM k.source
+        """,
+        [k[0] for k in keys],
+        [k[1] for k in keys],
+        [k[2] for k in keys],
+    )
+    return {(r[0], r[1], r[2]) for r in rows}
 
 
 @timed

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from app.store.database import Tx, timed
-from app.store.relations import REL_ID
+from app.store.edges import REL_ID
 
 Vector = Sequence[float]
 

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from app.store.database import Tx, timed
-from app.store.relations import REL_TYPE
+from app.store.edges import REL_TYPE
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,11 +29,13 @@ with active-voice types ("works at", "depends on").
 # How to use each tool set; each endpoint's instructions name only the tools it serves.
 USAGE = {
     "native": """\
-- Before answering from memory, look it up: search with the question in plain words, get_entity
-  for a known name, find_entities to list by filters, neighbors / shortest_path / subgraph to
-  explore connections.
+- Before answering from memory, look it up: recall with the question in plain words gives the
+  facts that answer it, one by one (observations, relations, episodes); search finds entities;
+  get_entity for a known name, find_entities to list by filters, neighbors / shortest_path /
+  subgraph to explore connections.
 - Record new facts with upsert_entities (it merges into existing names) and link entities with
-  connect_entities. Keep each observation to one fact. When a fact stops being true, end it with
+  connect_entities. Keep each observation to one fact. Keep raw messages, notes or document chunks
+  with add_episodes (with when they happened and who spoke). When a fact stops being true, end it with
   invalidate_observations / invalidate_relations (reads can still see it with `as_of`); fix
   mistakes with update_entity and remove_observations; remove_entities is undone by
   restore_entities.

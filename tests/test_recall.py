@@ -12,11 +12,13 @@ import asyncio
 import time
 from typing import Any
 
+import asyncpg
 import pytest
 from mcp.shared.exceptions import MCPError
 
 from app.auth.principal import READ
 from tests.conftest import error_code, ok
+from tests.test_search import reindex
 from tests.test_transfer import export, lines_of, summary
 
 Y2020, Y2021, Y2022, Y2023 = (f"{y}-05-01T00:00:00+00:00" for y in range(2020, 2024))
@@ -482,3 +484,26 @@ async def test_episodes_travel_in_engram_files_byte_for_byte(server, client_for,
         assert found["facts"][0]["entities"][0]["name"] == "Caroline"
     for fmt in ("memory", "neo4j"):
         assert b"adoption" not in export(server, tenant, tmp_path / f"{fmt}.json", "--format", fmt)
+
+
+async def test_reindex_rebuilds_the_documents_of_relations_and_episodes(server, client_for, tenant, db_settings):
+    async with client_for(tenant) as c:
+        ok(
+            await c.call_tool(
+                "upsert_entities", {"entities": [{"name": "Ada", "type": "person"}, {"name": "Acme", "type": "org"}]}
+            )
+        )
+        ok(await c.call_tool("connect_entities", {"relations": [{"from": "Ada", "to": "Acme", "type": "works at"}]}))
+        ok(await c.call_tool("add_episodes", {"episodes": [{"text": "Ada signed the contract", "speakers": ["Ada"]}]}))
+    owner = await asyncpg.connect(db_settings.admin_dsn())
+    try:
+        schema = await owner.fetchval("SELECT schema_name FROM engram.tenants WHERE key = $1", tenant)
+        await owner.execute(f"DELETE FROM {schema}.search_docs")
+    finally:
+        await owner.close()
+    async with client_for(tenant) as c:
+        assert ok(await c.call_tool("recall", {"query": "Ada", "mode": "keyword"}))["facts"] == []
+        done = reindex(server, "--tenant", tenant)
+        assert done.returncode == 0, done.stderr
+        found = ok(await c.call_tool("recall", {"query": "Ada", "mode": "keyword", "limit": 50}))
+        assert {f["kind"] for f in found["facts"]} == {"relation", "episode"}

@@ -172,6 +172,11 @@ def _ids_of_source(source: str | None) -> tuple[str, ...]:
     return _ids(source) if source else ()
 
 
+def _returned(fact: dict[str, Any]) -> tuple[str, ...]:
+    """The evidence a recalled fact carries: its source, and those of the facts folded into it."""
+    return _ids_of_source(fact["source"]) + tuple(i for a in fact["also"] for i in _ids_of_source(a["source"]))
+
+
 async def write(client: Any, tool: str, args: dict[str, Any], attempts: int = 3) -> dict[str, Any]:
     """A write as a careful client makes it: again after `unavailable` that committed nothing."""
     for attempt in range(attempts):
@@ -326,9 +331,7 @@ async def evaluate(
         started = time.perf_counter_ns()
         r = ok(await client.call_tool("recall", {"query": q.text, "limit": LIMIT}))
         latencies.append(time.perf_counter_ns() - started)
-        tally.add(
-            f"{layout}: engram recall", cat, scores([_ids_of_source(f["source"]) for f in r["facts"]], q.evidence)
-        )
+        tally.add(f"{layout}: engram recall", cat, scores([_returned(f) for f in r["facts"]], q.evidence))
         if layout == "facts":
             hits = ok(await client.call_tool("search", {"query": q.text, "limit": LIMIT}))["hits"]
             found = [_ids_of_source(h["match"].get("source")) for h in hits]

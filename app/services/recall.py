@@ -6,11 +6,15 @@ an entity's description. Three rankings of facts are fused:
 - semantic: the query's embedding against every fact (HNSW);
 - keyword: the query's words, each weighing its inverse document frequency;
 - named: the facts of the entities the question names (names and aliases found in its text) and of
-  their neighbours, by meaning, from an exact scan of those facts alone. A named entity's fact weighs
-  fully, a neighbour's half: a question about Ada lifts what is known of Ada, then of those around her.
+  their neighbours, by meaning, from an exact scan of those facts alone: a question about Ada lifts
+  what is known of Ada, then of those around her.
 
-Fusion is reciprocal rank fusion weighted by each ranking's score, as in `search` (docs/search.md);
-facts whose embeddings are near-identical (cosine ≥ 0.95) fold into the better one (`also`).
+Fusion is reciprocal rank fusion weighted by each ranking's score and by the ranking's weight, as
+in `search`. Then: facts that happened at a moment the question names ("on 25 May, 2022") are
+lifted; an episode shares some of its score with the turns around it (the question is often asked
+in the turn before its answer); and facts whose embeddings are near-identical (cosine ≥ 0.95) fold
+into the better one, which lists their records (`also`). Every weight was measured on the
+development set of docs/benchmarks.md ("Recall"), each part kept only where it paid.
 """
 
 from __future__ import annotations
@@ -19,15 +23,17 @@ import asyncio
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 import orjson
 
 from app.auth.principal import Principal
 from app.embeddings.provider import Vector
 from app.errors import EngramError
+from app.services import timespans
 from app.services.base import Service
 from app.services.mentions import keys as name_keys
-from app.services.recall_models import EntityRef, Fact, Involved, RecallResult, RecallScores
+from app.services.recall_models import EntityRef, Fact, FactRecord, Involved, RecallResult, RecallScores
 from app.services.search import CANDIDATES, RRF_K, WEB_SYNTAX, Search
 from app.services.search_models import Mode
 from app.store import entities, recall
@@ -37,7 +43,13 @@ from app.store.recall import Ranked, Scope
 
 NAMED_MAX = 10  # entities a question may name that count
 NEIGHBOURS_MAX = 50  # their neighbours whose facts count
-NEIGHBOUR_WEIGHT = 0.5
+# How much each ranking counts in the fusion (a named entity's facts; a neighbour's).
+WEIGHTS = {"semantic": 1.0, "keyword": 1.5, "named": 0.5, "bridge": 0.5, "neighbour": 0.25}
+TIME_LIFT = 1.0  # a fact that happened when the question says counts (1 + this) times
+CONTEXT_WEIGHT = 0.3  # the share of an episode's score each of the turns around it gains
+CONTEXT_TURNS = 2  # turns before and after
+CONTEXT_GAP = timedelta(minutes=30)  # ... that happened within this of it
+CONTEXT_WINDOW = 100  # episodes, from the top of the ranking, that share their score
 FOLD_DISTANCE = 0.05  # cosine distance under which two facts say the same
 FOLD_WINDOW = 100  # facts compared for folding, from the top of the ranking
 
@@ -61,7 +73,7 @@ class _Candidate:
     scores: dict[str, float]
     near: bool | None = None
     fused: float = 0.0
-    also: int = 0
+    also: list[int] = field(default_factory=list)  # documents folded into this one
 
 
 class Recall(Service):
@@ -83,6 +95,8 @@ class Recall(Service):
                 await tune(tx, max(self._search.ef_search, texts))
                 named = await self._named(tx, q.text)
                 around = await recall.neighbours(tx, named, NEIGHBOURS_MAX, q.scope.when) if named else []
+                bridges = [e for e, touches in around if touches > 1]
+                others = [e for e, touches in around if touches == 1]
                 legs: dict[str, list[Ranked]] = {}
                 if q.mode != "semantic":
                     common = await self._search.common_words(tx)
@@ -98,13 +112,17 @@ class Recall(Service):
                         model = self.indexer.model
                         legs["semantic"] = await recall.by_vector(tx, model, vector, texts, q.scope)
                         if named:
-                            legs["named"] = await recall.within(tx, model, vector, named, around, texts, q.scope)
+                            within = recall.within(tx, model, vector, named, bridges, others, texts, q.scope)
+                            legs["named"] = await within
                 ranked = _fuse(legs)
+                if spans := timespans.spans(q.text):
+                    await self._lift_in_time(tx, ranked, spans, texts)
+                ranked = await self._with_context(tx, ranked, q.scope)
                 if vector is not None and self.indexer.model is not None:
-                    await self._fold(tx, ranked, offset + q.limit)
+                    await self._fold(tx, ranked, depth)
                 page = ranked[offset:depth]
-                found = await recall.facts(tx, [c.doc_id for c in page])
-                facts = [_fact(found[c.doc_id], c) for c in page if c.doc_id in found]
+                found = await recall.facts(tx, [d for c in page for d in (c.doc_id, *c.also)])
+                facts = [_fact(found, c) for c in page if c.doc_id in found]
                 shown_named = await self._named_refs(tx, named)
         finally:
             if embedding is not None and not embedding.done():
@@ -126,19 +144,47 @@ class Recall(Service):
         rows = await entities.live_by_ids(tx, ids)
         return [EntityRef(id=r.id, name=r.name, type=r.type) for i in ids if (r := rows.get(i)) is not None]
 
+    @staticmethod
+    async def _lift_in_time(
+        tx: Tx, ranked: list[_Candidate], spans: list[tuple[datetime, datetime]], upto: int
+    ) -> None:
+        """Lift, in place, those of the first `upto` facts that happened in a range the question names."""
+        when = await recall.times(tx, [c.doc_id for c in ranked[:upto]])
+        for c in ranked[:upto]:
+            at = when.get(c.doc_id)
+            if at is not None and any(start <= at < end for start, end in spans):
+                c.fused *= 1 + TIME_LIFT
+        ranked.sort(key=lambda c: (-c.fused, c.doc_id))
+
+    @staticmethod
+    async def _with_context(tx: Tx, ranked: list[_Candidate], scope: Scope) -> list[_Candidate]:
+        """The ranking with each of the best episodes sharing part of its score with the turns
+        around it (which may join the ranking)."""
+        top = ranked[:CONTEXT_WINDOW]
+        pairs = await recall.context(tx, [c.doc_id for c in top], CONTEXT_TURNS, CONTEXT_GAP, scope)
+        if not pairs:
+            return ranked
+        by_id = {c.doc_id: c for c in ranked}
+        base = {c.doc_id: c.fused for c in top}
+        for doc, neighbour in pairs:
+            c = by_id.get(neighbour) or by_id.setdefault(neighbour, _Candidate(neighbour, {}))
+            c.fused += CONTEXT_WEIGHT * base[doc]
+        return sorted(by_id.values(), key=lambda c: (-c.fused, c.doc_id))
+
     async def _fold(self, tx: Tx, ranked: list[_Candidate], upto: int) -> None:
         """Fold each fact that says what a better one says (near-identical embedding) into it, in place."""
-        window = ranked[: min(FOLD_WINDOW, upto + upto)]
+        window = ranked[: min(FOLD_WINDOW, 2 * upto)]
         assert self.indexer.model is not None
         pairs = await recall.near_duplicates(tx, self.indexer.model, [c.doc_id for c in window], FOLD_DISTANCE)
         if not pairs:
             return
         by_id = {c.doc_id: c for c in window}
+        position = {c.doc_id: i for i, c in enumerate(window)}
         gone: set[int] = set()
-        for a, b in sorted(pairs, key=lambda p: [c.doc_id for c in window].index(p[0])):
+        for a, b in sorted(pairs, key=lambda p: (position[p[0]], position[p[1]])):
             if a in gone or b in gone:
                 continue
-            by_id[a].also += 1
+            by_id[a].also.append(b)
             gone.add(b)
         ranked[:] = [c for c in ranked if c.doc_id not in gone]
 
@@ -148,14 +194,14 @@ def _fuse(legs: dict[str, list[Ranked]]) -> list[_Candidate]:
     for leg, rows in legs.items():
         for rank, r in enumerate(rows, start=1):
             c = candidates.setdefault(r.doc_id, _Candidate(r.doc_id, {}))
-            weight = 1.0
             if leg == "named":
-                c.near = r.near
-                weight = 1.0 if r.near else NEIGHBOUR_WEIGHT
+                c.near = r.near == "named"
+                weight = WEIGHTS[r.near or "neighbour"]
             else:
                 c.scores[leg] = r.score
+                weight = WEIGHTS[leg]
             c.fused += weight * max(r.score, 0.0) / (RRF_K + rank)
-    best_possible = max(len(legs), 1) / (RRF_K + 1)
+    best_possible = sum(WEIGHTS[leg] for leg in legs) / (RRF_K + 1)
     out = list(candidates.values())
     for c in out:
         c.fused /= best_possible
@@ -167,7 +213,8 @@ def _ref(end: recall.End | None) -> EntityRef | None:
     return None if end is None else EntityRef(id=end.id, name=end.name, type=end.type)
 
 
-def _fact(f: recall.Fact, c: _Candidate) -> Fact:
+def _fact(found: dict[int, recall.Fact], c: _Candidate) -> Fact:
+    f = found[c.doc_id]
     relation = None
     if f.relation is not None:
         relation = {k: v for k, v in f.relation.items() if k in ("id", "type", "notes", "strength", "properties")}
@@ -187,13 +234,24 @@ def _fact(f: recall.Fact, c: _Candidate) -> Fact:
         created_at=f.created_at,
         valid_from=f.valid_from,
         valid_until=f.valid_until,
-        also=c.also,
+        also=[_record(found[d]) for d in c.also if d in found],
         scores=RecallScores(
             semantic=_round(c.scores.get("semantic")),
             keyword=_round(c.scores.get("keyword")),
             named=c.near,
             fused=round(c.fused, 4),
         ),
+    )
+
+
+def _record(f: recall.Fact) -> FactRecord:
+    return FactRecord(
+        text=f.text,
+        source=f.source,
+        at=f.at,
+        created_at=f.created_at,
+        valid_from=f.valid_from,
+        valid_until=f.valid_until,
     )
 
 

@@ -90,6 +90,17 @@ class RecallScores(BaseModel):
     fused: float = Field(description="The fused score that ordered the answer (1 is best possible).")
 
 
+class FactRecord(BaseModel):
+    """A fact folded into a better one: what it said and its record."""
+
+    text: str
+    source: str | None = None
+    at: datetime | None = None
+    created_at: datetime | None = None
+    valid_from: datetime | None = None
+    valid_until: datetime | None = None
+
+
 class Fact(BaseModel):
     kind: FactKind = Field(description="observation, relation, episode, or entity (its description).")
     text: str = Field(description="The fact: an observation, a relation as a sentence, an episode, a description.")
@@ -104,7 +115,9 @@ class Fact(BaseModel):
     created_at: datetime | None = Field(None, description="When it was written.")
     valid_from: datetime | None = Field(None, description="When it became true; absent: no lower bound.")
     valid_until: datetime | None = Field(None, description="When it stopped (or stops) being true; absent: no end.")
-    also: int = Field(0, description="Near-identical facts folded into this one.")
+    also: list[FactRecord] = Field(
+        default_factory=list, description="Near-identical facts folded into this one, with their sources and times."
+    )
     scores: RecallScores
 
 

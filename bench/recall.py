@@ -343,6 +343,41 @@ async def evaluate(
     return latencies
 
 
+async def bulk_episodes(client: Any, n: int) -> dict[str, Any]:
+    """`n` made-up episodes through add_episodes in batches of 100: how fast they are written, that
+    a sample is found by words at once, and how long until the filler has embedded them all."""
+    topics = ["harbour", "violin", "glacier", "bakery", "satellite", "orchard", "lantern", "compass"]
+    ok(await client.call_tool("upsert_entities", {"entities": [{"name": "Robin", "type": "person"}]}))
+    started = time.monotonic()
+    pending = 0
+    for i in range(0, n, BATCH):
+        batch = [
+            {
+                "text": f"Robin mentioned the {topics[j % len(topics)]} number {j} during standup",
+                "at": datetime(2024, 1, 1, tzinfo=UTC).isoformat(),
+                "source": f"bulk:{j}",
+                "speakers": ["Robin"],
+            }
+            for j in range(i, min(i + BATCH, n))
+        ]
+        pending += (await write(client, "add_episodes", {"episodes": batch}))["embeddings_pending"]
+    written = time.monotonic() - started
+    sample = range(0, n, max(1, n // 20))
+    by_words = 0
+    for j in sample:
+        r = ok(await client.call_tool("recall", {"query": f"number {j} {topics[j % len(topics)]}", "mode": "keyword"}))
+        by_words += any(f["source"] == f"bulk:{j}" for f in r["facts"])
+    embedded = await settled(client, seconds=3600)
+    return {
+        "episodes": n,
+        "written_s": round(written, 1),
+        "episodes_per_s": round(n / written, 1),
+        "pending_after_writes": pending,
+        "fully_embedded_after_s": round(written + embedded, 1),
+        "found_by_words_at_once": f"{by_words}/{len(sample)}",
+    }
+
+
 async def latency(client: Any, questions: list[Question], rounds: int) -> Latency:
     samples = []
     for _ in range(rounds):
@@ -413,6 +448,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             biggest = max(convs, key=lambda c: len(c.turns))
             async with server.client(f"bench-{biggest.name}-facts") as client:
                 lat10 = await latency(client, biggest.questions, 1 if args.quick else 3)
+            print(f"writing {args.episodes} episodes ...", flush=True)
+            async with server.client("bench-bulk-episodes") as client:
+                bulk = await bulk_episodes(client, args.episodes)
         bare = await floor(biggest.questions, 1 if args.quick else 3)
     finally:
         await conn.close()
@@ -426,6 +464,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "recall limit 50 (all tenants)": Latency.of(recall_ns).as_dict(),
             "bare MCPServer trivial tool": bare.as_dict(),
         },
+        "bulk episodes": bulk,
     }
 
 
@@ -454,6 +493,12 @@ def render(r: dict[str, Any]) -> str:
     for what, lat in r["latency"].items():
         lines.append(f"| {what} | {lat['n']} | {lat['p50']:.1f} | {lat['p95']:.1f} |")
     lines.append("")
+    b = r["bulk episodes"]
+    lines.append(
+        f"Bulk: {b['episodes']} episodes written in {b['written_s']} s ({b['episodes_per_s']}/s, "
+        f"{b['pending_after_writes']} left to the filler), fully embedded after {b['fully_embedded_after_s']} s; "
+        f"found by words at once: {b['found_by_words_at_once']}.\n"
+    )
     lines.append("| tenant | texts | written (s) | embedded after (s) |")
     lines.append("|---|---|---|---|")
     for what, x in r["data"]["loading"].items():
@@ -465,8 +510,11 @@ def cli() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.recall", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="one conversation, a few questions, a scratch database")
     parser.add_argument("--conversations", type=int, default=4, help="conversations of the development set to use")
+    parser.add_argument("--episodes", type=int, help="episodes of the bulk write (default 10,000; quick 200)")
     parser.add_argument("--results", type=Path, help="where to keep the raw figures (JSON)")
     args = parser.parse_args()
+    if args.episodes is None:
+        args.episodes = 200 if args.quick else 10_000
     started = time.monotonic()
     results = asyncio.run(main(args))
     results["seconds"] = round(time.monotonic() - started, 1)

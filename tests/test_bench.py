@@ -71,3 +71,23 @@ def test_authorization_server_benchmark_runs_quick(tmp_path: Path) -> None:
     assert all(r["steps"][step]["n"] > 0 for step in ("register", "sign in", "code exchange", "refresh", "revoke"))
     assert r["steps"]["refresh"]["n"] == r["rounds"] * r["refreshes_per_round"]
     assert set(r["floors"]) == {"argon2id verify (in process)", "ES256 sign (in process)", "bare Starlette POST (HTTP)"}
+
+
+def test_recall_benchmark_runs_quick(tmp_path: Path) -> None:
+    results = tmp_path / "recall.json"
+    done = _run("bench.recall", "--quick", "--results", str(results))
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    r = orjson.loads(results.read_bytes())
+    assert r["machine"]["quick"] is True
+    systems = set(r["quality"])
+    assert {"facts: engram recall", "facts: exact cosine", "facts: BM25", "facts: cosine+BM25 RRF"} <= systems
+    assert all(by["all"]["n"] > 0 for by in r["quality"].values())
+    if r["data"]["skipped"] is None:  # the development set beside the project: episodes measured too
+        assert "episodes: engram recall" in systems
+    assert r["latency"]["recall limit 10 (facts tenant)"]["n"] > 0 and r["latency"]["bare MCPServer trivial tool"]["n"]
+    bulk = r["bulk episodes"]
+    assert (
+        bulk["episodes"] == 200
+        and bulk["found_by_words_at_once"].split("/")[0] == bulk["found_by_words_at_once"].split("/")[1]
+    )
+    assert "## Recall" in done.stdout

@@ -162,9 +162,10 @@ async def test_engram_round_trip_gives_the_same_file(server: Server, tenant: str
     assert done["entities"]["created"] == 4 and done["relations"]["created"] == 3
     assert export(server, copy, tmp_path / "b.jsonl", "--include-deleted") == first
 
-    # The import wrote history (by the importer), audit rows, and search documents left pending.
+    # The import wrote history (by the importer), audit rows, and search documents left pending (the
+    # entities' own texts, their observations, and the relations as sentences).
     after = await counts(server, copy)
-    assert after["history"] >= 4 + 3 and after["audit"] >= 1 and after["search_docs"] == 4 + 6
+    assert after["history"] >= 4 + 3 and after["audit"] >= 1 and after["search_docs"] == 4 + 6 + 3
     conn = await owner(server)
     try:
         s = await schema_of(conn, copy)

@@ -163,6 +163,9 @@ async def test_tools_still_work_behind_the_wall(client_for, tenant):
         assert ok(await c.call_tool("search", {"query": "Ada", "mode": "keyword"}))["hits"]
 
 
+_CYPHER_TRUE = "pg_catalog.bool(pg_catalog.int4(1::pg_bigint))"
+
+
 def _cypher_text(word: str) -> str:
     """A SQL text value built inside Cypher from numbers (AGE casts numbers to SQL types, not strings)."""
     chars = [f"pg_catalog.chr(pg_catalog.int4({ord(c)}::pg_bigint))" for c in word]
@@ -195,7 +198,7 @@ async def test_a_tenant_transaction_cannot_change_role_or_tenant_setting(db_sett
         f"DO $$ BEGIN PERFORM set_config('role', '{b_schema}', true); END $$",
         # AGE calls any qualified SQL function; text arguments can be built from numbers.
         f"SELECT * FROM ag_catalog.cypher('{a_schema}', $$ RETURN pg_catalog.int8(pg_catalog.length("
-        f"pg_catalog.set_config({_cypher_text('role')}, {_cypher_text('none')}, pg_catalog.bool(pg_catalog.int4(1::pg_bigint)))))"
+        f"pg_catalog.set_config({_cypher_text('role')}, {_cypher_text('none')}, {_CYPHER_TRUE})))"
         " $$) AS (r ag_catalog.agtype)",
     ]
     try:

@@ -15,7 +15,17 @@ from app.auth.verifier import EndpointVerifier, TokenVerifier
 from app.config import ENDPOINT_PATHS, Settings
 from app.mcp import resources
 from app.mcp.observe import Observe
-from app.mcp.tools import admin, entities, graph, memory_dialect, merges, neo4j_dialect, relations, search
+from app.mcp.tools import (
+    admin,
+    entities,
+    graph,
+    graph_query,
+    memory_dialect,
+    merges,
+    neo4j_dialect,
+    relations,
+    search,
+)
 from app.mcp.toolset import ToolSet
 from app.observability.usage import Usage
 from app.services import Services
@@ -110,7 +120,7 @@ def _endpoint(name: str, settings: Settings, services: Services, verifier: Token
 
 
 _MODULES: dict[str, tuple[ModuleType, ...]] = {
-    "native": (entities, relations, graph, search, admin, merges),
+    "native": (entities, relations, graph, search, admin, merges, graph_query),
     "memory": (memory_dialect,),
     "neo4j": (neo4j_dialect,),
 }

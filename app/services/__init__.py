@@ -11,6 +11,7 @@ from app.services.duplicates import Duplicates
 from app.services.entities import Entities
 from app.services.fairness import Fairness
 from app.services.graph import Graph
+from app.services.graph_query import GraphQueries
 from app.services.indexing import Indexer
 from app.services.merges import Merges
 from app.services.relations import Relations
@@ -34,6 +35,7 @@ class Services:
     transfer: Transfer
     merges: Merges
     duplicates: Duplicates
+    queries: GraphQueries
     indexer: Indexer
     limits: Limits
     cursors: Cursors
@@ -61,6 +63,7 @@ class Services:
             transfer=Transfer(*shared),
             merges=Merges(*shared),
             duplicates=Duplicates(*shared),
+            queries=GraphQueries(*shared),
             indexer=indexer,
             limits=limits,
             cursors=cursors,

@@ -30,6 +30,9 @@ class Limits:
     walk_frontier: int = 1000  # entities a walk expands per level
     hierarchy_max_children: int = 100
     hierarchy_max_nodes: int = 1000
+    query_rows: int = 200  # rows a query_graph call returns
+    query_bytes: int = 1024 * 1024  # and about this much JSON
+    query_ms: int = 2000  # its statement's time bound
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Limits:
@@ -44,6 +47,9 @@ class Limits:
             walk_frontier=settings.walk_frontier,
             hierarchy_max_children=settings.hierarchy_max_children,
             hierarchy_max_nodes=settings.hierarchy_max_nodes,
+            query_rows=settings.query_graph_max_rows,
+            query_bytes=settings.query_graph_max_bytes,
+            query_ms=settings.query_graph_timeout_ms,
         )
 
 

@@ -18,3 +18,38 @@ BEGIN
 END
 $$;
 
+-- Soft-deleted entities marked on their vertex, so that Cypher (query_graph) can leave them out:
+-- their vertex keeps its place (restore brings it back with its edges), and gains `deleted: true`
+-- while the entity is deleted. Kept by triggers on `entities`, whatever writes it (removal, merge,
+-- restore, import); a row trigger whose WHEN clause is false for every other write costs nothing.
+CREATE FUNCTION engram.entity_vertex_follows() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, ag_catalog AS $fn$
+BEGIN
+    EXECUTE format(
+        'UPDATE %I."Entity" SET properties = CASE WHEN $4 THEN'
+        ' ag_catalog.agtype_build_map(''id'', $1, ''name'', $2, ''type'', $3, ''deleted'', true)'
+        ' ELSE ag_catalog.agtype_build_map(''id'', $1, ''name'', $2, ''type'', $3) END WHERE id = $5',
+        TG_TABLE_SCHEMA)
+    USING NEW.id::text, NEW.name, NEW.type, NEW.deleted_at IS NOT NULL, NEW.gid;
+    RETURN NULL;
+END
+$fn$;
+
+CREATE FUNCTION engram.tenant_step_0018(s text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, ag_catalog AS $fn$
+BEGIN
+    EXECUTE format($ddl$
+        CREATE TRIGGER vertex_deleted_on_insert AFTER INSERT ON %1$I.entities
+            FOR EACH ROW WHEN (NEW.deleted_at IS NOT NULL) EXECUTE FUNCTION engram.entity_vertex_follows();
+        CREATE TRIGGER vertex_deleted_on_update AFTER UPDATE OF deleted_at, name, type ON %1$I.entities
+            FOR EACH ROW WHEN (OLD.deleted_at IS DISTINCT FROM NEW.deleted_at
+                OR (NEW.deleted_at IS NOT NULL AND (OLD.name, OLD.type) IS DISTINCT FROM (NEW.name, NEW.type)))
+            EXECUTE FUNCTION engram.entity_vertex_follows();
+        UPDATE %1$I."Entity" v
+        SET properties = ag_catalog.agtype_build_map('id', e.id::text, 'name', e.name, 'type', e.type, 'deleted', true)
+        FROM %1$I.entities e WHERE e.gid = v.id AND e.deleted_at IS NOT NULL;
+    $ddl$, s);
+END
+$fn$;
+REVOKE ALL ON FUNCTION engram.tenant_step_0018(text) FROM PUBLIC;
+SELECT engram.add_tenant_step('0018', 'engram.tenant_step_0018');

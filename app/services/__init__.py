@@ -13,6 +13,7 @@ from app.services.fairness import Fairness
 from app.services.graph import Graph
 from app.services.graph_query import GraphQueries
 from app.services.indexing import Indexer
+from app.services.live import Live
 from app.services.merges import Merges
 from app.services.relations import Relations
 from app.services.search import Search
@@ -40,6 +41,7 @@ class Services:
     limits: Limits
     cursors: Cursors
     fairness: Fairness | None = None
+    live: Live | None = None  # subscriptions; None where nothing serves them (the CLI, benchmarks)
 
     @classmethod
     def create(
@@ -51,6 +53,7 @@ class Services:
         ef_search: int = 100,
         cursor_max_age: float = 86400,
         fairness: Fairness | None = None,
+        live: Live | None = None,
     ) -> Services:
         cursors = Cursors(cursor_max_age)
         shared = (db, indexer, cursors, limits, fairness)
@@ -68,13 +71,15 @@ class Services:
             limits=limits,
             cursors=cursors,
             fairness=fairness,
+            live=live,
         )
 
     @classmethod
     def from_settings(
         cls, settings: Settings, db: Database, indexer: Indexer, *, fairness: Fairness | None = None
     ) -> Services:
-        """The services as the settings configure them: limits, vector search, cursor lifetime."""
+        """The services as the settings configure them: limits, vector search, cursor lifetime,
+        subscriptions (whose feed the lifespan starts)."""
         return cls.create(
             db,
             indexer,
@@ -82,4 +87,5 @@ class Services:
             ef_search=settings.search_ef_search,
             cursor_max_age=settings.cursor_max_age_seconds,
             fairness=fairness,
+            live=Live.from_settings(settings, db),
         )

@@ -53,3 +53,58 @@ END
 $fn$;
 REVOKE ALL ON FUNCTION engram.tenant_step_0018(text) FROM PUBLIC;
 SELECT engram.add_tenant_step('0018', 'engram.tenant_step_0018');
+
+-- Live memory: a committed write announces what it changed on the channel `engram_changes`, which
+-- every server listens to and passes on to its subscribers of the same tenant (resources/subscribe
+-- and subscriptions/listen). NOTIFY is transactional: a write that rolls back announces nothing.
+-- The announcement is made by this definer function, for the pinned tenant only (the tenant id
+-- and role the transaction set, engram.pinned_tenant()); pg_notify is taken from PUBLIC, so a
+-- query cannot announce anything, for its tenant or another. The payload: the tenant's key and
+-- the names of the changed entities (deleted or not); past ~7 KB (NOTIFY's limit is 8000 bytes)
+-- the names are left out, which means "anything may have changed".
+REVOKE EXECUTE ON FUNCTION pg_catalog.pg_notify(text, text) FROM PUBLIC;
+
+CREATE FUNCTION engram.announce_changes(p_ids uuid[]) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, engram AS $fn$
+DECLARE
+    t uuid := engram.pinned_tenant();
+    tenant_key text;
+    s text;
+    names jsonb;
+    payload text;
+BEGIN
+    IF p_ids IS NULL OR cardinality(p_ids) = 0 THEN
+        RETURN;
+    END IF;
+    SELECT key, schema_name INTO tenant_key, s FROM engram.tenants WHERE id = t;
+    IF cardinality(p_ids) <= 1000 THEN
+        EXECUTE format('SELECT coalesce(jsonb_agg(DISTINCT name), ''[]'') FROM %I.entities WHERE id = ANY($1)', s)
+            INTO names USING p_ids;
+    END IF;
+    payload := jsonb_build_object('t', tenant_key, 'n', names)::text;
+    IF octet_length(payload) > 7000 THEN
+        payload := jsonb_build_object('t', tenant_key, 'n', NULL)::text;
+    END IF;
+    PERFORM pg_catalog.pg_notify('engram_changes', payload);
+END
+$fn$;
+REVOKE ALL ON FUNCTION engram.announce_changes(uuid[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION engram.announce_changes(uuid[]) TO engram_app, engram_tenant;
+
+-- resources/subscribe (protocol 2025-11-25): the URIs a client session follows. Sessions are not
+-- held by a server (any server answers any request); the client's notification stream (GET) may be
+-- open on another server than the one its subscribe reached, so the subscriptions are kept here,
+-- and a change to them is announced on the same channel ({"t": tenant, "s": session}). Only the
+-- run-time role reads and writes them, never inside a tenant transaction. Swept a day after their
+-- last subscribe.
+CREATE TABLE engram.resource_subscriptions (
+    session_id  text NOT NULL CHECK (session_id ~ '^[A-Za-z0-9_-]{32,64}$'),
+    tenant_id   uuid NOT NULL REFERENCES engram.tenants (id) ON DELETE CASCADE,
+    principal   text NOT NULL CHECK (length(principal) <= 1000),
+    uri         text NOT NULL CHECK (length(uri) BETWEEN 1 AND 1000),
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (session_id, uri)
+);
+CREATE INDEX resource_subscriptions_age ON engram.resource_subscriptions (created_at);
+GRANT SELECT, INSERT, UPDATE, DELETE ON engram.resource_subscriptions TO engram_app;
+GRANT EXECUTE ON FUNCTION pg_catalog.pg_notify(text, text) TO engram_app;

@@ -161,6 +161,20 @@ class Settings(BaseSettings):
     graph_page_relations: int = Field(1000, ge=1, le=50_000, description="Relations per read_graph page.")
     walk_level_edges: int = Field(5000, ge=10, le=1_000_000, description="Edges a walk reads per level.")
     walk_frontier: int = Field(1000, ge=1, le=100_000, description="Entities a walk expands per level.")
+    subscriptions_per_principal: int = Field(
+        8, ge=1, le=1000, description="Open subscription streams per user and client, per server."
+    )
+    subscriptions_per_process: int = Field(1000, ge=1, le=100_000, description="Open subscription streams per server.")
+    subscription_idle_seconds: float = Field(
+        900, ge=1, le=86_400, description="A subscription stream with no notification for this long is closed."
+    )
+    query_graph_max_rows: int = Field(200, ge=1, le=10_000, description="Rows one query_graph call returns.")
+    query_graph_max_bytes: int = Field(
+        1024 * 1024, ge=1024, le=64 * 1024 * 1024, description="JSON one query_graph call returns, about."
+    )
+    query_graph_timeout_ms: int = Field(
+        2000, ge=10, le=600_000, description="How long one query_graph statement may run (within the call deadline)."
+    )
     hierarchy_max_children: int = Field(
         100, ge=1, le=10_000, description="Areas, topics per area, subtopics per topic."
     )

@@ -28,6 +28,7 @@ from app.observability import metrics, tracing
 from app.observability.context import deadline
 from app.observability.usage import Usage
 from app.services.indexing import Indexer
+from app.services.live import Live
 from app.store import audit, migrate
 from app.store.database import Database
 from app.version import VERSION
@@ -49,6 +50,7 @@ class Lifespan:
         mcp: Sequence[MCPServer],
         auth: AuthServer | None,
         http: httpx2.AsyncClient,
+        live: Live | None = None,
     ) -> None:
         self._settings = settings
         self._db = db
@@ -57,6 +59,7 @@ class Lifespan:
         self._mcp = list(mcp)  # one server per endpoint
         self._auth = auth
         self._http = http
+        self._live = live  # the subscriptions' feed of changes from every server
         self._metrics_server: WSGIServer | None = None
         self._background: list[asyncio.Task[None]] = []
         self._tracing: TracerProvider | None = None
@@ -102,6 +105,10 @@ class Lifespan:
             ", ".join(settings.endpoint_urls.values()),
             extra={"config": settings.redacted(), "not_ready": problem},
         )
+        if self._live is not None:
+            self._live.start()
+            if not await self._live.ready(10):  # it keeps trying; changes meanwhile reach nobody here
+                logger.warning("the change feed is not listening yet")
         self._background = [
             asyncio.create_task(
                 self._usage.flush_every(settings.usage_flush_seconds, functools.partial(_add_usage, db))
@@ -110,6 +117,8 @@ class Lifespan:
         ]
 
     async def _stop(self) -> None:
+        if self._live is not None:
+            await self._live.stop()
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)

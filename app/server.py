@@ -28,6 +28,7 @@ from app.config import Settings
 from app.console import console_routes
 from app.lifespan import Lifespan
 from app.mcp.http_guard import HttpGuard, OutageAnswers
+from app.mcp.live import SessionStreams
 from app.mcp.scope_guard import ScopeGuard
 from app.mcp.server import Endpoint, build_endpoints
 from app.observability import metrics
@@ -68,7 +69,9 @@ def create_app(settings: Settings) -> Starlette:
         *(Route(e.path, _mcp_endpoint(settings, e)) for e in endpoints),
     ]
     servers = [e.mcp for e in endpoints]
-    lifespan = Lifespan(settings, db, indexer=indexer, usage=usage, mcp=servers, auth=auth, http=http)
+    lifespan = Lifespan(
+        settings, db, indexer=indexer, usage=usage, mcp=servers, auth=auth, http=http, live=services.live
+    )
     app = Starlette(routes=routes, lifespan=lifespan, middleware=_middleware(settings, endpoints))
     app.state.accepting = False  # until the lifespan has started everything
     metrics.set_build_info(VERSION)
@@ -88,13 +91,24 @@ def _mcp_endpoint(settings: Settings, endpoint: Endpoint) -> ASGIApp:
         host=settings.host,
     )
     mcp_app.add_middleware(OutageAnswers)  # inside the SDK app's own 500 handler, around its token check
-    return ScopeGuard(
+    guarded = ScopeGuard(
         mcp_app,
         endpoint.verifier,
         endpoint.scopes,
         settings.scope_names,
         _metadata_url(endpoint.url),
         settings.max_request_bytes,
+    )
+    if endpoint.live is None:
+        return guarded
+    return SessionStreams(  # 2025-11-25 sessions' notification streams (app/mcp/live.py)
+        guarded,
+        path=endpoint.path,
+        live=endpoint.live,
+        verifier=endpoint.verifier,
+        claims=[settings.tenant_claim, *settings.tenant_fallback_claims],
+        security=TransportSecuritySettings(allowed_hosts=hosts, allowed_origins=origins),
+        metadata_url=_metadata_url(endpoint.url),
     )
 
 
@@ -122,6 +136,7 @@ def _middleware(settings: Settings, endpoints: Sequence[Endpoint]) -> list[Middl
     guard = Middleware(
         HttpGuard,
         paths={e.path for e in endpoints},
+        stream_paths={e.path for e in endpoints if e.live is not None},
         token_rate=settings.token_rate,
         token_burst=settings.token_burst,
         max_header_bytes=settings.http_max_header_bytes,

@@ -11,7 +11,7 @@ import pytest
 from joserfc import jwt
 from joserfc.jwk import ECKey
 
-from app.auth.principal import READ
+from app.auth.principal import READ, WRITE
 from tests.conftest import connect, error_code
 
 INIT = {
@@ -109,8 +109,13 @@ async def test_read_scope_cannot_write(server, tenant):
     refused = _call(server, read_only, "upsert_entities", {"entities": [{"name": "x", "type": "t"}]})
     assert refused.status_code == 403
     challenge = refused.headers["www-authenticate"]
-    assert 'error="insufficient_scope"' in challenge and 'scope="memory:write"' in challenge
+    # Every scope the call needs: the tool's and the one the token holds, so that the token the
+    # client gets after stepping up still reads.
+    assert 'error="insufficient_scope"' in challenge and 'scope="memory:read memory:write"' in challenge
     assert "resource_metadata=" in challenge
+    write_only = server.token(tenant, scopes=(WRITE,))
+    refused = _call(server, write_only, "get_entity", {"name": "x"})
+    assert refused.status_code == 403 and 'scope="memory:read memory:write"' in refused.headers["www-authenticate"]
     async with connect(server.url, read_only) as c:
         assert error_code(await c.call_tool("get_entity", {"name": "x"})) == "not_found"  # reads work; nothing written
         listed = {t.name: t for t in (await c.list_tools()).tools}

@@ -367,7 +367,7 @@ async def test_reader_role_limits_the_scopes(builtin, tenant):
         assert ok(await c.call_tool("graph_stats", {}))
     call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "upsert_entities", "arguments": {}}}
     refused = await post_mcp(builtin, issued["access_token"], call)
-    assert refused.status_code == 403 and 'scope="memory:write"' in refused.headers["www-authenticate"]
+    assert refused.status_code == 403 and 'scope="memory:read memory:write"' in refused.headers["www-authenticate"]
 
 
 async def test_remembered_consent_skips_the_page(flow):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
+from app.store.database import init_connection
 from tests.conftest import ok
 
 # AGE's graph DDL and bulk loaders, and the large-object and WAL-message functions (docs/security.md).
@@ -162,24 +163,94 @@ async def test_tools_still_work_behind_the_wall(client_for, tenant):
         assert ok(await c.call_tool("search", {"query": "Ada", "mode": "keyword"}))["hits"]
 
 
-async def test_residual_a_tenant_transaction_can_switch_to_any_tenant_role(db_settings, client_for, tenant):
-    """What the database does NOT stop (docs/auth.md): engram_app holds SET on every tenant role,
-    and PostgreSQL checks SET ROLE against the session user, so SQL running in tenant A's
-    transaction could become tenant B. Only the server's fixed, parameterised statements run there.
-    If this test fails, the gap was closed: update docs/auth.md and docs/security.md."""
+_CYPHER_TRUE = "pg_catalog.bool(pg_catalog.int4(1::pg_bigint))"
+
+
+def _cypher_text(word: str) -> str:
+    """A SQL text value built inside Cypher from numbers (AGE casts numbers to SQL types, not strings)."""
+    chars = [f"pg_catalog.chr(pg_catalog.int4({ord(c)}::pg_bigint))" for c in word]
+    built = chars[0]
+    for c in chars[1:]:
+        built = f"pg_catalog.textcat({built}, {c})"
+    return built
+
+
+async def test_a_tenant_transaction_cannot_change_role_or_tenant_setting(db_settings, client_for, tenant):
+    """Every way one query can change the role or the tenant setting is refused to a tenant role
+    (docs/auth.md, "Switching tenants"): set_config directly, qualified, nested in a query that a
+    function runs (query_to_xml, ts_stat), through the pg_settings update rule, a DO block, and from
+    Cypher; session_authorization is the superuser's alone. The run-time role still opens the context."""
+    (a_id, a_schema), (b_id, b_schema) = await _tenants(db_settings, client_for, tenant, tenant + "-b")
+    # Built as the server builds its pool's connections, so that only the attempts touch set_config.
+    conn = await asyncpg.connect(db_settings.runtime_dsn(), server_settings={"jit": "off"})
+    await init_connection(conn)
+    nested = f"SELECT set_config(''role'', ''{b_schema}'', true)"
+    attempts = [
+        f"SELECT set_config('role', '{b_schema}', true)",
+        f"SELECT pg_catalog.set_config('role', '{b_schema}', false)",
+        f"SELECT set_config('engram.tenant_id', '{b_id}', true)",
+        "SELECT set_config('session_authorization', 'engram_app', true)",
+        "SELECT set_config('role', 'none', true)",
+        f"UPDATE pg_settings SET setting = '{b_schema}' WHERE name = 'role'",
+        f"UPDATE pg_settings SET setting = '{b_id}' WHERE name = 'engram.tenant_id'",
+        f"SELECT query_to_xml('{nested}', true, false, '')",
+        f"SELECT ts_stat('SELECT to_tsvector(set_config(''role'', ''{b_schema}'', true))')",
+        f"DO $$ BEGIN PERFORM set_config('role', '{b_schema}', true); END $$",
+        # AGE calls any qualified SQL function; text arguments can be built from numbers.
+        f"SELECT * FROM ag_catalog.cypher('{a_schema}', $$ RETURN pg_catalog.int8(pg_catalog.length("
+        f"pg_catalog.set_config({_cypher_text('role')}, {_cypher_text('none')}, {_CYPHER_TRUE})))"
+        " $$) AS (r ag_catalog.agtype)",
+    ]
+    try:
+        for sql in attempts:
+            with pytest.raises(asyncpg.InsufficientPrivilegeError, match="permission denied for function set_config"):
+                async with conn.transaction():
+                    await _enter(conn, a_id, a_schema)
+                    await conn.execute(sql)
+        async with conn.transaction():
+            await _enter(conn, a_id, a_schema)
+            assert await conn.fetchval("SELECT current_user") == a_schema
+            assert await conn.fetchval("SELECT current_setting('engram.tenant_id')") == a_id
+        assert await conn.fetchval("SELECT current_user") == "engram_app"
+        # Asked of PostgreSQL: no tenant role holds set_config; the run-time role does.
+        assert not await conn.fetchval(
+            "SELECT bool_or(has_function_privilege(r.oid, 'pg_catalog.set_config(text, text, boolean)', 'EXECUTE'))"
+            " FROM pg_roles r WHERE r.rolname ~ '^t_[0-9a-f]{32}$' OR r.rolname IN ('engram_tenant', 'public')"
+        )
+    finally:
+        await conn.close()
+
+
+async def test_residual_a_separate_statement_can_still_switch_roles(db_settings, client_for, tenant):
+    """What the database still does not stop (docs/auth.md): the SET ROLE, RESET ROLE and SET SESSION
+    AUTHORIZATION *statements* (no privilege governs them) are checked against the session user,
+    engram_app, a member of every tenant role. No query reaches them (a Cypher query is one SELECT);
+    only a statement text of the server's own could. If this test fails, the gap was closed: update
+    docs/auth.md and docs/security.md."""
     (a_id, a_schema), (_, b_schema) = await _tenants(db_settings, client_for, tenant, tenant + "-b")
     conn = await asyncpg.connect(db_settings.runtime_dsn())
     try:
-        async with conn.transaction():
-            await _enter(conn, a_id, a_schema)
-            await conn.execute(f"SET LOCAL ROLE {b_schema}")
-            assert await conn.fetchval("SELECT current_user") == b_schema
-        reachable = await conn.fetchval(
-            "SELECT count(*) FROM pg_roles r WHERE r.rolname ~ '^t_[0-9a-f]{32}$'"
-            " AND pg_has_role('engram_app', r.oid, 'SET')"
-        )
-        tenants_total = await conn.fetchval("SELECT engram.tenant_count()")
-        assert reachable >= tenants_total >= 2
+        for statement, becomes in (
+            (f"SET LOCAL ROLE {b_schema}", b_schema),
+            ("RESET ROLE", "engram_app"),
+            ("SET SESSION AUTHORIZATION engram_app", "engram_app"),
+        ):
+            async with conn.transaction():
+                await _enter(conn, a_id, a_schema)
+                await conn.execute(statement)
+                assert await conn.fetchval("SELECT current_user") == becomes
+            await conn.execute("RESET SESSION AUTHORIZATION")
+        # ... but no query reaches them: functions that run SQL text run it read-only.
+        for query in (
+            f"SELECT query_to_xml('SET ROLE {b_schema}', true, false, '')",
+            "SELECT query_to_xml('SELECT 1; RESET ROLE', true, false, '')",
+            "SELECT query_to_xml('SET SESSION AUTHORIZATION engram_app', true, false, '')",
+            f"SELECT ts_stat('SET ROLE {b_schema}')",
+        ):
+            with pytest.raises((asyncpg.FeatureNotSupportedError, asyncpg.InvalidCursorDefinitionError)):
+                async with conn.transaction():
+                    await _enter(conn, a_id, a_schema)
+                    await conn.execute(query)
     finally:
         await conn.close()
 

@@ -354,6 +354,7 @@ def catalogue(s: Seeded) -> dict[str, dict[str, Any]]:
         "remove_episodes": {"ids": [s.episode_id]},
         "hierarchy": {},
         "graph_stats": {},
+        "query_graph": {"query": "MATCH (n:Entity)-[r:REL]->(m) WHERE n.name = 'Ada' RETURN n.name, r.type, m"},
         "server_status": {},
         "audit_log": {"tool_name": "upsert_entities"},
         "merge_entities": {"into": "Ada", "merge": ["Acme"], "properties_rule": "merged", "allow_type_mismatch": True},
@@ -585,6 +586,8 @@ async def test_huge_numbers_in_arguments_are_invalid(hostile_server, admin, seed
         ("connect_entities", {"relations": [{"from": "Ada", "to": "Acme", "type": "t", "strength": 1e308}]}),
         ("search", {"query": "Ada", "mode": "keyword", "min_score": 2.0**64}),
         ("find_duplicates", {"limit": 2**64}),
+        ("query_graph", {"query": "RETURN 1", "limit": 2**64}),
+        ("query_graph", {"query": "RETURN 99999999999999999999999"}),
         ("merge_entities", {"into": "Ada", "merge": ["Acme"], "expected_version": 2**64}),
     ]
     async with clients(hostile_server, seeded.tenant, SCOPES) as c:

@@ -106,6 +106,11 @@ async def test_every_native_tool_keeps_tenants_apart(server, client_for, tenant)
         stats = ok(await b.call_tool("graph_stats", {}))
         assert (stats["entities"], stats["relations"], stats["observations"]) == (1, 0, 0)
         assert ok(await b.call_tool("hierarchy", {}))["total"] == 1
+        # Cypher reads the caller's graph only: no query names a graph.
+        seen = ok(
+            await b.call_tool("query_graph", {"query": "MATCH (n) OPTIONAL MATCH (n)-[r]->(m) RETURN n.name, r, m"})
+        )
+        assert seen["rows"] == [["B0", None, None]]
         for tool, args in [("search_nodes", {"query": "fact"}), ("open_nodes", {"names": ["A0"]}), ("read_graph", {})]:
             result = ok(await m.call_tool(tool, args))
             assert "A0" not in str(result) and "fact" not in str(result), tool

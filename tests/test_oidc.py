@@ -308,7 +308,7 @@ async def test_api_keys_create_use_list_revoke_expire(oidc, tenant):
         ),
         timeout=10,
     )
-    assert refused.status_code == 403 and 'scope="memory:write"' in refused.headers["www-authenticate"]
+    assert refused.status_code == 403 and 'scope="memory:read memory:write"' in refused.headers["www-authenticate"]
 
     listed = _engram(oidc.env, "apikey", "list", "--tenant", tenant)
     assert key_id in listed.stdout and "memory:read" in listed.stdout and "active" in listed.stdout

@@ -29,6 +29,7 @@ from app.console.account import AccountPage
 from app.console.admin import AdminPages
 from app.console.calls import Runner
 from app.console.connected import ConnectedApps
+from app.console.cypher import QueryPage
 from app.console.memory import MemoryPages
 from app.console.merging import MergePages
 from app.console.sessions import PendingSignIn, Session, Sessions
@@ -288,6 +289,7 @@ class Console:
         tenant_admin = AdminPages(self)
         apps = ConnectedApps(self)
         account = AccountPage(self)
+        cypher = QueryPage(self)
         get = [
             ("", self.home),
             ("/sign-in", self.begin),
@@ -296,6 +298,7 @@ class Console:
             ("/entity/{id}", self.signed_in(pages.entity)),
             ("/entity/{id}/merge", self.signed_in(merging.review)),
             ("/graph", self.signed_in(pages.graph)),
+            ("/query", self.signed_in(cypher.show)),
             ("/api/graph", self.signed_in(pages.graph_data)),
             ("/admin", self.signed_in(tenant_admin.overview)),
             ("/admin/audit", self.signed_in(tenant_admin.audit)),
@@ -306,6 +309,7 @@ class Console:
             ("/sign-out", self.sign_out),
             ("/apps/disconnect", apps.disconnect),
             ("/account/password", account.change_password),
+            ("/query", cypher.run),
             *((f"/entity/{{id}}/{name}", action) for name, action in {**pages.actions(), **merging.actions()}.items()),
             *((f"/admin/{name}", action) for name, action in tenant_admin.actions().items() if name != "import"),
         ]

@@ -2,8 +2,8 @@
 
 Only the MCP endpoints' paths (`paths`: /mcp, /mcp/memory, /mcp/neo4j, those served) are guarded.
 
-- `GET` on an endpoint answers 405: it would open a server-to-client SSE stream that never ends, and this
-  server never pushes (stateless, one JSON body per POST). The transport allows a server to refuse it.
+- `GET` on an endpoint answers 405, except a session's notification stream (`Mcp-Session-Id`) on an
+  endpoint that serves the graph resources (app/mcp/live.py, bounded and closed when quiet).
 - Request headers over ENGRAM_HTTP_MAX_HEADER_BYTES in total answer 431.
 - Each credential (the bearer token or API key presented, keyed by its hash) may send
   ENGRAM_TOKEN_RATE MCP requests per second, bursts of ENGRAM_TOKEN_BURST; more answer 429 with
@@ -36,6 +36,7 @@ class HttpGuard:
         app: ASGIApp,
         *,
         paths: Collection[str] = ("/mcp",),
+        stream_paths: Collection[str] = (),
         token_rate: float,
         token_burst: int,
         max_header_bytes: int,
@@ -44,6 +45,7 @@ class HttpGuard:
     ) -> None:
         self.app = app
         self.paths = frozenset(paths)
+        self.stream_paths = frozenset(stream_paths)
         self.token_rate = token_rate
         self.token_burst = token_burst
         self.max_header_bytes = max_header_bytes
@@ -61,7 +63,8 @@ class HttpGuard:
             await _answer(send, 431, {"error": "request headers too large"})
             return
         if scope["path"] in self.paths:
-            if scope["method"] == "GET":
+            streaming = scope["path"] in self.stream_paths and any(k == b"mcp-session-id" for k, _ in scope["headers"])
+            if scope["method"] == "GET" and not streaming:
                 await _answer(send, 405, {"error": "this server sends no event stream; POST requests"}, allow="POST")
                 return
             address = scope["client"][0] if scope.get("client") else "-"

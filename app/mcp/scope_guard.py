@@ -39,7 +39,7 @@ class ScopeGuard:
             message = await receive()
             body += message.get("body", b"")
             more = message.get("more_body", False)
-        needed = await self._missing_scope(scope, body) if not more else None
+        needed = await self._missing_scopes(scope, body) if not more else None
         if needed is not None:
             await self._refuse(send, needed)
             return
@@ -54,7 +54,9 @@ class ScopeGuard:
 
         await self.app(scope, replay, send)
 
-    async def _missing_scope(self, scope: Scope, body: bytes) -> str | None:
+    async def _missing_scopes(self, scope: Scope, body: bytes) -> list[str] | None:
+        """Every scope the call needs the token to carry, when it lacks one: the tool's, and those
+        the token already holds (a client that asks for just the missing one would lose the others)."""
         try:
             request = orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -69,13 +71,14 @@ class ScopeGuard:
         access = await self.verifier.verify_token(token) if token else None
         if access is None or needed in access.scopes:
             return None  # unauthenticated requests get the SDK's 401
-        return needed
+        held = [s for s in self.scope_names if s in access.scopes]
+        return [s for s in self.scope_names if s in held or s == needed] or [needed]
 
-    async def _refuse(self, send: Send, needed: str) -> None:
-        external = self.scope_names.get(needed, needed)
+    async def _refuse(self, send: Send, needed: list[str]) -> None:
+        external = " ".join(self.scope_names.get(s, s) for s in needed)
         challenge = (
             f'Bearer error="insufficient_scope", scope="{external}", '
-            f'error_description="this tool needs the {external} scope", resource_metadata="{self.metadata_url}"'
+            f'error_description="this call needs the scopes {external}", resource_metadata="{self.metadata_url}"'
         )
         body = orjson.dumps({"error": "insufficient_scope", "scope": external})
         await send(

@@ -14,11 +14,24 @@ from mcp.server.mcpserver import MCPServer
 from app.auth.verifier import EndpointVerifier, TokenVerifier
 from app.config import ENDPOINT_PATHS, Settings
 from app.mcp import resources
+from app.mcp.live import ListenGuard, TenantBus
 from app.mcp.observe import Observe
-from app.mcp.tools import admin, entities, graph, memory_dialect, merges, neo4j_dialect, recall, relations, search
+from app.mcp.tools import (
+    admin,
+    entities,
+    graph,
+    graph_query,
+    memory_dialect,
+    merges,
+    neo4j_dialect,
+    recall,
+    relations,
+    search,
+)
 from app.mcp.toolset import ToolSet
 from app.observability.usage import Usage
 from app.services import Services
+from app.services.live import Live
 from app.version import VERSION
 
 ABOUT = """\
@@ -71,6 +84,7 @@ class Endpoint:
     mcp: MCPServer
     verifier: EndpointVerifier
     scopes: Mapping[str, str]  # tool name -> the scope it needs
+    live: Live | None = None  # where the graph resources can be followed
 
 
 def build_endpoints(settings: Settings, services: Services, verifier: TokenVerifier, usage: Usage) -> list[Endpoint]:
@@ -90,6 +104,9 @@ def _endpoint(name: str, settings: Settings, services: Services, verifier: Token
     labels = {t: f"neo4j/{t.removeprefix(neo4j_prefix)}" if name == "neo4j" else t for t in tools.scopes}
     url = settings.endpoint_url(name)
     audience = EndpointVerifier(verifier, settings.audiences_for(name))
+    # The graph resources can be followed (subscriptions/listen) where they are served.
+    live = services.live if name != "neo4j" else None
+    guard = ListenGuard(live, claims) if live is not None else None
     mcp = MCPServer(
         name="engram",
         title="Engram memory",
@@ -104,15 +121,21 @@ def _endpoint(name: str, settings: Settings, services: Services, verifier: Token
             validate_token_resource=False,
         ),
         tools=tools.tools,
-        middleware=[Observe(labels, usage, settings.metrics_tenants)],
+        middleware=[
+            Observe(labels, usage, settings.metrics_tenants),
+            *([guard] if guard is not None else []),
+        ],
+        subscriptions=TenantBus() if live is not None else False,
     )
+    if guard is not None:
+        guard.serve_subscribe(mcp)
     if name != "neo4j":  # the graph resources, as server-memory has them; the prompt names native tools
         resources.register(mcp, services, claims, settings.call_deadline, prompt=name == "native")
-    return Endpoint(name, ENDPOINT_PATHS[name], url, mcp, audience, tools.scopes)
+    return Endpoint(name, ENDPOINT_PATHS[name], url, mcp, audience, tools.scopes, live)
 
 
 _MODULES: dict[str, tuple[ModuleType, ...]] = {
-    "native": (entities, relations, graph, search, recall, admin, merges),
+    "native": (entities, relations, graph, search, recall, admin, merges, graph_query),
     "memory": (memory_dialect,),
     "neo4j": (neo4j_dialect,),
 }

@@ -134,6 +134,18 @@ for _kind, _reasons in {
 }.items():
     for _reason in _reasons:
         AUTH_FETCH_FAILURES.labels(_kind, _reason)
+SUBSCRIPTIONS = Gauge(
+    "engram_subscriptions", "Open subscription streams (subscriptions/listen) in this process.", registry=REGISTRY
+)
+SUBSCRIPTION_NOTIFICATIONS = Counter(
+    "engram_subscription_notifications_total", "Resource-updated notifications sent to subscribers.", registry=REGISTRY
+)
+SUBSCRIPTIONS_REFUSED = Counter(
+    "engram_subscriptions_refused_total", "Subscriptions refused, by bound.", ["reason"], registry=REGISTRY
+)
+SUBSCRIPTIONS_IDLE_CLOSED = Counter(
+    "engram_subscriptions_idle_closed_total", "Subscription streams closed after a quiet spell.", registry=REGISTRY
+)
 TENANTS = Gauge("engram_tenants", "Tenants in the database.", registry=REGISTRY)
 DB_UP = Gauge("engram_database_up", "1 when the last database check succeeded.", registry=REGISTRY)
 

@@ -12,7 +12,9 @@ from app.services.entities import Entities
 from app.services.episodes import Episodes
 from app.services.fairness import Fairness
 from app.services.graph import Graph
+from app.services.graph_query import GraphQueries
 from app.services.indexing import Indexer
+from app.services.live import Live
 from app.services.merges import Merges
 from app.services.recall import Recall
 from app.services.relations import Relations
@@ -38,10 +40,12 @@ class Services:
     transfer: Transfer
     merges: Merges
     duplicates: Duplicates
+    queries: GraphQueries
     indexer: Indexer
     limits: Limits
     cursors: Cursors
     fairness: Fairness | None = None
+    live: Live | None = None  # subscriptions; None where nothing serves them (the CLI, benchmarks)
 
     @classmethod
     def create(
@@ -53,6 +57,7 @@ class Services:
         ef_search: int = 100,
         cursor_max_age: float = 86400,
         fairness: Fairness | None = None,
+        live: Live | None = None,
     ) -> Services:
         cursors = Cursors(cursor_max_age)
         shared = (db, indexer, cursors, limits, fairness)
@@ -68,17 +73,20 @@ class Services:
             transfer=Transfer(*shared),
             merges=Merges(*shared),
             duplicates=Duplicates(*shared),
+            queries=GraphQueries(*shared),
             indexer=indexer,
             limits=limits,
             cursors=cursors,
             fairness=fairness,
+            live=live,
         )
 
     @classmethod
     def from_settings(
         cls, settings: Settings, db: Database, indexer: Indexer, *, fairness: Fairness | None = None
     ) -> Services:
-        """The services as the settings configure them: limits, vector search, cursor lifetime."""
+        """The services as the settings configure them: limits, vector search, cursor lifetime,
+        subscriptions (whose feed the lifespan starts)."""
         return cls.create(
             db,
             indexer,
@@ -86,4 +94,5 @@ class Services:
             ef_search=settings.search_ef_search,
             cursor_max_age=settings.cursor_max_age_seconds,
             fairness=fairness,
+            live=Live.from_settings(settings, db),
         )

@@ -13,7 +13,7 @@ from app.observability.context import CALL, REQUEST_ID
 from app.services.cursors import Cursors
 from app.services.fairness import Fairness, refuse
 from app.services.indexing import Indexer
-from app.store import audit, index
+from app.store import audit, changes, index
 from app.store import limits as tenant_limits
 from app.store.database import Database, Tx
 
@@ -30,6 +30,9 @@ class Limits:
     walk_frontier: int = 1000  # entities a walk expands per level
     hierarchy_max_children: int = 100
     hierarchy_max_nodes: int = 1000
+    query_rows: int = 200  # rows a query_graph call returns
+    query_bytes: int = 1024 * 1024  # and about this much JSON
+    query_ms: int = 2000  # its statement's time bound
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Limits:
@@ -44,6 +47,9 @@ class Limits:
             walk_frontier=settings.walk_frontier,
             hierarchy_max_children=settings.hierarchy_max_children,
             hierarchy_max_nodes=settings.hierarchy_max_nodes,
+            query_rows=settings.query_graph_max_rows,
+            query_bytes=settings.query_graph_max_bytes,
+            query_ms=settings.query_graph_timeout_ms,
         )
 
 
@@ -63,7 +69,9 @@ class Service:
 
         A write ends, in the same transaction, by bringing the search documents of the entities,
         relations and episodes it changed up to date, by adding its growth to the tenant's usage
-        totals (refused past a quota), and by the call's audit row. `texts` it is likely to index are embedded
+        totals (refused past a quota), by the call's audit row, and by announcing the entities it
+        touched, which PostgreSQL delivers to every server's subscribers on commit
+        (app/store/changes.py). `texts` it is likely to index are embedded
         before the transaction opens, so it stays short; the rest wait for the background filler.
         """
         tenant = await self.db.tenant(who.tenant)
@@ -91,6 +99,8 @@ class Service:
                     duration_ms=round((time.perf_counter() - call.started) * 1000, 3),
                     request_id=REQUEST_ID.get(),
                 )
+            if not readonly and tx.touched:  # delivered on commit to every server's subscribers
+                await changes.announce(tx, tx.touched)
         self.indexer.written(tx.pending)
 
     def check_batch(self, size: int, texts: int = 0) -> None:

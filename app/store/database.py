@@ -35,6 +35,9 @@ _SCHEMA = re.compile(r"^t_[0-9a-f]{32}$")
 # The cursor signing keys among the server secrets: the first, and those `engram cursor-key rotate` adds.
 CURSOR_KEY = "^cursor(-[0-9a-f]{8})?$"
 _TENANT_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@|-]{0,199}$")
+# What Tx.set_local writes into statement text: a setting's name, and a plain word or number.
+_SETTING = re.compile(r"^[a-z_]+(\.[a-z_]+)?$")
+_SETTING_VALUE = re.compile(r"^[A-Za-z0-9_.]{1,64}$")
 
 
 # Tenants resolved to their schema, per server: bounded, and read again after an hour, so a tenant
@@ -116,7 +119,7 @@ class Growth:
 class Tx:
     """One transaction, pinned to one tenant. Query text may contain ``{s}`` for the schema."""
 
-    __slots__ = ("affected", "conn", "entities", "episodes", "growth", "pending", "relations", "tenant")
+    __slots__ = ("affected", "conn", "entities", "episodes", "growth", "pending", "relations", "tenant", "touched")
 
     def __init__(self, conn: asyncpg.Connection, tenant: Tenant) -> None:
         self.conn = conn
@@ -125,6 +128,7 @@ class Tx:
         self.entities: list[str] = []  # entities whose texts it may have changed, for the search index
         self.relations: list[str] = []  # relations it may have changed (or removed), for the search index
         self.episodes: list[int] = []  # episodes it wrote, for the search index
+        self.touched: list[str] = []  # entities it changed, relations' ends included, for subscribers
         self.pending = 0  # texts it left waiting for an embedding
         self.growth = Growth()  # kept by the store functions that add or remove entities and observations
 
@@ -143,8 +147,30 @@ class Tx:
     async def execute(self, query: str, *args: Any) -> str:
         return await self.conn.execute(self._sql(query), *args)
 
+    async def set_local(self, settings: dict[str, str | int | float]) -> None:
+        """Settings for the rest of this transaction, as SET LOCAL statements in one round trip.
+
+        Not `set_config()`: a tenant role may not execute it (it could switch to another tenant's
+        role, docs/auth.md). The names and values are the server's own, checked for their form here.
+        """
+        parts = []
+        for name, value in settings.items():
+            text = str(value)
+            if (
+                not _SETTING.fullmatch(name)
+                or not _SETTING_VALUE.fullmatch(text)
+                or name in {"role", "session_authorization"}
+            ):
+                raise ValueError(f"refusing setting {name}={text!r}")
+            parts.append(f"SET LOCAL {name} = '{text}'")
+        await self.conn.execute("; ".join(parts))
+
 
 async def init_connection(conn: asyncpg.Connection) -> None:
+    # asyncpg turns JIT off around its type lookups with set_config(), which a tenant role may not
+    # run (docs/auth.md, "Switching tenants"); the pool runs with jit = off (below), so there is
+    # nothing for it to turn off. ServerCapabilities is asyncpg's public named tuple.
+    conn._server_caps = conn._server_caps._replace(jit=False)
     await conn.set_type_codec(
         "jsonb",
         schema="pg_catalog",
@@ -251,6 +277,8 @@ class Database:
                 "application_name": "engram",
                 # Short OLTP queries: starting parallel workers costs more than they save (10-20 ms).
                 "max_parallel_workers_per_gather": "0",
+                # Nor does compiling them: JIT starts above a plan cost these queries do not reach.
+                "jit": "off",
                 # A backend notices soon that its client dropped the connection (a missed deadline)
                 # and stops its query, instead of running it to the end for no one.
                 "client_connection_check_interval": "1000",

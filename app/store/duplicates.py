@@ -107,7 +107,7 @@ async def by_meaning(
 
     The model's id and dimensions come from the control plane, never from a caller (see rankings.py)."""
     cast = f"::vector({int(model.dimensions)})"
-    await tx.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
+    await tx.set_local({"hnsw.iterative_scan": "relaxed_order"})
     rows = await tx.fetch(
         f"""
         SELECT w.entity_id::text, n.entity_id::text, 1 - n.distance FROM {{s}}.search_docs w

@@ -102,11 +102,13 @@ async def tune(tx: Tx, ef_search: int) -> None:
       switch to a generic plan, which for these queries ignores the vector index and the
       selectivity of the words (measured: 2 ms became 300 ms on 9k texts).
     """
-    await tx.execute(
-        "SELECT set_config('hnsw.ef_search', $1, true), set_config('hnsw.iterative_scan', 'relaxed_order', true),"
-        " set_config('pg_trgm.word_similarity_threshold', '0.5', true),"
-        " set_config('plan_cache_mode', 'force_custom_plan', true)",
-        str(ef_search),
+    await tx.set_local(
+        {
+            "hnsw.ef_search": int(ef_search),
+            "hnsw.iterative_scan": "relaxed_order",
+            "pg_trgm.word_similarity_threshold": 0.5,
+            "plan_cache_mode": "force_custom_plan",
+        }
     )
 
 

@@ -353,9 +353,7 @@ async def bulk_session(tx: Tx) -> None:
     to reach the disk (a crash may lose the last batches, never half of one: their checkpoint goes
     with them, and the import redoes them), and search-index insertions queue up longer before they
     are merged (fewer, larger merges)."""
-    await tx.execute(
-        "SELECT set_config('synchronous_commit', 'off', true), set_config('gin_pending_list_limit', '65536', true)"
-    )
+    await tx.set_local({"synchronous_commit": "off", "gin_pending_list_limit": 65536})
 
 
 @dataclass(frozen=True, slots=True)

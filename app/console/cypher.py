@@ -1,0 +1,68 @@
+"""The query page: a tenant's reader asks its graph in read-only Cypher, as query_graph does.
+
+The query is posted (with the session's CSRF token), not put in the URL, so that it stays out of
+access logs and browser history; the answer is the page itself."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict
+from starlette.requests import Request
+from starlette.responses import Response
+
+from app.auth.principal import READ
+from app.console.calls import parse
+from app.errors import EngramError
+from app.services.graph_query import FUNCTION_NAMES, QueryText
+
+if TYPE_CHECKING:
+    from app.console.console import Console, Visit
+
+SHOWN_ROWS = 100
+EXAMPLE = (
+    "MATCH (a:Entity)-[r:REL]->(b:Entity)\nWHERE r.type = 'works at'\nRETURN a.name AS person, b.name AS place\n"
+    "ORDER BY person LIMIT 20"
+)
+
+
+class QueryForm(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    query: QueryText
+
+
+class QueryPage:
+    def __init__(self, console: Console) -> None:
+        self.c = console
+
+    async def show(self, request: Request, visit: Visit) -> Response:
+        visit.require(READ)
+        return self._page(request, visit, EXAMPLE, None, None)
+
+    async def run(self, request: Request, visit: Visit) -> Response:
+        visit.require(READ)
+        fields = await self.c.form(request, visit)
+        text = fields.get("query", "")
+        try:
+            form = parse(QueryForm, {"query": text})
+            queries = self.c.services.queries
+            result = await self.c.run(visit.who, "query_graph", queries.query, form.query, SHOWN_ROWS, writes=False)
+        except EngramError as exc:
+            if exc.code not in ("invalid", "limit"):
+                raise
+            return self._page(request, visit, text, None, exc, status=400 if exc.code == "invalid" else 429)
+        return self._page(request, visit, text, result, None)
+
+    def _page(
+        self, request: Request, visit: Visit, text: str, result: Any, error: EngramError | None, status: int = 200
+    ) -> Response:
+        context = {
+            "query": text,
+            "result": result,
+            "error": error,
+            "where": error.details if error is not None else {},
+            "functions": FUNCTION_NAMES,
+            "shown": SHOWN_ROWS,
+        }
+        return self.c.page(request, "query.html", context, visit, status)

@@ -10,6 +10,7 @@ from app.config import Settings
 from app.embeddings.local import LocalModel
 from app.embeddings.openai_compat import OpenAICompatible
 from app.embeddings.provider import DEFAULT_LOCAL_MODEL, Provider
+from app.embeddings.torch_model import SentenceTransformersModel
 
 
 def create_provider(settings: Settings) -> Provider | None:
@@ -29,10 +30,17 @@ def create_provider(settings: Settings) -> Provider | None:
             timeout_seconds=settings.embedding_timeout_seconds,
             max_retries=settings.embedding_max_retries,
         )
+    if settings.embedding_provider == "sentence-transformers":
+        return SentenceTransformersModel(
+            settings.embedding_model or DEFAULT_LOCAL_MODEL,
+            dimensions=settings.embedding_dimensions,
+            device=settings.embedding_device,
+            threads=settings.embedding_threads,
+            batch_size=settings.embedding_batch_size,
+        )
     return LocalModel(
         settings.embedding_model or DEFAULT_LOCAL_MODEL,
         dimensions=settings.embedding_dimensions,
-        device=settings.embedding_device,
         threads=settings.embedding_threads,
         batch_size=settings.embedding_batch_size,
     )

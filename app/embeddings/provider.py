@@ -10,6 +10,8 @@ Vector = list[float]
 
 # What the default local model is called in settings and in the database.
 DEFAULT_LOCAL_MODEL = "all-MiniLM-L6-v2"
+# The names under which the bundled copy of that model is used (no model hub involved).
+BUNDLED_NAMES = frozenset({DEFAULT_LOCAL_MODEL, f"sentence-transformers/{DEFAULT_LOCAL_MODEL}"})
 
 
 class EmbeddingError(RuntimeError):

@@ -51,16 +51,20 @@ def _with_database(settings: Settings) -> Settings:
 def cmd_serve(args: argparse.Namespace) -> None:
     import logging
 
-    import uvicorn
-
-    from app.observability.logging import configure
-    from app.server import create_app
+    from app.embeddings import factory
 
     settings = _with_database(_settings())
     try:
         settings.check_serving()
     except ValueError as exc:
         sys.exit(f"configuration error:\n  {exc}")
+    factory.preload(settings)  # the model loads on its own thread while the server's code is imported
+
+    import uvicorn
+
+    from app.observability.logging import configure
+    from app.server import create_app
+
     configure(settings.log_level)
     if settings.auth_mode == "dev":
         logging.getLogger("engram").warning(

@@ -324,3 +324,26 @@ async def test_refused_texts_do_not_open_the_breaker(embedding_server):
         assert not embedder.healthy  # a provider failure does open it
     finally:
         await embedder.provider.close()
+
+
+async def test_a_preloaded_provider_is_the_one_the_server_gets():
+    """`engram serve` begins loading the model before importing the server; the server's indexer
+    then takes that provider, loaded, rather than loading another."""
+    from app.embeddings import factory
+
+    settings = Settings(embedding_threads=1)
+    factory.preload(settings)
+    early = factory.create_provider(settings)
+    assert isinstance(early, LocalModel)
+    await early.start()
+    try:
+        assert early.dimensions == 384 and len((await early.embed(["x"]))[0]) == 384
+        assert factory.create_provider(settings) is not early  # taken once
+    finally:
+        await early.close()
+    factory.preload(settings)
+    other = factory.create_provider(Settings(embedding_threads=2))  # other settings: a provider of their own
+    taken = factory.create_provider(settings)
+    assert isinstance(other, LocalModel) and isinstance(taken, LocalModel) and other is not taken
+    for provider in (other, taken):
+        await provider.close()

@@ -35,6 +35,9 @@ class Provider(ABC):
     model: str
     dimensions: int
 
+    def preload(self) -> None:  # noqa: B027 (optional hook)
+        """Begin what `start` does on a thread of its own, before an event loop runs (a local model)."""
+
     async def start(self) -> None:  # noqa: B027 (optional hook)
         """Load the model or open connections; called once before the first `embed`."""
 

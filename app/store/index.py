@@ -62,8 +62,16 @@ def texts_of(name: str, type_: str | None, description: str | None, observations
 
 
 def vector_literal(vector: Vector) -> str:
-    """pgvector's text form; the server parses it, so no client-side codec is needed."""
+    """pgvector's text form, for a parameter typed text (a query's one vector)."""
     return "[" + ",".join(map(str, vector)) + "]"
+
+
+def vector_value(vector: Vector) -> Any:
+    """A vector as an element of a `vector[]` parameter: sent in pgvector's binary form by the
+    connections' codec (database.py). Wrapped, since a bare list in a list is a dimension."""
+    from pgvector import Vector as PgVector
+
+    return PgVector(vector)
 
 
 # --- keeping the documents in step with entities ---------------------------------------------------
@@ -97,7 +105,7 @@ async def sync(tx: Tx, entity_ids: Iterable[str], vectors: Vectors) -> int:
             "SELECT entity_id, observation_id, body_hash FROM {s}.search_docs WHERE entity_id = ANY($1::uuid[])", ids
         )
     }
-    rows: list[tuple[Any, int | None, str, bytes, str | None]] = []
+    rows: list[tuple[Any, int | None, str, bytes, Any]] = []
     wanted = set()
     for r in sources:
         key = (r["entity_id"], r["observation_id"])
@@ -110,7 +118,7 @@ async def sync(tx: Tx, entity_ids: Iterable[str], vectors: Vectors) -> int:
         if existing.get(key) == digest:
             continue
         vector = vectors.by_hash.get(digest) if vectors.model else None
-        rows.append((*key, body, digest, None if vector is None else vector_literal(vector)))
+        rows.append((*key, body, digest, None if vector is None else vector_value(vector)))
     gone = [k for k in existing if k not in wanted]
     if gone:
         await tx.execute(
@@ -126,8 +134,8 @@ async def sync(tx: Tx, entity_ids: Iterable[str], vectors: Vectors) -> int:
         """
         INSERT INTO {s}.search_docs AS d (entity_id, observation_id, body, body_hash, model_id, embedding)
         SELECT r.entity_id, r.observation_id, r.body, r.body_hash,
-               CASE WHEN r.embedding IS NULL THEN NULL ELSE $6::smallint END, r.embedding::vector
-        FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::bytea[], $5::text[])
+               CASE WHEN r.embedding IS NULL THEN NULL ELSE $6::smallint END, r.embedding
+        FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::bytea[], $5::vector[])
             AS r(entity_id, observation_id, body, body_hash, embedding)
         ON CONFLICT (entity_id, observation_id) DO UPDATE
         SET body = excluded.body, body_hash = excluded.body_hash, model_id = excluded.model_id,

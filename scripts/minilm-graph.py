@@ -97,6 +97,11 @@ def build(model_dir: Path) -> onnx.ModelProto:
     def split_heads(x: str, name: str, perm: list[int]) -> str:
         return g.op("Transpose", g.op("Reshape", x, heads_shape, name=f"{name}_bshd"), name=name, perm=perm)
 
+    def add_and_norm(x: str, residual: str, norm: str, name: str) -> str:
+        """LayerNorm(x + residual), with the weights of `norm` (a LayerNorm's name prefix)."""
+        summed = g.op("Add", x, residual, name=f"{name}_res")
+        return g.op("LayerNormalization", summed, f"{norm}.weight", f"{norm}.bias", name=f"{name}_norm", epsilon=eps)
+
     for i in range(config["num_hidden_layers"]):
         p, n = f"encoder.layer.{i}.", f"l{i}_"
         q = split_heads(dense(x, f"{p}attention.self.query", f"{n}q"), f"{n}q_heads", [0, 2, 1, 3])
@@ -106,24 +111,9 @@ def build(model_dir: Path) -> onnx.ModelProto:
         probs = g.op("Softmax", g.op("Add", scores, scores_bias, name=f"{n}scores"), name=f"{n}probs", axis=-1)
         context = g.op("Transpose", g.op("MatMul", probs, v, name=f"{n}ctx"), name=f"{n}ctx_bshd", perm=[0, 2, 1, 3])
         attended = dense(g.op("Reshape", context, flat, name=f"{n}ctx_flat"), f"{p}attention.output.dense", f"{n}att")
-        x = g.op(
-            "LayerNormalization",
-            g.op("Add", attended, x, name=f"{n}att_res"),
-            f"{p}attention.output.LayerNorm.weight",
-            f"{p}attention.output.LayerNorm.bias",
-            name=f"{n}att_norm",
-            epsilon=eps,
-        )
+        x = add_and_norm(attended, x, f"{p}attention.output.LayerNorm", f"{n}att")
         inner = g.op("Gelu", dense(x, f"{p}intermediate.dense", f"{n}inner"), name=f"{n}gelu")
-        out = dense(inner, f"{p}output.dense", f"{n}out")
-        x = g.op(
-            "LayerNormalization",
-            g.op("Add", out, x, name=f"{n}out_res"),
-            f"{p}output.LayerNorm.weight",
-            f"{p}output.LayerNorm.bias",
-            name=f"{n}out_norm",
-            epsilon=eps,
-        )
+        x = add_and_norm(dense(inner, f"{p}output.dense", f"{n}out"), x, f"{p}output.LayerNorm", f"{n}out")
 
     # The mean of the token states under the mask, then unit length (sentence-transformers' Pooling
     # and Normalize modules, with their epsilons).

@@ -1443,3 +1443,45 @@ async def test_hostile_validity_input_is_refused_and_changes_nothing(builtin, ot
         answer = await bob.get(f"{here}?{query}")
         assert answer.status_code == 404 and "held" not in answer.text, query
     assert await merge_state(builtin, t, "Target", "Twin") == before
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (scripts/system-deps.sh)")
+async def test_an_entity_page_shows_its_episodes(builtin, browse):
+    t = await seed(builtin, [{"name": "Caroline", "type": "person"}, {"name": "Melanie", "type": "person"}], [])
+    said = "I went to the <b>support group</b> yesterday, Melanie"
+    written = await mcp_call(
+        builtin,
+        t.admin,
+        "add_episodes",
+        {
+            "episodes": [
+                {"text": said, "at": "2023-05-08T13:56:00Z", "source": "D1:3", "speakers": ["Caroline"]},
+                {"text": "An old note that was wrong", "at": "2022-01-01T00:00:00Z", "speakers": ["Caroline"]},
+            ]
+        },
+    )
+    wrong = written["episodes"][1]["id"]
+    await mcp_call(
+        builtin, t.admin, "invalidate_episodes", {"ids": [wrong], "at": "2023-01-01T00:00:00Z", "reason": "misheard"}
+    )
+    alice = await browse(t.admin, t.id)
+    here = f"/console/entity/{t.ids['Caroline']}"
+    now = section(await alice.page(here), "episodes")
+    assert "I went to the &lt;b&gt;support group&lt;/b&gt; yesterday, Melanie" in now  # escaped, never markup
+    assert "2023-05-08 13:56:00 UTC" in now and "D1:3" in now and "Caroline: speaker" in now
+    assert f'mentioned <a href="/console/entity/{t.ids["Melanie"]}">Melanie</a>' in now
+    assert "An old note" not in now
+    then = section(await alice.page(f"{here}?as_of=2022-06-01T00:00"), "episodes")
+    assert "An old note" in then and "support group" in then  # no interval: it holds at every moment
+    ended = section(await alice.page(f"{here}?ended=1"), "episodes")
+    assert "An old note" in ended and "ended 2023-01-01 00:00:00 UTC (misheard)" in ended
+    melanie = section(await alice.page(f"/console/entity/{t.ids['Melanie']}"), "episodes")
+    assert "support group" in melanie and "Melanie: mentioned" in melanie and "speaker <a" in melanie
+    blocked: list[str] = []
+    async with console_in_chromium(blocked) as page:
+        await sign_in_with_browser(page, builtin, t)
+        await page.goto(f"{builtin.base}{here}")
+        assert "support group" in await page.locator("#episodes").inner_text()
+        await page.screenshot(path=ARTIFACTS / "entity-episodes.png", full_page=True)
+    assert not blocked, blocked
+    assert png_size(ARTIFACTS / "entity-episodes.png")[0] == 1200

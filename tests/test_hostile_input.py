@@ -76,6 +76,7 @@ class Seeded:
     schema: str
     ids: dict[str, str]  # entity name -> id
     relation_id: str
+    episode_id: int
     cursors: dict[str, str]  # listing -> a real cursor of this tenant
     tools: dict[str, dict[str, Any]]  # tool name -> input schema
 
@@ -102,6 +103,12 @@ async def _seed(server: Server, tenant: str) -> Seeded:
         ok(await c.call_tool("remove_entities", {"entities": ["Gone"]}))
         ok(await c.call_tool("append_observations", {"items": [{"entity": "Ada", "observations": ["o3"]}]}))
         ok(await c.call_tool("add_aliases", {"name": "Ada", "aliases": ["Enchantress"]}))
+        episodes = ok(
+            await c.call_tool(
+                "add_episodes",
+                {"episodes": [{"text": f"Ada said filler thing {i}", "speakers": ["Ada"]} for i in range(2)]},
+            )
+        )
         cursors = {
             "find": ok(await c.call_tool("find_entities", {"limit": 1}))["next_cursor"],
             "history": ok(await c.call_tool("entity_history", {"name": "Ada", "limit": 1}))["next_cursor"],
@@ -110,10 +117,15 @@ async def _seed(server: Server, tenant: str) -> Seeded:
             ],
             "audit": ok(await c.call_tool("audit_log", {"limit": 1}))["next_cursor"],
             "duplicates": ok(await c.call_tool("find_duplicates", {"limit": 1}))["next_cursor"],
+            "recall": ok(await c.call_tool("recall", {"query": "Filler", "mode": "keyword", "limit": 1}))[
+                "next_cursor"
+            ],
+            "episodes": ok(await c.call_tool("list_episodes", {"limit": 1}))["next_cursor"],
         }
         tools = {t.name: t.input_schema for t in await c.list_tools()}
     assert all(cursors.values()), cursors
-    return Seeded(tenant, "", ids, rel["results"][0]["relation"]["id"], cursors, tools)
+    relation_id = rel["results"][0]["relation"]["id"]
+    return Seeded(tenant, "", ids, relation_id, episodes["episodes"][0]["id"], cursors, tools)
 
 
 @pytest.fixture(scope="module")
@@ -148,6 +160,9 @@ async def snapshot(admin: asyncpg.Connection, schema: str) -> dict[str, list[tup
         "history": f"SELECT count(*), max(id) FROM {schema}.history",
         "aliases": f"SELECT alias_key, alias, entity_id FROM {schema}.aliases ORDER BY alias_key",
         "merged": f"SELECT id, merged_into FROM {schema}.entities WHERE merged_into IS NOT NULL ORDER BY id",
+        "episodes": f"SELECT id, content, at, source, valid_from, valid_until, ended_why FROM {schema}.episodes"
+        " ORDER BY id",
+        "episode_entities": f"SELECT * FROM {schema}.episode_entities ORDER BY 1, 2",
         "labels": "SELECT l.name::text FROM ag_catalog.ag_label l JOIN ag_catalog.ag_graph g ON g.graphid = l.graph"
         f" WHERE g.name = '{schema}' ORDER BY 1",
     }
@@ -305,6 +320,38 @@ def catalogue(s: Seeded) -> dict[str, dict[str, Any]]:
             "as_of": "2020-01-01T00:00:00Z",
         },
         "subgraph": {"entities": ["Ada", ada], "as_of": "2020-01-01T00:00:00Z"},
+        "recall": {
+            "query": "Ada",
+            "mode": "keyword",
+            "types": ["person"],
+            "sources": ["a document"],
+            "since": "2000-01-01T00:00:00Z",
+            "until": "2100-01-01T00:00:00Z",
+            "as_of": "2020-01-01T00:00:00Z",
+        },
+        "add_episodes": {
+            "episodes": [
+                {
+                    "text": "Ada met Acme",
+                    "at": "2020-01-01T00:00:00Z",
+                    "source": "chat",
+                    "speakers": ["Ada"],
+                    "participants": ["Acme"],
+                    "valid_from": "2020-01-01T00:00:00Z",
+                    "valid_until": "2100-01-01T00:00:00Z",
+                }
+            ],
+            "source": "a document",
+        },
+        "list_episodes": {
+            "entity": "Ada",
+            "sources": ["chat"],
+            "since": "2000-01-01T00:00:00Z",
+            "until": "2100-01-01T00:00:00Z",
+            "as_of": "2020-01-01T00:00:00Z",
+        },
+        "invalidate_episodes": {"ids": [s.episode_id], "at": "2100-01-01T00:00:00Z", "reason": "retracted"},
+        "remove_episodes": {"ids": [s.episode_id]},
         "hierarchy": {},
         "graph_stats": {},
         "server_status": {},
@@ -465,6 +512,8 @@ async def test_spoiled_cursors_are_invalid(hostile_server, admin, seeded):
         "find_entities": {},
         "entity_history": {"name": "Ada"},
         "search": {"query": "Filler", "mode": "keyword"},
+        "recall": {"query": "Filler", "mode": "keyword"},
+        "list_episodes": {},
         "audit_log": {},
         "find_duplicates": {},
         "read_graph": {},
@@ -681,6 +730,12 @@ async def test_another_tenant_reaches_nothing_with_this_tenants_ids_names_and_cu
         ("add_aliases", {"id": a["Ada"], "aliases": ["stolen"]}, {"not_found"}),
         ("remove_aliases", {"id": a["Ada"], "aliases": ["o1"]}, {"not_found"}),
         ("find_duplicates", {"cursor": cur["duplicates"]}, {"invalid"}),
+        ("recall", {"query": "Filler", "mode": "keyword", "limit": 1, "cursor": cur["recall"]}, {"invalid"}),
+        ("list_episodes", {"limit": 1, "cursor": cur["episodes"]}, {"invalid"}),
+        ("list_episodes", {"entity": "Ada"}, {"not_found"}),
+        ("add_episodes", {"episodes": [{"text": "planted", "speakers": [a["Ada"]]}]}, {"not_found"}),
+        ("invalidate_episodes", {"ids": [seeded.episode_id]}, {"ok"}),
+        ("remove_episodes", {"ids": [seeded.episode_id]}, {"ok"}),
         ("disconnect_entities", {"relations": [{"from": "Ada", "to": "Acme", "type": "works at"}]}, {"ok"}),
         ("neighbors", {"entity": a["Acme"]}, {"not_found"}),
         ("relation_chain", {"entity": "Ada", "relation_type": "works at"}, {"not_found"}),
@@ -724,6 +779,8 @@ async def test_another_tenant_reaches_nothing_with_this_tenants_ids_names_and_cu
             ("find_entities", {"name_contains": "_", "sort": "name"}),
             ("find_duplicates", {}),
             ("read_graph", {}),
+            ("recall", {"query": "Ada said filler", "mode": "keyword"}),
+            ("list_episodes", {}),
         ]:
             seen = json.dumps(ok(await b.call_tool(tool, args)))
             assert "Ada" not in seen and "Filler" not in seen and "o3" not in seen, tool

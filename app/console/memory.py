@@ -30,6 +30,7 @@ LISTED = 50  # entities a listing page shows
 HITS = 25  # search hits shown
 RECENT = 20  # recently changed entities read to name the recent changes
 HISTORY = 100  # history entries on an entity page
+EPISODES = 10  # newest episodes on an entity page
 GRAPH_NODES = 40  # a drawing larger than this is a hairball: the rest is counted as "N more"
 GRAPH_EDGES = 200
 
@@ -148,6 +149,22 @@ class MemoryPages:
         if entity is not None and entity.id != eid:  # merged into another: its id leads to the survivor
             target = f"/console/entity/{entity.id}" + (f"?{view.query}" if view.query else "")
             return self.c.done(visit, target, f"{history.entity.name} was merged into this entity.")
+        episodes = None
+        if entity is not None:
+            episodes = await run(
+                who,
+                "list_episodes",
+                self.services.episodes.list,
+                entity=entity.id,
+                sources=None,
+                since=None,
+                until=None,
+                as_of=form.as_of,
+                include_invalid=form.ended,
+                limit=EPISODES,
+                cursor=None,
+                writes=False,
+            )
         facts = Facts()
         if entity is not None and view.ended:
             facts = split(entity, history.entries, datetime.now(UTC))
@@ -160,6 +177,8 @@ class MemoryPages:
             "facts": facts,
             "outgoing": [r for r in facts.relations if r.from_id == eid],
             "incoming": [r for r in facts.relations if r.to_id == eid and r.from_id != eid],
+            "episodes": episodes.episodes if episodes else [],
+            "more_episodes": bool(episodes and episodes.next_cursor),
             "history": [describe(e, who.subject) for e in history.entries],
             "more_history": history.next_cursor is not None,
             "utc": utc,

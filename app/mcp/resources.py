@@ -19,12 +19,17 @@ from app.services.calls import within
 GUIDE = """\
 You have a long-term memory (Engram), shared with your team. Use it like this:
 1. Before answering anything about people, projects, decisions or preferences you may have met
-   before, look them up: get_entity for a name you know, find_entities or search for anything else,
-   neighbors to see what is connected.
+   before, look them up: recall with the question in plain words returns the facts that answer it,
+   best first, each with its entity, source and time (use those times for "when" questions);
+   get_entity for a name you know (observations_first "relevant" with a query for one with many
+   facts); search or find_entities to find entities; neighbors to see what is connected.
 2. When the user tells you something worth keeping, record it: upsert_entities with one entity per
    person/project/concept and one short, self-contained fact per observation ("Prefers morning
-   meetings", not "likes them"). Link entities with connect_entities using active-voice relation
-   types ("works at", "depends on", "reports to").
+   meetings", not "likes them"), with `valid_from` when you know when it became true. Link
+   entities with connect_entities using active-voice relation types ("works at", "depends on",
+   "reports to"). Keep what is not one fact about one entity (a message, a meeting note, a
+   document chunk) as an episode with add_episodes: its time (`at`), its source and its speakers;
+   the entities it names are linked to it.
 3. Keep the memory correct: when a fact stops being true, end it with invalidate_observations or
    invalidate_relations (with a reason) and add the new one; remove_observations only facts that
    were never true; rename or retype with update_entity. Never store secrets or credentials.

@@ -15,7 +15,7 @@ from app.auth.verifier import EndpointVerifier, TokenVerifier
 from app.config import ENDPOINT_PATHS, Settings
 from app.mcp import resources
 from app.mcp.observe import Observe
-from app.mcp.tools import admin, entities, graph, memory_dialect, merges, neo4j_dialect, relations, search
+from app.mcp.tools import admin, entities, graph, memory_dialect, merges, neo4j_dialect, recall, relations, search
 from app.mcp.toolset import ToolSet
 from app.observability.usage import Usage
 from app.services import Services
@@ -29,11 +29,13 @@ with active-voice types ("works at", "depends on").
 # How to use each tool set; each endpoint's instructions name only the tools it serves.
 USAGE = {
     "native": """\
-- Before answering from memory, look it up: search with the question in plain words, get_entity
-  for a known name, find_entities to list by filters, neighbors / shortest_path / subgraph to
-  explore connections.
+- Before answering from memory, look it up: recall with the question in plain words gives the
+  facts that answer it, one by one (observations, relations, episodes); search finds entities;
+  get_entity for a known name, find_entities to list by filters, neighbors / shortest_path /
+  subgraph to explore connections.
 - Record new facts with upsert_entities (it merges into existing names) and link entities with
-  connect_entities. Keep each observation to one fact. When a fact stops being true, end it with
+  connect_entities. Keep each observation to one fact. Keep raw messages, notes or document chunks
+  with add_episodes (with when they happened and who spoke). When a fact stops being true, end it with
   invalidate_observations / invalidate_relations (reads can still see it with `as_of`); fix
   mistakes with update_entity and remove_observations; remove_entities is undone by
   restore_entities.
@@ -110,7 +112,7 @@ def _endpoint(name: str, settings: Settings, services: Services, verifier: Token
 
 
 _MODULES: dict[str, tuple[ModuleType, ...]] = {
-    "native": (entities, relations, graph, search, admin, merges),
+    "native": (entities, relations, graph, search, recall, admin, merges),
     "memory": (memory_dialect,),
     "neo4j": (neo4j_dialect,),
 }

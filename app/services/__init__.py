@@ -9,10 +9,12 @@ from app.services.base import Limits
 from app.services.cursors import Cursors
 from app.services.duplicates import Duplicates
 from app.services.entities import Entities
+from app.services.episodes import Episodes
 from app.services.fairness import Fairness
 from app.services.graph import Graph
 from app.services.indexing import Indexer
 from app.services.merges import Merges
+from app.services.recall import Recall
 from app.services.relations import Relations
 from app.services.search import Search
 from app.services.status import Status
@@ -31,6 +33,8 @@ class Services:
     graph: Graph
     status: Status
     search: Search
+    recall: Recall
+    episodes: Episodes
     transfer: Transfer
     merges: Merges
     duplicates: Duplicates
@@ -52,12 +56,15 @@ class Services:
     ) -> Services:
         cursors = Cursors(cursor_max_age)
         shared = (db, indexer, cursors, limits, fairness)
+        search = Search(*shared, ef_search=ef_search)
         return cls(
             entities=Entities(*shared),
             relations=Relations(*shared),
             graph=Graph(*shared),
             status=Status(*shared),
-            search=Search(*shared, ef_search=ef_search),
+            search=search,
+            recall=Recall(search),
+            episodes=Episodes(*shared),
             transfer=Transfer(*shared),
             merges=Merges(*shared),
             duplicates=Duplicates(*shared),

@@ -61,9 +61,9 @@ class Service:
     async def tx(self, who: Principal, *, readonly: bool = False, texts: Sequence[str] = ()) -> AsyncIterator[Tx]:
         """One transaction in the caller's tenant; everything a tool call does happens inside it.
 
-        A write ends, in the same transaction, by bringing the search documents of the entities it
-        changed up to date, by adding its growth to the tenant's usage totals (refused past a quota),
-        and by the call's audit row. `texts` it is likely to index are embedded
+        A write ends, in the same transaction, by bringing the search documents of the entities,
+        relations and episodes it changed up to date, by adding its growth to the tenant's usage
+        totals (refused past a quota), and by the call's audit row. `texts` it is likely to index are embedded
         before the transaction opens, so it stays short; the rest wait for the background filler.
         """
         tenant = await self.db.tenant(who.tenant)
@@ -73,7 +73,9 @@ class Service:
         async with self.db.transaction(tenant, readonly=readonly) as tx:
             yield tx
             if not readonly:
-                tx.pending = await index.sync(tx, tx.entities, vectors)
+                tx.pending = await index.sync(
+                    tx, vectors, entities=tx.entities, relations=tx.relations, episodes=tx.episodes
+                )
             if not readonly and tx.growth:  # the totals stay right even where quotas are not checked
                 totals = await tenant_limits.grow(tx, tx.growth)
                 if policy is not None:

@@ -152,14 +152,28 @@ class Entities(Service):
         include_history: bool = False,
         max_observations: int = 100,
         when: When = NOW,
+        newest_first: bool = False,
+        query: str | None = None,
     ) -> models.Entity:
-        """One entity with the observations and relations that hold as `when` sees them."""
+        """One entity with the observations and relations that hold as `when` sees them; its
+        observations oldest first, or `newest_first`, or nearest to `query` first (by meaning when
+        the query can be embedded, else by words)."""
         cap = self.limits.max_results
         async with self.tx(who, readonly=True) as tx:
+            order = relations.ObservationOrder(newest=newest_first, query=query)
+            if query is not None:
+                vector, _ = await self.indexer.query_vector(tx.tenant, query)
+                if vector is not None:
+                    order = relations.ObservationOrder(query=query, vector=vector, model=self.indexer.model)
             # One statement: every candidate for the reference with its observations and relations;
             # the rule picks the one meant (an exact match, most often the only candidate).
             found = await relations.detail(
-                tx, ref, observations=max_observations, relations=cap + 1 if include_relations else None, when=when
+                tx,
+                ref,
+                observations=max_observations,
+                relations=cap + 1 if include_relations else None,
+                when=when,
+                order=order,
             )
             row = choose([ref], [d.entity for d in found])[ref]
             got = next(d for d in found if d.entity.row.id == row.id)

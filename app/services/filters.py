@@ -10,6 +10,7 @@ from typing import Any
 
 from app.errors import EngramError
 from app.store.rankings import Narrowing
+from app.store.recall import Scope
 from app.store.validity import NOW, When
 
 
@@ -40,6 +41,8 @@ class EntityFilters:
 # search: hits must pass every given filter. The store's own parameter object, named here for the
 # tools (which never name the store); its field order is part of a query's fingerprint.
 SearchFilters = Narrowing
+# recall: the facts it ranks must pass these (the store's own parameter object, named for the tools).
+RecallFilters = Scope
 
 
 def moment(as_of: datetime | None, include_invalid: bool) -> When:

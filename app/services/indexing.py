@@ -288,15 +288,24 @@ class Indexer:
         return ReindexReport(len(chosen), texts, complete=True, current=current)
 
     async def _rebuild_documents(self, tenant: Tenant) -> None:
-        """Documents for every entity, as the write path would have made them (fixes missing ones)."""
+        """Documents for every entity, relation and episode, as the write path would have made them
+        (fixes missing ones)."""
         after: str | None = None
         while True:
             async with self._db.transaction(tenant) as tx:
                 ids = await vectors.entity_ids_after(tx, after, _REBUILD_PAGE)
                 if not ids:
-                    return
-                await index.sync(tx, ids, index.Vectors(self.model))
+                    break
+                await index.sync(tx, index.Vectors(self.model), entities=ids, relations_of_entities=True)
             after = ids[-1]
+        last: int | None = None
+        while True:
+            async with self._db.transaction(tenant) as tx:
+                episode_ids = await vectors.episode_ids_after(tx, last, _REBUILD_PAGE)
+                if not episode_ids:
+                    return
+                await index.sync(tx, index.Vectors(self.model), episodes=episode_ids)
+            last = episode_ids[-1]
 
 
 def _tenant_progress(progress: Progress, tenant: Tenant, total: int, done: int) -> None:

@@ -46,7 +46,7 @@ COMMON_WORD = 1000
 COMMON_WORDS_TTL = 600.0
 COMMON_WORDS_TENANTS = 1000  # tenants whose common words are kept at once
 CANDIDATES = 1000  # most matching texts the words ranking looks at
-_WEB_SYNTAX = re.compile(r'"|(^|\s)-\S|\s(or)\s', re.IGNORECASE)
+WEB_SYNTAX = re.compile(r'"|(^|\s)-\S|\s(or)\s', re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,27 +92,27 @@ class Search(Service):
         ef_search: int = 100,
     ) -> None:
         super().__init__(db, indexer, cursors, limits, fairness)
-        self._ef_search = ef_search
+        self.ef_search = ef_search
         # Per tenant id, bounded: the words, read again after COMMON_WORDS_TTL; a deleted tenant ages out.
         self._common: TTLCache[str, list[str]] = TTLCache(maxsize=COMMON_WORDS_TENANTS, ttl=COMMON_WORDS_TTL)
 
     async def search(self, who: Principal, q: Query) -> SearchResult:
         notices: list[str] = []
-        strict = bool(_WEB_SYNTAX.search(q.text))
+        strict = bool(WEB_SYNTAX.search(q.text))
         embedding: asyncio.Task[tuple[Vector | None, str | None]] | None = None
         try:
             async with self.tx(who, readonly=True) as tx:
                 tenant = tx.tenant
-                offset = self._offset(q, tenant.id)
+                offset = self.offset(q.cursor, tenant.id, f"search:{q.fingerprint()}")
                 depth = offset + q.limit  # entities each ranking must reach
                 texts = min(3 * depth + 20, 600)  # an entity may hold several of the nearest texts
                 # The query is embedded (on the model's thread) while the word and name rankings run.
                 if q.mode != "keyword":
                     embedding = asyncio.create_task(self.indexer.query_vector(tenant, q.text))
-                await rankings.tune(tx, max(self._ef_search, texts))
+                await rankings.tune(tx, max(self.ef_search, texts))
                 ranked_by: dict[str, list[Ranked]] = {}
                 if q.mode != "semantic":
-                    common = await self._common_words(tx)
+                    common = await self.common_words(tx)
                     ranked_by["keyword"] = _best_per_entity(
                         await rankings.by_words(tx, q.text, strict, common, texts, CANDIDATES, q.filters)
                     )
@@ -149,17 +149,17 @@ class Search(Service):
         next_cursor = self.cursors.encode(tenant.id, f"search:{q.fingerprint()}", depth) if more else None
         return SearchResult(mode=mode, hits=hits, next_cursor=next_cursor, notices=notices)
 
-    async def _common_words(self, tx: Tx) -> list[str]:
+    async def common_words(self, tx: Tx) -> list[str]:
         words = self._common.get(tx.tenant.id)
         if words is None:
             words = self._common[tx.tenant.id] = await rankings.common_words(tx, COMMON_WORD)
         return words
 
-    def _offset(self, q: Query, tenant_id: str) -> int:
-        """Where a page starts: a signed cursor bound to the tenant and to the same query."""
-        if q.cursor is None:
+    def offset(self, cursor: str | None, tenant_id: str, listing: str) -> int:
+        """Where a page starts: a signed cursor bound to the tenant and to the same query (`listing`)."""
+        if cursor is None:
             return 0
-        offset = self.cursors.decode(q.cursor, tenant_id, f"search:{q.fingerprint()}")
+        offset = self.cursors.decode(cursor, tenant_id, listing)
         if not isinstance(offset, int) or not 0 < offset < self.limits.max_results:
             raise EngramError("invalid", "`cursor` is out of range")
         return offset

@@ -33,9 +33,18 @@ from app.services import transfer_formats as formats
 from app.services.base import Service
 from app.services.calls import retrying
 from app.services.entities import OnExisting, _apply
-from app.services.transfer_formats import Bad, EntityRecord, Format, HistoryRecord, Marker, RelationRecord
-from app.store import aliases, audit, entities, history, transfer
+from app.services.transfer_formats import (
+    Bad,
+    EntityRecord,
+    EpisodeRecord,
+    Format,
+    HistoryRecord,
+    Marker,
+    RelationRecord,
+)
+from app.store import aliases, audit, entities, episodes, history, transfer
 from app.store.database import Tx
+from app.store.episodes import NewEpisode
 from app.store.history import Event
 
 # Rows per export page, and per import batch (entities with their observations; relations; history).
@@ -108,6 +117,7 @@ class ImportSummary(BaseModel):
     aliases_added: int = 0
     relations: Tally = Field(default_factory=Tally)
     history: HistoryTally = Field(default_factory=HistoryTally)
+    episodes: HistoryTally = Field(default_factory=HistoryTally)
     invalid: int = Field(0, description="Lines that are not a valid record (refused before any database work).")
     records: dict[str, int] = Field(default_factory=dict, description="Records in the file by kind, valid or not.")
     refused: list[RefusedLine] = Field(default_factory=list, description=f"The first {KEEP_REFUSED} refused lines.")
@@ -159,7 +169,7 @@ def _apply_delta(summary: ImportSummary, delta: _Delta) -> None:
             summary.refused.append(r)
 
 
-_KINDS = {EntityRecord: "entity", RelationRecord: "relation", HistoryRecord: "history"}
+_KINDS = {EntityRecord: "entity", RelationRecord: "relation", HistoryRecord: "history", EpisodeRecord: "episode"}
 
 
 class _DryRun(Exception):
@@ -198,7 +208,7 @@ class Transfer(Service):
                 yield chunk
 
     async def _lines(self, tx: Tx, fmt: Format, *, deleted: bool, history: bool) -> AsyncIterator[bytes]:
-        counts = {"entities": 0, "relations": 0, "history": 0}
+        counts = {"entities": 0, "relations": 0, "history": 0, "episodes": 0}
         yield formats.header(deleted, history) if fmt == "engram" else formats.NEO4J_OPEN if fmt == "neo4j" else b""
         after: Any = None
         # Ids are kept by the engram format only: the others list entities by name, so that a file
@@ -233,6 +243,11 @@ class Transfer(Service):
                 yield b"".join(formats.neo4j_relation(r, first and i == 0) for i, r in enumerate(rels))
             counts["relations"] += len(rels)
             after = rels[-1].gid
+        after = None
+        while fmt == "engram" and (eps := await episodes.page(tx, after, EXPORT_PAGE)):
+            yield b"".join(formats.engram_episode(e) for e in eps)
+            counts["episodes"] += len(eps)
+            after = eps[-1].id
         after = None
         while history and (changes := await transfer.history_page(tx, after, EXPORT_PAGE, deleted=deleted)):
             yield b"".join(formats.engram_history(h) for h in changes)
@@ -493,7 +508,7 @@ class _Run:
                     elif len(pending.refused) >= BATCH_ROWS:  # a file of refusals: keep them few in memory
                         yield batch, line, pending
                         pending, batch, keys, texts = _Delta(), [], set(), 0
-                elif isinstance(record, RelationRecord | HistoryRecord):
+                elif isinstance(record, RelationRecord | HistoryRecord | EpisodeRecord):
                     if batch and (len(batch) >= BATCH_ROWS or type(batch[0]) is not type(record)):
                         yield batch, last, pending
                         batch = []
@@ -509,7 +524,7 @@ class _Run:
     def _read(self, record: Any, pending: _Delta) -> None:
         """Pass 1 sees every line: it refuses the invalid ones and checks the engram markers."""
         if isinstance(record, Bad):
-            if record.kind in ("entity", "relation", "history"):
+            if record.kind in ("entity", "relation", "history", "episode"):
                 pending.add(f"records.{record.kind}")
             pending.refuse(record.line, "invalid", record.reason, "lines")
         elif isinstance(record, Marker):
@@ -526,7 +541,12 @@ class _Run:
         if self.end is None:
             self.summary.warnings.append("the file has no end line: it may have been cut short")
             return
-        for kind, key in (("entity", "entities"), ("relation", "relations"), ("history", "history")):
+        for kind, key in (
+            ("entity", "entities"),
+            ("relation", "relations"),
+            ("history", "history"),
+            ("episode", "episodes"),
+        ):
             said = self.end.data.get(key)
             held = self.summary.records.get(kind, 0)
             if isinstance(said, int) and said != held:
@@ -541,10 +561,12 @@ class _Run:
 
         await self._commit((1, last), work if batch or pending.counts else None)
 
-    async def _flush_rows(self, rows: list[RelationRecord | HistoryRecord], last: int) -> None:
+    async def _flush_rows(self, rows: list[RelationRecord | HistoryRecord | EpisodeRecord], last: int) -> None:
         async def work(tx: Tx, delta: _Delta) -> None:
             if isinstance(rows[0], RelationRecord):
                 await self._relations(tx, rows, delta)  # type: ignore[arg-type]
+            elif isinstance(rows[0], EpisodeRecord):
+                await self._episodes(tx, rows, delta)  # type: ignore[arg-type]
             else:
                 await self._history(tx, rows, delta)  # type: ignore[arg-type]
 
@@ -690,6 +712,47 @@ class _Run:
             else:
                 delta.add("relations.unchanged")
         await history.record(tx, events, self.actor)
+
+    async def _episodes(self, tx: Tx, batch: list[EpisodeRecord], delta: _Delta) -> None:
+        """Episodes as the file gives them, each once (by when, text and source); their entities by
+        id, else by name; an entity the tenant does not hold is left out of the episode's links."""
+        held = await episodes.existing(tx, [(r.at, r.text, r.source) for r in batch])
+        ids = sorted({i for r in batch for i, _, _ in r.entities if i})
+        names = sorted({n for r in batch for _, n, _ in r.entities})
+        by_id, by_name = await transfer.ends(tx, ids, names)
+        new, seen = [], set(held)
+        for r in batch:
+            key = (r.at, r.text, r.source)
+            if key in seen:
+                if self.on_existing == "error":
+                    delta.refuse(r.line, "conflict", "the episode exists", "episodes")
+                else:
+                    delta.skip("episodes", "exist")
+                continue
+            seen.add(key)
+            involved: dict[str, str] = {}
+            for ref, name, role in r.entities:
+                end = (by_id.get(ref) if ref else None) or by_name.get(name)
+                if end is None or end.deleted:
+                    delta.add("skipped_because.episode entities not held")
+                    continue
+                involved.setdefault(end.id, role)
+            new.append(
+                NewEpisode(
+                    content=r.text,
+                    at=r.at,
+                    source=r.source,
+                    valid_from=r.valid_from,
+                    valid_until=r.valid_until,
+                    involved=tuple(involved.items()),
+                    created_by=r.created_by,
+                    created_at=r.created_at,
+                    ended_why=r.ended_why,
+                )
+            )
+        if new:
+            await episodes.insert(tx, new, self.actor)
+        delta.add("episodes.added", len(new))
 
     async def _history(self, tx: Tx, batch: list[HistoryRecord], delta: _Delta) -> None:
         added = await transfer.insert_history(

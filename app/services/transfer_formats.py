@@ -26,6 +26,7 @@ from typing import Any, BinaryIO, Literal
 import orjson
 
 from app.services.models import MAX_JSON_DEPTH, bounded_properties, clean_text, storable_json
+from app.services.recall_models import EPISODE_MAX_CHARS as MAX_EPISODE_CHARS
 from app.store.entities import is_uuid
 
 Format = Literal["engram", "memory", "neo4j"]
@@ -38,6 +39,7 @@ MAX_OBSERVATIONS = 10_000  # observations of one entity record
 MAX_HISTORY_CHANGES_BYTES = 4 * 1024 * 1024
 MAX_ACTOR = 500  # created_by, updated_by, actor
 MAX_ALIASES = 100  # aliases of one entity record (as many as an entity may hold)
+MAX_EPISODE_ENTITIES = 1000  # entities of one episode record (speakers, participants, mentions)
 _INT32 = 2**31 - 1
 _CHUNK = 1024 * 1024
 
@@ -104,6 +106,20 @@ class HistoryRecord:
 
 
 @dataclass(slots=True)
+class EpisodeRecord:
+    line: int
+    text: str
+    at: datetime
+    source: str | None
+    created_by: str | None
+    created_at: datetime | None
+    valid_from: datetime | None
+    valid_until: datetime | None
+    ended_why: str | None
+    entities: list[tuple[str | None, str, str]]  # (id, name, role)
+
+
+@dataclass(slots=True)
 class Marker:
     """The engram header or end line."""
 
@@ -112,7 +128,7 @@ class Marker:
     data: dict[str, Any]
 
 
-Record = EntityRecord | RelationRecord | HistoryRecord | Marker
+Record = EntityRecord | RelationRecord | HistoryRecord | EpisodeRecord | Marker
 
 
 @dataclass(slots=True)
@@ -307,6 +323,8 @@ def _parse(line: int, raw: bytes, fmt: Format, key: str | None) -> Record | Bad:
             return _RELATION[fmt](line, value)
         if kind == "history" and fmt == "engram":
             return _history(line, value)
+        if kind == "episode" and fmt == "engram":
+            return _episode(line, value)
         if kind in ("header", "end") and fmt == "engram":
             return _marker(line, kind, value)
     except Refusal as exc:
@@ -472,6 +490,7 @@ _ENGRAM_RELATION = {
 }  # fmt: skip
 _ENGRAM_OBSERVATION = {"text", "created_at", "created_by", "source", "valid_from", "valid_until"}
 MAX_SOURCE = 200
+MAX_REASON = 1000
 _ENGRAM_HISTORY = {"type", "entity_id", "other_id", "relation_id", "action", "changes", "actor", "at"}
 _ACTION = re.compile(r"^[a-z][a-z_]{0,49}$")
 
@@ -589,6 +608,37 @@ def _history(line: int, v: dict[str, Any]) -> HistoryRecord:
     )
 
 
+_ENGRAM_EPISODE = {
+    "type", "text", "at", "source", "created_by", "created_at", "valid_from", "valid_until", "ended_why", "entities",
+}  # fmt: skip
+_ROLES = ("speaker", "participant", "mentioned")
+
+
+def _episode(line: int, v: dict[str, Any]) -> EpisodeRecord:
+    _unknown(v, _ENGRAM_EPISODE)
+    bounds = [_optional_time(v.get(k), k) for k in ("valid_from", "valid_until")]
+    _interval(*bounds, "episode")
+    involved = []
+    for i, e in enumerate(_list(v.get("entities"), "entities", MAX_EPISODE_ENTITIES)):
+        if not isinstance(e, dict) or set(e) - {"id", "name", "role"}:
+            raise Refusal(f"entities.{i}: must be an object of id, name and role")
+        if e.get("role") not in _ROLES:
+            raise Refusal(f"entities.{i}.role: must be one of {', '.join(_ROLES)}")
+        ref = _optional_id(e.get("id"), f"entities.{i}.id")
+        involved.append((ref, _name(e.get("name"), f"entities.{i}.name"), e["role"]))
+    return EpisodeRecord(
+        line,
+        _text(v.get("text"), "text", low=1, high=MAX_EPISODE_CHARS),
+        _time(v.get("at"), "at"),
+        _optional(v.get("source"), "source", MAX_SOURCE),
+        _optional(v.get("created_by"), "created_by", MAX_ACTOR),
+        _optional_time(v.get("created_at"), "created_at"),
+        *bounds,
+        _optional(v.get("ended_why"), "ended_why", MAX_REASON),
+        involved,
+    )
+
+
 def _marker(line: int, kind: Literal["header", "end"], v: dict[str, Any]) -> Marker:
     if kind == "header" and (v.get("format") != "engram" or v.get("version") != ENGRAM_VERSION):
         raise Refusal(f"this reads version {ENGRAM_VERSION} of the engram format")
@@ -620,8 +670,10 @@ def header(deleted: bool, history: bool) -> bytes:
     )
 
 
-def end(entities: int, relations: int, history: int) -> bytes:
-    return line({"type": "end", "entities": entities, "relations": relations, "history": history})
+def end(entities: int, relations: int, history: int, episodes: int = 0) -> bytes:
+    """The end line; `episodes` only where there are any (files without them read as before)."""
+    counts = {"entities": entities, "relations": relations, "history": history}
+    return line({"type": "end", **counts, **({"episodes": episodes} if episodes else {})})
 
 
 def engram_entity(
@@ -694,6 +746,23 @@ def engram_history(h: Any) -> bytes:
             "changes": h.changes,
             "actor": h.actor,
             "at": _when(h.at),
+        }
+    )
+
+
+def engram_episode(e: Any) -> bytes:
+    return line(
+        {
+            "type": "episode",
+            "text": e.content,
+            "at": _when(e.at),
+            "source": e.source,
+            "created_by": e.created_by,
+            "created_at": _when(e.created_at),
+            "valid_from": _when(e.valid_from),
+            "valid_until": _when(e.valid_until),
+            "ended_why": e.ended_why,
+            "entities": [{"id": x.id, "name": x.name, "role": role} for x, role in e.involved],
         }
     )
 

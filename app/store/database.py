@@ -116,13 +116,15 @@ class Growth:
 class Tx:
     """One transaction, pinned to one tenant. Query text may contain ``{s}`` for the schema."""
 
-    __slots__ = ("affected", "conn", "entities", "growth", "pending", "tenant")
+    __slots__ = ("affected", "conn", "entities", "episodes", "growth", "pending", "relations", "tenant")
 
     def __init__(self, conn: asyncpg.Connection, tenant: Tenant) -> None:
         self.conn = conn
         self.tenant = tenant
         self.affected: list[str] = []  # ids of what this transaction changed, for the audit row
         self.entities: list[str] = []  # entities whose texts it may have changed, for the search index
+        self.relations: list[str] = []  # relations it may have changed (or removed), for the search index
+        self.episodes: list[int] = []  # episodes it wrote, for the search index
         self.pending = 0  # texts it left waiting for an embedding
         self.growth = Growth()  # kept by the store functions that add or remove entities and observations
 

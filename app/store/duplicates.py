@@ -113,12 +113,14 @@ async def by_meaning(
         SELECT w.entity_id::text, n.entity_id::text, 1 - n.distance FROM {{s}}.search_docs w
         CROSS JOIN LATERAL (
             SELECT d.entity_id, d.embedding{cast} <=> w.embedding{cast} AS distance FROM {{s}}.search_docs d
-            WHERE d.model_id = {int(model.id)} AND d.observation_id IS NULL
+            WHERE d.model_id = {int(model.id)} AND d.observation_id IS NULL AND d.relation_id IS NULL
+              AND d.episode_id IS NULL
             ORDER BY d.embedding{cast} <=> w.embedding{cast} LIMIT $2
         ) n
         JOIN {{s}}.entities b ON b.id = n.entity_id AND b.deleted_at IS NULL AND b.id > w.entity_id
                               AND ($4::text[] IS NULL OR b.type = ANY($4::text[]))
-        WHERE w.entity_id = ANY($1::uuid[]) AND w.observation_id IS NULL AND w.model_id = {int(model.id)}
+        WHERE w.entity_id = ANY($1::uuid[]) AND w.observation_id IS NULL AND w.relation_id IS NULL
+          AND w.model_id = {int(model.id)}
           AND 1 - n.distance >= $3
         """,
         list(ids),

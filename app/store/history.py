@@ -25,6 +25,7 @@ async def record(tx: Tx, events: Sequence[Event], actor: str) -> None:
         return
     tx.affected += [e.relation_id or e.entity_id for e in events]
     tx.entities += [e.entity_id for e in events if e.relation_id is None]
+    tx.relations += [e.relation_id for e in events if e.relation_id is not None]
     await tx.execute(
         """
         INSERT INTO {s}.history (entity_id, other_id, relation_id, action, changes, actor)

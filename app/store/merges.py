@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from app.store.database import Tx, timed
-from app.store.relations import REL_TYPE
+from app.store.edges import REL_TYPE
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +115,7 @@ async def record_edge_changes(tx: Tx, changes: Sequence[EdgeChange], into_id: st
     if not changes:
         return
     tx.affected += [c.relation_id for c in changes]
+    tx.relations += [c.relation_id for c in changes]
     await tx.execute(
         """
         INSERT INTO {s}.history (entity_id, other_id, relation_id, action, changes, actor)

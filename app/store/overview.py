@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.store.database import Tx, timed
-from app.store.relations import REL_TYPE
+from app.store.edges import REL_TYPE
 
 
 @dataclass(frozen=True, slots=True)

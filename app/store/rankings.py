@@ -125,7 +125,7 @@ async def by_vector(
         SELECT entity_id::text, id, distance FROM (
             SELECT d.entity_id, d.id, d.embedding{cast} <=> $1::text{cast} AS distance
             FROM {{s}}.search_docs d JOIN {{s}}.entities e ON e.id = d.entity_id
-            WHERE d.model_id = {int(model.id)} {_FILTERS} {_facts(8)}
+            WHERE d.model_id = {int(model.id)} AND d.relation_id IS NULL {_FILTERS} {_facts(8)}
             ORDER BY distance LIMIT $2
         ) x ORDER BY distance
         """,
@@ -137,7 +137,7 @@ async def by_vector(
     return [Ranked(r[0], r[1], 1.0 - r[2]) for r in rows]
 
 
-def _tsquery(text: str, strict: str, common: str) -> str:
+def tsquery(text: str, strict: str, common: str) -> str:
     """The query's tsquery from parameters: web-search syntax on `text` if `strict`, else any of its
     words but those in `common` (all of them if no other is left)."""
     return (
@@ -187,12 +187,12 @@ async def by_words(
             SELECT d.entity_id::text AS entity_id, d.id, ts_rank_cd(d.tsv, q.q) AS density,
                    (SELECT count(*) FROM unnest(q.each) AS w WHERE d.tsv @@ w)::float8
                        / greatest(cardinality(q.each), 1) AS share
-            FROM (SELECT {_tsquery("$1", "$8", "$9")} AS q,
+            FROM (SELECT {tsquery("$1", "$8", "$9")} AS q,
                          ARRAY(SELECT quote_literal(w)::tsquery
                                FROM unnest(tsvector_to_array(to_tsvector('english', $1::text))) AS w) AS each) q,
                  LATERAL (SELECT * FROM {{s}}.search_docs d WHERE d.tsv @@ q.q LIMIT $10) d
                  JOIN {{s}}.entities e ON e.id = d.entity_id
-            WHERE true {_FILTERS} {_facts(11)}
+            WHERE d.relation_id IS NULL {_FILTERS} {_facts(11)}
         ) m
         ORDER BY share DESC, density DESC, id LIMIT $2
         """,
@@ -277,7 +277,7 @@ async def matched_texts(
             f"""
             SELECT u.id, ts_headline('english', u.text, q.q,
                    'StartSel=**, StopSel=**, MaxWords=30, MinWords=12, MaxFragments=2, FragmentDelimiter=" … "')
-            FROM (SELECT {_tsquery("$1", "$2", "'{}'")} AS q) q, unnest($3::bigint[], $4::text[]) AS u(id, text)
+            FROM (SELECT {tsquery("$1", "$2", "'{}'")} AS q) q, unnest($3::bigint[], $4::text[]) AS u(id, text)
             """,
             query,
             strict,

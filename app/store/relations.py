@@ -17,6 +17,7 @@ import asyncpg
 import orjson
 
 from app.store.database import Tx, timed
+from app.store.edges import REL_ID, REL_TYPE
 from app.store.entities import (
     CANDIDATE_EXTRAS,
     CANDIDATES,
@@ -27,10 +28,9 @@ from app.store.entities import (
     candidate,
     candidate_args,
 )
+from app.store.index import Model, vector_literal
 from app.store.validity import NOW, When, edge_holds, holds
 
-REL_TYPE = "ag_catalog.agtype_access_operator(VARIADIC ARRAY[r.properties, '\"type\"'::ag_catalog.agtype])::text"
-REL_ID = "ag_catalog.agtype_access_operator(VARIADIC ARRAY[r.properties, '\"id\"'::ag_catalog.agtype])::text"
 _SELECT = """
     SELECT r.start_id::text AS a, r.end_id::text AS b, r.properties AS rel,
            se.id::text AS source_id, se.name AS source, te.id::text AS target_id, te.name AS target
@@ -269,12 +269,62 @@ _RELATION_ROW = """ROW(ag_catalog.agtype_out(r.properties)::text, se.id::text, s
                         r.start_id::text, r.end_id::text)"""
 
 
+@dataclass(frozen=True, slots=True)
+class ObservationOrder:
+    """Which observations an entity read shows first: the oldest (the default), the newest, or those
+    nearest to a query: by its vector under `model` (cosine), else by its words."""
+
+    newest: bool = False
+    query: str | None = None
+    vector: Sequence[float] | None = None
+    model: Model | None = None
+
+    def clause(self) -> str:
+        """SQL ORDER BY of observations `o`; its one parameter, if any, is $8 (`params`)."""
+        by_id = "o.id DESC" if self.newest else "o.id"
+        if self.query is None:
+            return by_id
+        if self.vector is not None and self.model is not None:
+            cast = f"::vector({int(self.model.dimensions)})"
+            near = (
+                f"(SELECT d.embedding{cast} <=> $8::text{cast} FROM {{s}}.search_docs d"
+                f" WHERE d.observation_id = o.id AND d.model_id = {int(self.model.id)}) NULLS LAST"
+            )
+        else:
+            near = (
+                "(SELECT ts_rank_cd(d.tsv, q.q) FROM {s}.search_docs d,"
+                " (SELECT coalesce(string_agg(quote_literal(w), ' | '), '')::tsquery AS q"
+                " FROM unnest(tsvector_to_array(to_tsvector('english', $8::text))) AS w) q"
+                " WHERE d.observation_id = o.id) DESC NULLS LAST"
+            )
+        return f"{near}, o.id DESC"
+
+    def params(self) -> tuple[Any, ...]:
+        """The query's vector, or its text, or nothing (as `clause` reads them)."""
+        if self.query is None:
+            return ()
+        if self.vector is not None and self.model is not None:
+            return (vector_literal(self.vector),)
+        return (self.query,)
+
+
+OLDEST_FIRST = ObservationOrder()
+
+
 @timed
-async def detail(tx: Tx, ref: str, *, observations: int, relations: int | None, when: When = NOW) -> list[Detail]:
+async def detail(
+    tx: Tx,
+    ref: str,
+    *,
+    observations: int,
+    relations: int | None,
+    when: When = NOW,
+    order: ObservationOrder = OLDEST_FIRST,
+) -> list[Detail]:
     """Every candidate for `ref` (as `entities.resolve` finds them), each with its first `observations`
-    observations and their total and, unless `relations` is None, its first `relations` live relations
-    in both directions (outgoing first, then by the names of the ends): one statement. Observations
-    and relations count only as `when` sees them.
+    observations in `order` and their total and, unless `relations` is None, its first `relations`
+    live relations in both directions (outgoing first, then by the names of the ends): one statement.
+    Observations and relations count only as `when` sees them.
 
     Which candidate the reference means is the services' rule (app/services/refs.py). The relations
     are read from the edge table by the entity's graph id, one indexed scan per direction.
@@ -284,7 +334,7 @@ async def detail(tx: Tx, ref: str, *, observations: int, relations: int | None, 
         SELECT {COLUMNS}, {CANDIDATE_EXTRAS},
             ARRAY(SELECT ROW(o.content, o.source, o.created_by, o.created_at, o.valid_from, o.valid_until)
                   FROM {{s}}.observations o WHERE o.entity_id = e.id AND {holds("o", "$6", "$7")}
-                  ORDER BY o.id LIMIT $4) AS observations,
+                  ORDER BY {order.clause()} LIMIT $4) AS observations,
             (SELECT count(*) FROM {{s}}.observations o WHERE o.entity_id = e.id AND {holds("o", "$6", "$7")})
                 AS observations_total,
             CASE WHEN $5::int IS NOT NULL THEN ARRAY(
@@ -307,6 +357,7 @@ async def detail(tx: Tx, ref: str, *, observations: int, relations: int | None, 
         observations,
         relations,
         *when.params(),
+        *order.params(),
     )
     return [
         Detail(

@@ -22,8 +22,8 @@ from typing import Any, NamedTuple
 import orjson
 
 from app.store.database import Tx, timed
+from app.store.edges import REL_TYPE
 from app.store.entities import COLUMNS, EntityRow, entity_row
-from app.store.relations import REL_TYPE
 from app.store.validity import NOW, When, edge_holds, valid_at
 
 

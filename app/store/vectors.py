@@ -139,3 +139,12 @@ async def entity_ids_after(tx: Tx, after: str | None, limit: int) -> list[str]:
         "SELECT id::text FROM {s}.entities WHERE $1::uuid IS NULL OR id > $1::uuid ORDER BY id LIMIT $2", after, limit
     )
     return [r[0] for r in rows]
+
+
+@timed
+async def episode_ids_after(tx: Tx, after: int | None, limit: int) -> list[int]:
+    """Episodes in id order: `engram reindex` rebuilds their documents too."""
+    rows = await tx.fetch(
+        "SELECT id FROM {s}.episodes WHERE $1::bigint IS NULL OR id > $1 ORDER BY id LIMIT $2", after, limit
+    )
+    return [r[0] for r in rows]

@@ -56,15 +56,25 @@ def register(tool: ToolSet, services: Services) -> None:
         max_observations: Annotated[int, Field(ge=0, le=1000)] = 100,
         as_of: models.AsOf = None,
         include_invalid: models.IncludeInvalid = False,
+        observations_first: Annotated[
+            Literal["oldest", "newest", "relevant"],
+            Field(description="Which observations come first (and stay when capped); `relevant` needs `query`."),
+        ] = "oldest",
+        query: Annotated[
+            models.LongText | None, Field(description="With `relevant`: what the observations should answer.")
+        ] = None,
     ) -> models.Entity:
         """Read one entity by id or name: fields, observations, direct relations and, with
-        `include_history`, its 20 latest changes.
+        `include_history`, its 20 latest changes. An entity with many facts: `observations_first`
+        `newest`, or `relevant` to a `query`, with `max_observations`.
 
         A name matches exactly, else case-insensitively; several such matches fail with `ambiguous`,
         listing them. Shows facts valid now; `as_of` reads them as they were at a time,
         `include_invalid` shows all. `observation_records` gives each one's source, author, time
         and validity.
         """
+        if (observations_first == "relevant") != (query is not None and bool(query.strip())):
+            raise EngramError("invalid", "`query` goes with `observations_first: relevant`, and only with it")
         return await services.entities.get(
             who,
             one_ref(id, name),
@@ -72,6 +82,8 @@ def register(tool: ToolSet, services: Services) -> None:
             include_history=include_history,
             max_observations=max_observations,
             when=moment(as_of, include_invalid),
+            newest_first=observations_first == "newest",
+            query=query.strip() if query is not None else None,
         )
 
     @tool(WRITE, DESTRUCTIVE)

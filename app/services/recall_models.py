@@ -1,0 +1,118 @@
+"""The shapes of `recall` and of the episode tools."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, StringConstraints, model_validator
+
+from app.services.models import Clean, Ref, Source, Strict, ValidFrom, ValidUntil, check_interval
+from app.services.search_models import Mode
+
+# An episode's text: a message, a note, a captured chat, a document chunk. Words find all of it;
+# the embedding model reads its first ~256 word pieces (docs/search.md).
+EPISODE_MAX_CHARS = 8000
+EpisodeText = Annotated[
+    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=EPISODE_MAX_CHARS), Clean
+]
+Role = Literal["speaker", "participant", "mentioned"]
+FactKind = Literal["observation", "relation", "episode", "entity"]
+
+
+class EpisodeIn(Strict):
+    text: EpisodeText = Field(description="The raw memory, as said or written.")
+    at: datetime | None = Field(None, description="When it happened; default now.")
+    source: Source | None = Field(
+        None, description="Where it came from (a message id, a file); default your client id."
+    )
+    speakers: Annotated[list[Ref], Field(max_length=10)] = Field(
+        default_factory=list, description="Who said or wrote it: entity ids or names (they must exist)."
+    )
+    participants: Annotated[list[Ref], Field(max_length=50)] = Field(
+        default_factory=list, description="Others involved: entity ids or names (they must exist)."
+    )
+    valid_from: ValidFrom = None
+    valid_until: ValidUntil = None
+
+    @model_validator(mode="after")
+    def _interval(self) -> EpisodeIn:
+        check_interval(self.valid_from, self.valid_until)
+        return self
+
+
+class EntityRef(BaseModel):
+    id: str
+    name: str
+    type: str
+
+
+class Involved(EntityRef):
+    role: Role = Field(description="speaker, participant, or mentioned (its name or an alias is in the text).")
+
+
+class Episode(BaseModel):
+    id: int
+    text: str
+    at: datetime = Field(description="When it happened.")
+    source: str | None = None
+    created_by: str
+    created_at: datetime
+    valid_from: datetime | None = None
+    valid_until: datetime | None = None
+    ended_why: str | None = Field(None, description="Why it stopped being true, as its ender said.")
+    entities: list[Involved] = Field(default_factory=list, description="The live entities it involves.")
+
+
+class EpisodesWritten(BaseModel):
+    episodes: list[Episode]
+    embeddings_pending: int = Field(
+        0, description="Texts found by words now and by meaning once the background filler embeds them."
+    )
+
+
+class EpisodePage(BaseModel):
+    episodes: list[Episode]
+    next_cursor: str | None = None
+
+
+class EpisodesChanged(BaseModel):
+    ids: list[int] = Field(description="The episodes this call changed.")
+    unchanged: list[int] = Field(default_factory=list, description="Given ids that do not exist or needed no change.")
+
+
+class RecallScores(BaseModel):
+    semantic: float | None = Field(None, description="Cosine similarity of the fact to the query (-1 to 1).")
+    keyword: float | None = Field(None, description="Share of the query's word weight the fact holds (0-1).")
+    named: bool | None = Field(
+        None, description="True: about an entity the query names; false: about one of their neighbours."
+    )
+    fused: float = Field(description="The fused score that ordered the answer (1 is best possible).")
+
+
+class Fact(BaseModel):
+    kind: FactKind = Field(description="observation, relation, episode, or entity (its description).")
+    text: str = Field(description="The fact: an observation, a relation as a sentence, an episode, a description.")
+    entity: EntityRef | None = Field(None, description="Whose observation or description; a relation's `from`.")
+    to: EntityRef | None = Field(None, description="A relation's target.")
+    relation: dict[str, Any] | None = Field(None, description="A relation's id, type, notes, strength, properties.")
+    episode_id: int | None = None
+    at: datetime | None = Field(None, description="When an episode happened.")
+    entities: list[Involved] | None = Field(None, description="An episode's entities.")
+    source: str | None = None
+    created_by: str | None = None
+    created_at: datetime | None = Field(None, description="When it was written.")
+    valid_from: datetime | None = Field(None, description="When it became true; absent: no lower bound.")
+    valid_until: datetime | None = Field(None, description="When it stopped (or stops) being true; absent: no end.")
+    also: int = Field(0, description="Near-identical facts folded into this one.")
+    scores: RecallScores
+
+
+class RecallResult(BaseModel):
+    mode: Mode = Field(description="The mode that ran (hybrid is keyword when no vectors can be made).")
+    facts: list[Fact]
+    named: list[EntityRef] = Field(
+        default_factory=list, description="Entities the query names (their facts rank higher)."
+    )
+    next_cursor: str | None = Field(None, description="Pass as `cursor` for the next page; absent on the last.")
+    notices: list[str] = Field(default_factory=list, description="What limited this answer, if anything.")

@@ -1,0 +1,399 @@
+"""Recall's reads: facts (observations, relations, episodes, entity descriptions) ranked one by one.
+
+Every search document is a fact here, not a way to reach an entity: the rankings return documents,
+never collapsed to their entity. A fact passes the filters by its own kind (`_passes`): an
+observation or a description while its entity is live, a relation while both ends are, an episode
+by itself; the moment (`as_of`, `include_invalid`), `sources` and the time range apply to each kind's
+own record. The vector and word queries follow rankings.py (same tuning, same tsquery).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from app.store.database import Tx, timed
+from app.store.index import Model, Vector, vector_literal
+from app.store.rankings import tsquery
+from app.store.validity import NOW, When, edge_holds, holds
+
+# Facts examined for the entities a question names and their neighbours (newest first beyond it).
+WITHIN_DOCS = 5000
+_PROP = "ag_catalog.agtype_access_operator(VARIADIC ARRAY[r.properties, '\"{}\"'::ag_catalog.agtype])::text"
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """What every recalled fact must pass; None: anything. `types` are its entity's (a relation's
+    either end's, an episode's any entity's), case-insensitively; `sources` and [since, until) are
+    its own source and time (an episode's `at`, else when it was written)."""
+
+    types: Sequence[str] | None = None
+    sources: Sequence[str] | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    when: When = NOW
+
+    def params(self) -> tuple[Any, ...]:
+        """The six parameters of `_passes`."""
+        types = [t.lower() for t in self.types] if self.types else None
+        return (types, list(self.sources) if self.sources else None, self.since, self.until, *self.when.params())
+
+
+def _passes(n: int) -> str:
+    """SQL: the document `d` is a live fact passing the scope in parameters $n..$n+5."""
+    types, sources, since, until, at, everything = (f"${n + i}" for i in range(6))
+    in_range = (
+        f"({sources}::text[] IS NULL OR {{src}} = ANY({sources}::text[]))"
+        f" AND ({since}::timestamptz IS NULL OR {{t}} >= {since}::timestamptz)"
+        f" AND ({until}::timestamptz IS NULL OR {{t}} < {until}::timestamptz)"
+    )
+    unfiltered = f"({sources}::text[] IS NULL AND {since}::timestamptz IS NULL AND {until}::timestamptz IS NULL)"
+    typed = f"({types}::text[] IS NULL OR lower({{x}}.type) = ANY({types}::text[]))"
+    return f"""
+    AND CASE
+        WHEN d.episode_id IS NOT NULL THEN EXISTS (
+            SELECT 1 FROM {{s}}.episodes p WHERE p.id = d.episode_id AND {holds("p", at, everything)}
+              AND {in_range.format(src="p.source", t="p.at")}
+              AND ({types}::text[] IS NULL OR EXISTS (
+                    SELECT 1 FROM {{s}}.episode_entities pe JOIN {{s}}.entities x ON x.id = pe.entity_id
+                    WHERE pe.episode_id = p.id AND x.deleted_at IS NULL AND {typed.format(x="x")})))
+        WHEN d.relation_id IS NOT NULL THEN EXISTS (
+            SELECT 1 FROM {{s}}.entities a, {{s}}.entities b
+            WHERE a.id = d.entity_id AND b.id = d.other_id AND a.deleted_at IS NULL AND b.deleted_at IS NULL
+              AND ({typed.format(x="a")} OR {typed.format(x="b")}))
+            AND {edge_holds("d.edge", at, everything)}
+            AND ({unfiltered} OR EXISTS (
+                SELECT 1 FROM {{s}}."REL" r WHERE r.id = d.edge
+                  AND {in_range.format(src=_PROP.format("source"), t=_PROP.format("created_at") + "::timestamptz")}))
+        ELSE EXISTS (
+            SELECT 1 FROM {{s}}.entities e WHERE e.id = d.entity_id AND e.deleted_at IS NULL AND {typed.format(x="e")}
+              AND (d.observation_id IS NOT NULL OR e.description <> ''))
+            AND CASE WHEN d.observation_id IS NULL THEN {unfiltered}
+                ELSE EXISTS (SELECT 1 FROM {{s}}.observations o WHERE o.id = d.observation_id
+                               AND {holds("o", at, everything)} AND {in_range.format(src="o.source", t="o.created_at")})
+                END
+    END
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """One fact of a ranking, best first: its document and score; `near` is set by `within` rankings:
+    the fact is an entity's the question names (True) or a neighbour's (False)."""
+
+    doc_id: int
+    score: float
+    near: bool | None = None
+
+
+# --- the entities a question names ---------------------------------------------------------------
+
+
+@timed
+async def named(tx: Tx, keys: Sequence[str], limit: int) -> list[tuple[str, str]]:
+    """(key, entity id) for the live entities whose name or an alias is one of `keys` (case-folded)."""
+    rows = await tx.fetch(
+        """
+        SELECT e.name_key, e.id::text FROM {s}.entities e WHERE e.name_key = ANY($1::text[]) AND e.deleted_at IS NULL
+        UNION
+        SELECT a.alias_key, e.id::text FROM {s}.aliases a JOIN {s}.entities e ON e.id = a.entity_id
+        WHERE a.alias_key = ANY($1::text[]) AND e.deleted_at IS NULL
+        LIMIT $2
+        """,
+        list(keys),
+        limit,
+    )
+    return [(r[0], r[1]) for r in rows]
+
+
+@timed
+async def neighbours(tx: Tx, entity_ids: Sequence[str], limit: int, when: When = NOW) -> list[str]:
+    """Up to `limit` live entities one relation (that holds at the moment) away from these, not among them."""
+    at, everything = when.params()
+    rows = await tx.fetch(
+        f"""
+        WITH s AS (SELECT gid FROM {{s}}.entities WHERE id = ANY($1::uuid[])),
+        n AS (
+            (SELECT r.end_id AS gid, r.id AS edge FROM s JOIN {{s}}."REL" r ON r.start_id = s.gid LIMIT $2 * 4)
+            UNION ALL
+            (SELECT r.start_id, r.id FROM s JOIN {{s}}."REL" r ON r.end_id = s.gid LIMIT $2 * 4)
+        )
+        SELECT DISTINCT e.id::text FROM n JOIN {{s}}.entities e ON e.gid = n.gid AND e.deleted_at IS NULL
+        WHERE e.id <> ALL($1::uuid[]) AND {edge_holds("n.edge", "$3", "$4")}
+        LIMIT $2
+        """,
+        list(entity_ids),
+        limit,
+        at,
+        everything,
+    )
+    return [r[0] for r in rows]
+
+
+# --- rankings ------------------------------------------------------------------------------------
+
+
+@timed
+async def by_vector(tx: Tx, model: Model, query: Vector, limit: int, scope: Scope) -> list[Ranked]:
+    """Nearest facts by cosine distance (the HNSW index, scanned on until enough pass); score = similarity."""
+    cast = f"::vector({int(model.dimensions)})"
+    rows = await tx.fetch(
+        f"""
+        SELECT id, distance FROM (
+            SELECT d.id, d.embedding{cast} <=> $1::text{cast} AS distance FROM {{s}}.search_docs d
+            WHERE d.model_id = {int(model.id)} {_passes(3)}
+            ORDER BY distance LIMIT $2
+        ) x ORDER BY distance
+        """,
+        vector_literal(query),
+        limit,
+        *scope.params(),
+    )
+    return [Ranked(r[0], 1.0 - r[1]) for r in rows]
+
+
+@timed
+async def within(
+    tx: Tx, model: Model, query: Vector, named: Sequence[str], around: Sequence[str], limit: int, scope: Scope
+) -> list[Ranked]:
+    """The facts of the named entities and of their neighbours (theirs, relations touching them,
+    episodes involving them), nearest first by an exact scan of at most WITHIN_DOCS of them."""
+    cast = f"::vector({int(model.dimensions)})"
+    rows = await tx.fetch(
+        f"""
+        WITH w AS (SELECT DISTINCT ON (id) id, near FROM (
+            (SELECT d.id, d.entity_id = ANY($3::uuid[]) AS near FROM {{s}}.search_docs d
+             WHERE d.entity_id = ANY($4::uuid[]) ORDER BY d.id DESC LIMIT {WITHIN_DOCS})
+            UNION ALL
+            (SELECT d.id, d.other_id = ANY($3::uuid[]) FROM {{s}}.search_docs d
+             WHERE d.other_id = ANY($4::uuid[]) ORDER BY d.id DESC LIMIT {WITHIN_DOCS})
+            UNION ALL
+            (SELECT d.id, pe.entity_id = ANY($3::uuid[]) FROM {{s}}.episode_entities pe
+             JOIN {{s}}.search_docs d ON d.episode_id = pe.episode_id
+             WHERE pe.entity_id = ANY($4::uuid[]) ORDER BY pe.episode_id DESC LIMIT {WITHIN_DOCS})
+        ) u ORDER BY id, near DESC)
+        SELECT d.id, d.embedding{cast} <=> $1::text{cast} AS distance, w.near
+        FROM w JOIN {{s}}.search_docs d ON d.id = w.id
+        WHERE d.model_id = {int(model.id)} {_passes(5)}
+        ORDER BY distance LIMIT $2
+        """,
+        vector_literal(query),
+        limit,
+        list(named),
+        [*named, *around],
+        *scope.params(),
+    )
+    return [Ranked(r[0], 1.0 - r[1], r[2]) for r in rows]
+
+
+@timed
+async def by_words(
+    tx: Tx, query: str, strict: bool, common: Sequence[str], limit: int, candidates: int, scope: Scope
+) -> list[Ranked]:
+    """Facts holding the query's words; score = the share of the query's word weight a fact holds,
+    each word weighing its inverse document frequency (a name every fact repeats weighs little, a
+    rare word much), then closer together (cover density). At most `candidates` matches are ranked.
+    Document frequencies are counted up to 2,000 per word through the full-text index."""
+    rows = await tx.fetch(
+        f"""
+        WITH n AS (SELECT greatest(reltuples, 1)::float8 AS docs FROM pg_class WHERE oid = to_regclass($6)),
+        w AS (
+            SELECT q, ln((n.docs + 1) / (1 + (SELECT count(*) FROM (
+                       SELECT 1 FROM {{s}}.search_docs d WHERE d.tsv @@ q LIMIT 2000) c))) AS idf
+            FROM n, (SELECT DISTINCT quote_literal(x)::tsquery AS q
+                     FROM unnest(tsvector_to_array(to_tsvector('english', $1::text))) AS x) x
+        ),
+        t AS (SELECT greatest(sum(greatest(idf, 0.01)), 1e-9) AS total FROM w)
+        SELECT id, weight / t.total AS share FROM (
+            SELECT d.id, (SELECT sum(greatest(w.idf, 0.01)) FROM w WHERE d.tsv @@ w.q) AS weight,
+                   ts_rank_cd(d.tsv, q.q) AS density
+            FROM (SELECT {tsquery("$1", "$3", "$4")} AS q) q,
+                 LATERAL (SELECT * FROM {{s}}.search_docs d WHERE d.tsv @@ q.q LIMIT $5) d
+            WHERE true {_passes(7)}
+        ) m, t
+        ORDER BY share DESC, density DESC, id LIMIT $2
+        """,
+        query,
+        limit,
+        strict,
+        list(common),
+        candidates,
+        f"{tx.tenant.schema}.search_docs",
+        *scope.params(),
+    )
+    return [Ranked(r[0], r[1]) for r in rows]
+
+
+# --- what a recalled fact shows ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    """An entity as a fact names it."""
+
+    id: str
+    name: str
+    type: str
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """One recalled fact with its record. `kind` says which fields are set: an observation or a
+    description (`entity`), a relation (`entity` its source, `other` its target, `relation`
+    its properties), an episode (`episode_id`, `at`, `involved`)."""
+
+    doc_id: int
+    kind: str  # observation | entity | relation | episode
+    text: str
+    body_hash: bytes
+    entity: End | None
+    other: End | None
+    relation: dict[str, Any] | None
+    episode_id: int | None
+    at: datetime | None
+    involved: list[tuple[End, str]]  # an episode's entities and their roles
+    source: str | None
+    created_by: str | None
+    created_at: datetime | None
+    valid_from: datetime | None
+    valid_until: datetime | None
+
+
+@timed
+async def facts(tx: Tx, doc_ids: Sequence[int]) -> dict[int, Fact]:
+    """The facts of these documents, by document id."""
+    rows = await tx.fetch(
+        """
+        SELECT d.id, d.body_hash,
+               CASE WHEN d.episode_id IS NOT NULL THEN 'episode' WHEN d.relation_id IS NOT NULL THEN 'relation'
+                    WHEN d.observation_id IS NOT NULL THEN 'observation' ELSE 'entity' END AS kind,
+               e.id::text AS e_id, e.name AS e_name, e.type AS e_type, e.description,
+               t.id::text AS t_id, t.name AS t_name, t.type AS t_type,
+               ag_catalog.agtype_out(r.properties)::text AS props,
+               o.content, o.source AS o_source, o.created_by AS o_by, o.created_at AS o_at,
+               o.valid_from AS o_from, o.valid_until AS o_until,
+               p.id AS p_id, p.content AS p_content, p.at AS p_at, p.source AS p_source, p.created_by AS p_by,
+               p.created_at AS p_created, p.valid_from AS p_from, p.valid_until AS p_until,
+               CASE WHEN p.id IS NOT NULL THEN (
+                   SELECT json_agg(json_build_array(x.id::text, x.name, x.type, pe.role) ORDER BY pe.role DESC, x.name)
+                   FROM {s}.episode_entities pe JOIN {s}.entities x ON x.id = pe.entity_id AND x.deleted_at IS NULL
+                   WHERE pe.episode_id = p.id)::text END AS involved
+        FROM {s}.search_docs d
+        LEFT JOIN {s}.entities e ON e.id = d.entity_id
+        LEFT JOIN {s}.entities t ON t.id = d.other_id
+        LEFT JOIN {s}."REL" r ON r.id = d.edge
+        LEFT JOIN {s}.observations o ON o.id = d.observation_id
+        LEFT JOIN {s}.episodes p ON p.id = d.episode_id
+        WHERE d.id = ANY($1::bigint[])
+        """,
+        list(doc_ids),
+    )
+    out = {}
+    for r in rows:
+        kind = r["kind"]
+        entity = End(r["e_id"], r["e_name"], r["e_type"]) if r["e_id"] else None
+        if kind == "episode":
+            involved = [(End(i, n, t), role) for i, n, t, role in orjson.loads(r["involved"] or "[]")]
+            fact = Fact(
+                r["id"],
+                kind,
+                r["p_content"],
+                r["body_hash"],
+                None,
+                None,
+                None,
+                r["p_id"],
+                r["p_at"],
+                involved,
+                r["p_source"],
+                r["p_by"],
+                r["p_created"],
+                r["p_from"],
+                r["p_until"],
+            )
+        elif kind == "relation":
+            props = orjson.loads(r["props"]) if r["props"] else {}
+            other = End(r["t_id"], r["t_name"], r["t_type"])
+            fact = Fact(
+                r["id"],
+                kind,
+                f"{r['e_name']} {props.get('type', '')} {r['t_name']}",
+                r["body_hash"],
+                entity,
+                other,
+                props,
+                None,
+                None,
+                [],
+                props.get("source"),
+                props.get("created_by"),
+                _time(props.get("created_at")),
+                _time(props.get("valid_from")),
+                _time(props.get("valid_until")),
+            )
+        elif kind == "observation":
+            fact = Fact(
+                r["id"],
+                kind,
+                r["content"],
+                r["body_hash"],
+                entity,
+                None,
+                None,
+                None,
+                None,
+                [],
+                r["o_source"],
+                r["o_by"],
+                r["o_at"],
+                r["o_from"],
+                r["o_until"],
+            )
+        else:
+            fact = Fact(
+                r["id"],
+                kind,
+                r["description"],
+                r["body_hash"],
+                entity,
+                None,
+                None,
+                None,
+                None,
+                [],
+                None,
+                None,
+                None,
+                None,
+                None,
+            )
+        out[r["id"]] = fact
+    return out
+
+
+def _time(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value)
+
+
+@timed
+async def near_duplicates(tx: Tx, model: Model, doc_ids: Sequence[int], distance: float) -> list[tuple[int, int]]:
+    """Pairs (a, b) of these documents, a before b in the given order, whose vectors are within
+    `distance` of each other (cosine): the later one says what the earlier does."""
+    cast = f"::vector({int(model.dimensions)})"
+    rows = await tx.fetch(
+        f"""
+        SELECT a.id, b.id FROM unnest($1::bigint[]) WITH ORDINALITY AS x(id, n)
+        JOIN unnest($1::bigint[]) WITH ORDINALITY AS y(id, n) ON y.n > x.n
+        JOIN {{s}}.search_docs a ON a.id = x.id JOIN {{s}}.search_docs b ON b.id = y.id
+        WHERE a.model_id = {int(model.id)} AND b.model_id = {int(model.id)}
+          AND a.embedding{cast} <=> b.embedding{cast} < $2
+        """,
+        list(doc_ids),
+        distance,
+    )
+    return [(r[0], r[1]) for r in rows]

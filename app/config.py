@@ -209,14 +209,15 @@ class Settings(BaseSettings):
     )
 
     # embeddings and search (docs/search.md)
-    embedding_provider: Literal["local", "openai", "none"] = Field(
+    embedding_provider: Literal["local", "sentence-transformers", "openai", "none"] = Field(
         "local", description="Who turns texts into vectors; `none` leaves search to words and names."
     )
     embedding_model: str | None = Field(
         None,
         min_length=1,
         max_length=300,
-        description="local: a sentence-transformers name or path (default all-MiniLM-L6-v2); openai: the model.",
+        description="local: all-MiniLM-L6-v2 (the default, the only one); sentence-transformers: a name or path; "
+        "openai: the model.",
     )
     embedding_dimensions: int | None = Field(None, ge=1, le=2000, description="Vector size; required for openai.")
     embedding_base_url: str = Field("https://api.openai.com/v1", description="An OpenAI-compatible API root.")
@@ -224,8 +225,12 @@ class Settings(BaseSettings):
     embedding_request_dimensions: bool = Field(
         False, description="Send `dimensions` with each request (models that can shorten their vectors)."
     )
-    embedding_device: str | None = Field(None, max_length=50, description="local: torch device; unset picks one.")
-    embedding_threads: int = Field(1, ge=1, le=64, description="local: CPU threads of the model.")
+    embedding_device: str | None = Field(
+        None, max_length=50, description="sentence-transformers: torch device; unset picks one."
+    )
+    embedding_threads: int = Field(
+        1, ge=1, le=64, description="local, sentence-transformers: CPU threads of the model."
+    )
     embedding_batch_size: int = Field(64, ge=1, le=2048)
     embedding_timeout_seconds: float = Field(30, gt=0, le=600)
     embedding_max_retries: int = Field(3, ge=0, le=10)

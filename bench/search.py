@@ -375,10 +375,11 @@ def problems(report: dict[str, Any], args: argparse.Namespace) -> list[str]:
 
 
 def print_report(report: dict[str, Any], args: argparse.Namespace) -> None:
-    import torch
+    from importlib import metadata
 
     print(f"\n# search benchmark, {time.strftime('%Y-%m-%d')}")
-    print(f"{platform.node()}: {platform.processor() or platform.machine()}, torch {torch.__version__}")
+    runtime = f"onnxruntime {metadata.version('onnxruntime')}"  # the local embedding provider's
+    print(f"{platform.node()}: {platform.processor() or platform.machine()}, {runtime}")
     print(f"large {args.large} entities ({args.real} with real embeddings), small {args.small}, {args.queries} queries")
     for key, value in report.items():
         if isinstance(value, dict):

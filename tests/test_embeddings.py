@@ -1,17 +1,25 @@
-"""The embedding providers: the real local model, and the OpenAI-compatible client against an
-endpoint that serves that model's vectors (and fails on request)."""
+"""The embedding providers: the real local model (ONNX Runtime) against the vectors
+sentence-transformers makes, and the OpenAI-compatible client against an endpoint that serves the
+local model's vectors (and fails on request)."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import subprocess
+import sys
 
 import pytest
 
 from app.config import Settings
 from app.embeddings.embedder import Embedder, ProviderDown
 from app.embeddings.factory import create_provider
+from app.embeddings.local import LocalModel, batches
 from app.embeddings.openai_compat import OpenAICompatible
 from app.embeddings.provider import EmbeddingError, InputRejected
+from app.embeddings.torch_model import SentenceTransformersModel
+from tests.conftest import ROOT
+from tests.minilm_reference import REFERENCE, texts
 
 
 def cosine(a: list[float], b: list[float]) -> float:
@@ -65,6 +73,132 @@ async def test_local_model_batches_keep_order(local_model):
     alone = [(await local_model.embed([t]))[0] for t in (texts[0], texts[20], texts[36])]
     for i, v in zip((0, 20, 36), alone, strict=True):
         assert cosine(together[i], v) > 0.9999
+
+
+async def test_local_model_gives_the_reference_vectors(local_model):
+    """The vectors sentence-transformers on torch made for a fixed set of texts (unicode, a text
+    beyond the model's 256 tokens among them), stored in tests/data."""
+    import numpy as np
+
+    reference = np.load(REFERENCE)
+    vectors = np.array(await local_model.embed(reference["texts"].tolist()))
+    cosines = (vectors * reference["vectors"]).sum(axis=1)
+    assert cosines.min() >= 0.999, f"lowest cosine {cosines.min()}"
+    assert cosines.min() >= 0.99999  # as close as float32 arithmetic in another order allows
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("sentence_transformers") is None, reason="the `torch` extra is not installed"
+)
+async def test_local_model_gives_the_vectors_of_sentence_transformers(local_model):
+    """Both providers side by side: the same vectors, so stored vectors stay valid across them."""
+    reference = SentenceTransformersModel(device="cpu", batch_size=16)
+    await reference.start()
+    try:
+        fixed = texts()
+        expected = await reference.embed(fixed)
+    finally:
+        await reference.close()
+    assert reference.model == local_model.model and reference.dimensions == local_model.dimensions
+    got = await local_model.embed(fixed)
+    assert min(cosine(a, b) for a, b in zip(got, expected, strict=True)) >= 0.999
+
+
+def test_the_graph_is_what_its_script_writes():
+    if importlib.util.find_spec("onnx") is None:
+        pytest.skip("the `onnx` package is not installed (it comes with the dev extra)")
+    check = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/minilm-graph.py"), "--check"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_batches_group_similar_lengths_within_bounds():
+    lengths = [5, 200, 7, 6, 180, 5, 40]
+    runs = batches(lengths, texts_per_run=3, tokens_per_run=400)
+    assert sorted(i for run in runs for i in run) == list(range(len(lengths)))  # each text once
+    assert runs == [[0, 5, 3], [2, 6], [4, 1]]  # shortest first
+    for run in runs:
+        assert len(run) <= 3 and len(run) * max(lengths[i] for i in run) <= 400
+    assert batches([300, 300], texts_per_run=8, tokens_per_run=100) == [
+        [0],
+        [1],
+    ]  # one text beyond the budget runs alone
+    assert batches([], texts_per_run=8) == []
+
+
+async def test_local_model_embeds_texts_of_every_length_in_order(local_model):
+    texts = ["short", "a " * 300, "a medium length text about the billing system", "x", "b " * 120]
+    together = await local_model.embed(texts)
+    for text, vector in zip(texts, together, strict=True):
+        assert cosine(vector, (await local_model.embed([text]))[0]) > 0.9999
+    assert await local_model.embed([]) == []
+
+
+async def test_local_model_refuses_what_it_cannot_run(tmp_path):
+    other = LocalModel("sentence-transformers/all-mpnet-base-v2")
+    with pytest.raises(EmbeddingError, match="ENGRAM_EMBEDDING_PROVIDER=sentence-transformers"):
+        await other.start()
+    await other.close()
+    wrong = LocalModel(dimensions=768)
+    with pytest.raises(EmbeddingError, match="makes 384-d vectors, ENGRAM_EMBEDDING_DIMENSIONS says 768"):
+        await wrong.start()
+    await wrong.close()
+    # A directory whose weights are not of this architecture (one layer's tensors missing).
+    import numpy as np
+
+    from app.embeddings.local import bundled_model_dir, map_weights
+
+    bundled = bundled_model_dir()
+    assert bundled is not None
+    kept = {k: np.array(v) for k, v in map_weights(bundled / "model.safetensors").items() if "layer.5." not in k}
+    _write_safetensors(tmp_path / "model.safetensors", kept)
+    (tmp_path / "tokenizer.json").write_bytes((bundled / "tokenizer.json").read_bytes())
+    broken = LocalModel(str(tmp_path))
+    with pytest.raises(EmbeddingError, match=r"cannot load embedding model '.*': .*layer\.5\."):
+        await broken.start()
+    await broken.close()
+    unloaded = LocalModel()
+    with pytest.raises(EmbeddingError, match="not loaded"):
+        await unloaded.embed(["x"])
+    await unloaded.close()
+
+
+def _write_safetensors(path, tensors) -> None:
+    """The safetensors format: header size, JSON header of names, dtypes, shapes and offsets, data."""
+    import json
+    import struct
+
+    header, offset = {}, 0
+    for name, array in tensors.items():
+        header[name] = {"dtype": "F32", "shape": list(array.shape), "data_offsets": [offset, offset + array.nbytes]}
+        offset += array.nbytes
+    head = json.dumps(header).encode()
+    path.write_bytes(
+        struct.pack("<Q", len(head)) + head + b"".join(a.astype("<f4").tobytes() for a in tensors.values())
+    )
+
+
+async def test_local_model_runs_a_directory_of_its_architecture(local_model):
+    """A copy of the model under another name (a fine-tuned one would be the same files): another
+    model as far as stored vectors go, the same vectors here."""
+    from app.embeddings.local import bundled_model_dir
+
+    path = str(bundled_model_dir())
+    copy = LocalModel(path)
+    await copy.start()
+    try:
+        assert copy.model == path and copy.dimensions == 384
+        text = ["the billing system charges cards"]
+        assert cosine((await copy.embed(text))[0], (await local_model.embed(text))[0]) > 0.9999
+    finally:
+        await copy.close()
+
+
+def test_providers_by_setting():
+    assert isinstance(create_provider(Settings()), LocalModel)  # the default
+    chosen = create_provider(Settings(embedding_provider="sentence-transformers", embedding_model="all-MiniLM-L6-v2"))
+    assert isinstance(chosen, SentenceTransformersModel) and chosen.model == "all-MiniLM-L6-v2"
 
 
 async def test_embedder_caches_per_scope_and_text(local_model):
@@ -190,3 +324,26 @@ async def test_refused_texts_do_not_open_the_breaker(embedding_server):
         assert not embedder.healthy  # a provider failure does open it
     finally:
         await embedder.provider.close()
+
+
+async def test_a_preloaded_provider_is_the_one_the_server_gets():
+    """`engram serve` begins loading the model before importing the server; the server's indexer
+    then takes that provider, loaded, rather than loading another."""
+    from app.embeddings import factory
+
+    settings = Settings(embedding_threads=1)
+    factory.preload(settings)
+    early = factory.create_provider(settings)
+    assert isinstance(early, LocalModel)
+    await early.start()
+    try:
+        assert early.dimensions == 384 and len((await early.embed(["x"]))[0]) == 384
+        assert factory.create_provider(settings) is not early  # taken once
+    finally:
+        await early.close()
+    factory.preload(settings)
+    other = factory.create_provider(Settings(embedding_threads=2))  # other settings: a provider of their own
+    taken = factory.create_provider(settings)
+    assert isinstance(other, LocalModel) and isinstance(taken, LocalModel) and other is not taken
+    for provider in (other, taken):
+        await provider.close()

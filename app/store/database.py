@@ -178,6 +178,37 @@ async def init_connection(conn: asyncpg.Connection) -> None:
         encoder=lambda v: orjson.dumps(v).decode(),
         decoder=orjson.loads,
     )
+    await _vector_codec(conn)
+
+
+# Backends whose connection opened before the `vector` type existed (a database not migrated yet):
+# each gets the codec when next handed out, once the type is there.
+_WITHOUT_VECTORS: set[int] = set()
+
+
+async def _vector_codec(conn: asyncpg.Connection) -> None:
+    """pgvector's binary form for `vector` parameters and results (a list of floats or a
+    pgvector.Vector in, a pgvector.Vector out): 20x less client CPU than text literals for a
+    batch of vectors (docs/benchmarks.md, "Vectors on the wire")."""
+    from pgvector import Vector
+
+    try:
+        await conn.set_type_codec(
+            "vector",
+            schema="public",  # where migration 0001 creates the extension
+            format="binary",
+            encoder=lambda v: (v if isinstance(v, Vector) else Vector(v)).to_binary(),
+            decoder=Vector.from_binary,
+        )
+    except ValueError:  # unknown type: the extension is not created yet
+        _WITHOUT_VECTORS.add(conn.get_server_pid())
+    else:
+        _WITHOUT_VECTORS.discard(conn.get_server_pid())
+
+
+async def _on_acquire(conn: asyncpg.Connection) -> None:
+    if _WITHOUT_VECTORS and conn.get_server_pid() in _WITHOUT_VECTORS:
+        await _vector_codec(conn)
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
@@ -266,6 +297,7 @@ class Database:
         self._pool = await asyncpg.create_pool(
             self._dsn,
             init=init_connection,
+            setup=_on_acquire,
             reset=_keep_session,
             min_size=self._min_size,
             max_size=self._max_size,

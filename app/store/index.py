@@ -77,8 +77,16 @@ def texts_of(name: str, type_: str | None, description: str | None, observations
 
 
 def vector_literal(vector: Vector) -> str:
-    """pgvector's text form; the server parses it, so no client-side codec is needed."""
+    """pgvector's text form, for a parameter typed text (a query's one vector)."""
     return "[" + ",".join(map(str, vector)) + "]"
+
+
+def vector_value(vector: Vector) -> Any:
+    """A vector as an element of a `vector[]` parameter: sent in pgvector's binary form by the
+    connections' codec (database.py). Wrapped, since a bare list in a list is a dimension."""
+    from pgvector import Vector as PgVector
+
+    return PgVector(vector)
 
 
 # --- keeping the documents in step with entities, relations and episodes ----------------------------
@@ -259,7 +267,7 @@ async def _put(tx: Tx, kind: str, docs: Sequence[_Doc], existing: Sequence[Any],
         vector = vectors.by_hash.get(digest) if vectors.model else None
         changed.append(d)
         hashes.append(digest)
-        embeddings.append(None if vector is None else vector_literal(vector))
+        embeddings.append(None if vector is None else vector_value(vector))
     if by_key:
         gone = list(by_key)
         if kind == "entity":
@@ -281,9 +289,9 @@ async def _put(tx: Tx, kind: str, docs: Sequence[_Doc], existing: Sequence[Any],
                                                 body, body_hash, model_id, embedding)
             SELECT r.entity_id, r.observation_id, r.other_id, r.relation_id, r.edge::ag_catalog.graphid,
                    r.episode_id, r.body, r.body_hash, CASE WHEN r.embedding IS NULL THEN NULL ELSE $10::smallint END,
-                   r.embedding::vector
+                   r.embedding
             FROM unnest($1::uuid[], $2::bigint[], $3::uuid[], $4::uuid[], $5::text[], $6::bigint[], $7::text[],
-                        $8::bytea[], $9::text[])
+                        $8::bytea[], $9::vector[])
                 AS r(entity_id, observation_id, other_id, relation_id, edge, episode_id, body, body_hash, embedding)
             ON CONFLICT {_CONFLICT[kind]} DO UPDATE
             SET entity_id = excluded.entity_id, other_id = excluded.other_id, edge = excluded.edge,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from app.store.database import Database, Tenant, Tx, timed
-from app.store.index import Model, Vector, vector_literal
+from app.store.index import Model, Vector, vector_value
 
 
 class ModelRefused(Exception):
@@ -120,13 +120,13 @@ async def store_vectors(tx: Tx, model: Model, items: Sequence[tuple[int, bytes, 
     """Set (doc id, text hash, vector) where the text is still the one embedded; returns rows set."""
     result = await tx.execute(
         """
-        UPDATE {s}.search_docs d SET model_id = $4, embedding = u.embedding::vector
-        FROM unnest($1::bigint[], $2::bytea[], $3::text[]) AS u(id, body_hash, embedding)
+        UPDATE {s}.search_docs d SET model_id = $4, embedding = u.embedding
+        FROM unnest($1::bigint[], $2::bytea[], $3::vector[]) AS u(id, body_hash, embedding)
         WHERE d.id = u.id AND d.body_hash = u.body_hash
         """,
         [i[0] for i in items],
         [i[1] for i in items],
-        [vector_literal(i[2]) for i in items],
+        [vector_value(i[2]) for i in items],
         model.id,
     )
     return int(result.rsplit(" ", 1)[-1])

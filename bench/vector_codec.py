@@ -30,12 +30,16 @@ from typing import Any
 import asyncpg
 
 from app.embeddings.local import LocalModel
-from app.store.index import vector_literal
 from bench import env
 from bench.embeddings import corpus
 
 ROWS = 2_000
 BATCH = 64
+
+
+def vector_literal(vector: list[float]) -> str:
+    """pgvector's text form: how vectors travelled before the binary codec (the comparison's floor)."""
+    return "[" + ",".join(map(str, vector)) + "]"
 
 
 async def _vectors() -> list[list[float]]:

@@ -24,7 +24,7 @@ from tests.test_transfer import export, lines_of, summary
 Y2020, Y2021, Y2022, Y2023 = (f"{y}-05-01T00:00:00+00:00" for y in range(2020, 2024))
 
 
-async def embedded(c: Any, query: str, expect: str, seconds: float = 60) -> dict[str, Any]:
+async def embedded(c: Any, query: str, expect: str, seconds: float = 180) -> dict[str, Any]:
     """`recall` once every text is embedded (the background filler embeds what a write left)."""
     deadline = time.monotonic() + seconds
     while True:

@@ -305,7 +305,7 @@ def client(server: Server, tenant: str) -> Any:
     return connect(server.url, server.token(tenant))
 
 
-async def eventually(check: Any, seconds: float = 60) -> Any:
+async def eventually(check: Any, seconds: float = 180) -> Any:
     """Poll `check()` (a coroutine) until it returns something truthy; the background filler is not instant."""
     deadline = time.monotonic() + seconds
     while True:

@@ -76,14 +76,10 @@ def texts_of(name: str, type_: str | None, description: str | None, observations
     return head + [observation_text(name, o) for o in observations]
 
 
-def vector_literal(vector: Vector) -> str:
-    """pgvector's text form, for a parameter typed text (a query's one vector)."""
-    return "[" + ",".join(map(str, vector)) + "]"
-
-
 def vector_value(vector: Vector) -> Any:
-    """A vector as an element of a `vector[]` parameter: sent in pgvector's binary form by the
-    connections' codec (database.py). Wrapped, since a bare list in a list is a dimension."""
+    """A vector as a `vector` parameter, or an element of a `vector[]` one: sent in pgvector's
+    binary form by the connections' codec (database.py). Wrapped, since a bare list in a list is a
+    dimension."""
     from pgvector import Vector as PgVector
 
     return PgVector(vector)

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from app.store.database import Tx, timed
-from app.store.index import Model, Vector, vector_literal
+from app.store.index import Model, Vector, vector_value
 from app.store.validity import NOW, When, valid_at
 
 # Parameters $3-$7 of every ranking query (`Narrowing.params`); soft-deleted entities never match.
@@ -125,13 +125,13 @@ async def by_vector(
     rows = await tx.fetch(
         f"""
         SELECT entity_id::text, id, distance FROM (
-            SELECT d.entity_id, d.id, d.embedding{cast} <=> $1::text{cast} AS distance
+            SELECT d.entity_id, d.id, d.embedding{cast} <=> $1{cast} AS distance
             FROM {{s}}.search_docs d JOIN {{s}}.entities e ON e.id = d.entity_id
             WHERE d.model_id = {int(model.id)} AND d.relation_id IS NULL {_FILTERS} {_facts(8)}
             ORDER BY distance LIMIT $2
         ) x ORDER BY distance
         """,
-        vector_literal(query),
+        vector_value(query),
         limit,
         *narrow.params(),
         *narrow.fact_params(),

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from app.store.database import Tx, timed
-from app.store.index import Model, Vector, vector_literal
+from app.store.index import Model, Vector, vector_value
 from app.store.rankings import tsquery
 from app.store.validity import NOW, When, edge_holds, holds
 
@@ -177,13 +177,13 @@ async def by_vector(tx: Tx, model: Model, query: Vector, limit: int, scope: Scop
     rows = await tx.fetch(
         f"""
         SELECT id, distance, episode FROM (
-            SELECT d.id, d.embedding{cast} <=> $1::text{cast} AS distance, d.episode_id IS NOT NULL AS episode
+            SELECT d.id, d.embedding{cast} <=> $1{cast} AS distance, d.episode_id IS NOT NULL AS episode
             FROM {{s}}.search_docs d
             WHERE d.model_id = {int(model.id)} {_passes(3)}
             ORDER BY distance LIMIT $2
         ) x ORDER BY distance
         """,
-        vector_literal(query),
+        vector_value(query),
         limit,
         *scope.params(),
     )
@@ -214,14 +214,14 @@ async def within(
             (SELECT d.id, d.other_id FROM {{s}}.search_docs d
              WHERE d.other_id = ANY($4::uuid[]) ORDER BY d.id DESC LIMIT {WITHIN_DOCS})
         ) u ORDER BY id, near = ANY($3::uuid[]) DESC, near = ANY($5::uuid[]) DESC)
-        SELECT d.id, d.embedding{cast} <=> $1::text{cast} AS distance,
+        SELECT d.id, d.embedding{cast} <=> $1{cast} AS distance,
                CASE WHEN w.near = ANY($3::uuid[]) THEN 'named' WHEN w.near = ANY($5::uuid[]) THEN 'bridge'
                     ELSE 'neighbour' END
         FROM w JOIN {{s}}.search_docs d ON d.id = w.id
         WHERE d.model_id = {int(model.id)} {_passes(6)}
         ORDER BY distance LIMIT $2
         """,
-        vector_literal(query),
+        vector_value(query),
         limit,
         list(named),
         [*named, *bridges, *around],

@@ -28,7 +28,7 @@ from app.store.entities import (
     candidate,
     candidate_args,
 )
-from app.store.index import Model, vector_literal
+from app.store.index import Model, vector_value
 from app.store.validity import NOW, When, edge_holds, holds
 
 _SELECT = """
@@ -287,7 +287,7 @@ class ObservationOrder:
         if self.vector is not None and self.model is not None:
             cast = f"::vector({int(self.model.dimensions)})"
             near = (
-                f"(SELECT d.embedding{cast} <=> $8::text{cast} FROM {{s}}.search_docs d"
+                f"(SELECT d.embedding{cast} <=> $8{cast} FROM {{s}}.search_docs d"
                 f" WHERE d.observation_id = o.id AND d.model_id = {int(self.model.id)}) NULLS LAST"
             )
         else:
@@ -304,7 +304,7 @@ class ObservationOrder:
         if self.query is None:
             return ()
         if self.vector is not None and self.model is not None:
-            return (vector_literal(self.vector),)
+            return (vector_value(self.vector),)
         return (self.query,)
 
 

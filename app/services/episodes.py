@@ -27,11 +27,12 @@ from app.services.recall_models import (
     EpisodesWritten,
 )
 from app.services.recall_models import Involved as InvolvedModel
-from app.store import episodes, index, recall
+from app.store import entities, episodes, index, recall
 from app.store.episodes import EpisodeRow, NewEpisode
 
 MENTIONED_MAX = 50  # entities one episode links by mention
 MENTION_KEYS_MAX = 100_000  # name keys looked up for one call
+STATISTICS_AFTER = 50  # episodes in one call after which tables that outgrew their statistics are analyzed
 
 
 def episode_model(row: EpisodeRow) -> EpisodeModel:
@@ -85,6 +86,8 @@ class Episodes(Service):
                     )
                 )
             ids = await episodes.insert(tx, new, who.subject)
+            if len(new) >= STATISTICS_AFTER:
+                await entities.refresh_statistics(tx)
             rows = await episodes.by_ids(tx, ids)
         return EpisodesWritten(episodes=[episode_model(r) for r in rows], embeddings_pending=tx.pending)
 

@@ -28,12 +28,11 @@ import orjson
 
 from app.auth.principal import Principal
 from app.embeddings.provider import Vector
-from app.errors import EngramError
 from app.services import timespans
 from app.services.base import Service
 from app.services.mentions import keys as name_keys
 from app.services.recall_models import EntityRef, Fact, FactRecord, Involved, RecallResult, RecallScores
-from app.services.search import CANDIDATES, RRF_K, WEB_SYNTAX, Search
+from app.services.search import CANDIDATES, RRF_K, WEB_SYNTAX, Search, query_vector
 from app.services.search_models import Mode
 from app.store import recall
 from app.store.database import Tx
@@ -100,19 +99,12 @@ class Recall(Service):
                 if q.mode != "semantic":
                     common = await self._search.common_words(tx)
                     legs["keyword"] = await recall.by_words(tx, q.text, strict, common, texts, CANDIDATES, q.scope)
-                vector = None
-                if embedding is not None:
-                    vector, problem = await embedding
-                    if problem:
-                        if q.mode == "semantic":
-                            raise EngramError("unavailable", problem)
-                        notices.append(problem + "; these facts rank by words only")
-                    elif self.indexer.model is not None:
-                        model = self.indexer.model
-                        legs["semantic"] = await recall.by_vector(tx, model, vector, texts, q.scope)
-                        if named:
-                            within = recall.within(tx, model, vector, named, bridges, others, texts, q.scope)
-                            legs["named"] = await within
+                vector = await query_vector(embedding, q.mode, "these facts rank by words only", notices)
+                if vector is not None and (model := self.indexer.model) is not None:
+                    legs["semantic"] = await recall.by_vector(tx, model, vector, texts, q.scope)
+                    if named:
+                        within = recall.within(tx, model, vector, named, bridges, others, texts, q.scope)
+                        legs["named"] = await within
                 ranked = _fuse(legs)
                 if spans := timespans.spans(q.text):
                     await self._lift_in_time(tx, ranked, spans, texts)

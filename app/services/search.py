@@ -119,17 +119,11 @@ class Search(Service):
                     # A name is no fact with a source or a write time: with such filters, only observations match.
                     if len(q.text.split()) <= NAME_QUERY_MAX_WORDS and not q.filters.by_facts:
                         ranked_by["name"] = await rankings.by_name(tx, q.text, depth, q.filters)
-                vector = None
-                if embedding is not None:
-                    vector, problem = await embedding
-                    if problem:
-                        if q.mode == "semantic":
-                            raise EngramError("unavailable", problem)
-                        notices.append(problem + "; these results rank by words and names only")
-                    elif self.indexer.model is not None:
-                        ranked_by["semantic"] = _best_per_entity(
-                            await rankings.by_vector(tx, self.indexer.model, vector, texts, q.filters)
-                        )
+                vector = await query_vector(embedding, q.mode, "these results rank by words and names only", notices)
+                if vector is not None and self.indexer.model is not None:
+                    ranked_by["semantic"] = _best_per_entity(
+                        await rankings.by_vector(tx, self.indexer.model, vector, texts, q.filters)
+                    )
                 ranked = self._fuse(ranked_by, q.min_score)
                 page = ranked[offset:depth]
                 hits = await self._describe(tx, page, ranked_by, q.text, strict)
@@ -231,6 +225,22 @@ class Search(Service):
                 )
             )
         return hits
+
+
+async def query_vector(
+    embedding: asyncio.Task[tuple[Vector | None, str | None]] | None, mode: Mode, without: str, notices: list[str]
+) -> Vector | None:
+    """The query's vector once embedded, or None, saying in `notices` why and what the answer does
+    `without` it; a query that asked for meaning alone (`semantic`) is `unavailable` instead."""
+    if embedding is None:
+        return None
+    vector, problem = await embedding
+    if problem:
+        if mode == "semantic":
+            raise EngramError("unavailable", problem)
+        notices.append(f"{problem}; {without}")
+        return None
+    return vector
 
 
 def _round(value: float | None) -> float | None:

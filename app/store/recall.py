@@ -238,10 +238,13 @@ async def by_words(
     """Facts holding the query's words; score = the share of the query's word weight a fact holds,
     each word weighing its inverse document frequency (a name every fact repeats weighs little, a
     rare word much), then closer together (cover density). At most `candidates` matches are ranked.
-    Document frequencies are counted up to 2,000 per word through the full-text index."""
+    Document frequencies are counted up to 2,000 per word through the full-text index; the number
+    of texts is the planner's, or the live count the statistics keep before the first ANALYZE (a
+    tenant just written has no planner figures, and every word would weigh the same)."""
     rows = await tx.fetch(
         f"""
-        WITH n AS (SELECT greatest(reltuples, 1)::float8 AS docs FROM pg_class WHERE oid = to_regclass($6)),
+        WITH n AS (SELECT greatest(reltuples, pg_stat_get_live_tuples(oid), 1)::float8 AS docs
+                   FROM pg_class WHERE oid = to_regclass($6)),
         w AS (
             SELECT q, ln((n.docs + 1) / (1 + (SELECT count(*) FROM (
                        SELECT 1 FROM {{s}}.search_docs d WHERE d.tsv @@ q LIMIT 2000) c))) AS idf

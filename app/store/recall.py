@@ -23,6 +23,8 @@ from app.store.validity import NOW, When, edge_holds, holds
 
 # Facts examined for the entities a question names and their neighbours (newest first beyond it).
 WITHIN_DOCS = 5000
+WORD_TEXTS = 2000  # texts a word is counted in, at most; a word in fewer is rare enough to gather all of
+RARE_WORDS = 8  # the rarest words of a query whose texts are all ranked
 _PROP = "ag_catalog.agtype_access_operator(VARIADIC ARRAY[r.properties, '\"{}\"'::ag_catalog.agtype])::text"
 
 
@@ -237,27 +239,42 @@ async def by_words(
 ) -> list[Ranked]:
     """Facts holding the query's words; score = the share of the query's word weight a fact holds,
     each word weighing its inverse document frequency (a name every fact repeats weighs little, a
-    rare word much), then closer together (cover density). At most `candidates` matches are ranked.
-    Document frequencies are counted up to 2,000 per word through the full-text index; the number
-    of texts is the planner's, or the live count the statistics keep before the first ANALYZE (a
-    tenant just written has no planner figures, and every word would weigh the same)."""
+    rare word much), then closer together (cover density).
+
+    Document frequencies are counted up to WORD_TEXTS per word through the full-text index; the
+    number of texts is the planner's, or the live count the statistics keep before the first
+    ANALYZE (a tenant just written has no planner figures, and every word would weigh the same).
+    The facts ranked are every fact holding one of the query's RARE_WORDS rarest words that occur
+    in fewer than WORD_TEXTS texts — so a rare word is never crowded out by a common one — or, when
+    every word is that common (or the query has web-search syntax, `strict`), at most `candidates`
+    texts matching the query."""
     rows = await tx.fetch(
         f"""
         WITH n AS (SELECT greatest(reltuples, pg_stat_get_live_tuples(oid), 1)::float8 AS docs
                    FROM pg_class WHERE oid = to_regclass($6)),
         w AS (
-            SELECT q, ln((n.docs + 1) / (1 + (SELECT count(*) FROM (
-                       SELECT 1 FROM {{s}}.search_docs d WHERE d.tsv @@ q LIMIT 2000) c))) AS idf
+            SELECT x.q, c.df, ln((n.docs + 1) / (1 + c.df)) AS idf
             FROM n, (SELECT DISTINCT quote_literal(x)::tsquery AS q
-                     FROM unnest(tsvector_to_array(to_tsvector('english', $1::text))) AS x) x
+                     FROM unnest(tsvector_to_array(to_tsvector('english', $1::text))) AS x) x,
+                 LATERAL (SELECT count(*) AS df FROM (
+                     SELECT 1 FROM {{s}}.search_docs d WHERE d.tsv @@ x.q LIMIT {WORD_TEXTS}) c) c
         ),
-        t AS (SELECT greatest(sum(greatest(idf, 0.01)), 1e-9) AS total FROM w)
+        t AS (SELECT greatest(sum(greatest(idf, 0.01)), 1e-9) AS total,
+                     coalesce(bool_or(df < {WORD_TEXTS}), false) AND NOT $3::boolean AS rare FROM w),
+        q AS (SELECT {tsquery("$1", "$3", "$4")} AS q),
+        cand AS (
+            SELECT d.id FROM t, (SELECT w.q FROM w WHERE w.df < {WORD_TEXTS} ORDER BY w.df LIMIT {RARE_WORDS}) r,
+                 LATERAL (SELECT d.id FROM {{s}}.search_docs d WHERE d.tsv @@ r.q LIMIT {WORD_TEXTS}) d
+            WHERE t.rare
+            UNION
+            SELECT d.id FROM t, q, LATERAL (SELECT d.id FROM {{s}}.search_docs d WHERE d.tsv @@ q.q LIMIT $5) d
+            WHERE NOT t.rare
+        )
         SELECT id, weight / t.total AS share, episode FROM (
             SELECT d.id, (SELECT sum(greatest(w.idf, 0.01)) FROM w WHERE d.tsv @@ w.q) AS weight,
                    d.episode_id IS NOT NULL AS episode,
                    ts_rank_cd(d.tsv, q.q) AS density
-            FROM (SELECT {tsquery("$1", "$3", "$4")} AS q) q,
-                 LATERAL (SELECT * FROM {{s}}.search_docs d WHERE d.tsv @@ q.q LIMIT $5) d
+            FROM cand JOIN {{s}}.search_docs d ON d.id = cand.id, q
             WHERE true {_passes(7)}
         ) m, t
         ORDER BY share DESC, density DESC, id LIMIT $2

@@ -32,7 +32,7 @@ from app.services import timespans
 from app.services.base import Service
 from app.services.mentions import keys as name_keys
 from app.services.recall_models import EntityRef, Fact, FactRecord, Involved, RecallResult, RecallScores
-from app.services.search import CANDIDATES, RRF_K, WEB_SYNTAX, Search, query_vector
+from app.services.search import CANDIDATES, RRF_K, WEB_SYNTAX, Search, pending_note, query_vector
 from app.services.search_models import Mode
 from app.store import recall
 from app.store.database import Tx
@@ -114,6 +114,8 @@ class Recall(Service):
                 page = ranked[offset:depth]
                 shown = await recall.facts(tx, [d for c in page for d in (c.doc_id, *c.also)])
                 facts = [_fact(shown, c) for c in page if c.doc_id in shown]
+                if vector is not None and (note := await pending_note(tx)):
+                    notices.append(note)
         finally:
             if embedding is not None and not embedding.done():
                 embedding.cancel()

@@ -127,9 +127,8 @@ class Search(Service):
                 ranked = self._fuse(ranked_by, q.min_score)
                 page = ranked[offset:depth]
                 hits = await self._describe(tx, page, ranked_by, q.text, strict)
-                if vector is not None and (pending := await rankings.pending_count(tx, 1000)):
-                    count = "more than 999" if pending >= 1000 else str(pending)
-                    notices.append(f"{count} recently saved texts have no embedding yet: found by words and names only")
+                if vector is not None and (note := await pending_note(tx)):
+                    notices.append(note)
         finally:
             if embedding is not None and not embedding.done():
                 embedding.cancel()
@@ -225,6 +224,15 @@ class Search(Service):
                 )
             )
         return hits
+
+
+async def pending_note(tx: Tx) -> str | None:
+    """What a ranking by meaning misses while the filler catches up, if anything."""
+    pending = await rankings.pending_count(tx, 1000)
+    if not pending:
+        return None
+    count = "more than 999" if pending >= 1000 else str(pending)
+    return f"{count} recently saved texts have no embedding yet: found by words and names only"
 
 
 async def query_vector(

@@ -10,7 +10,7 @@ own record. The vector and word queries follow rankings.py (same tuning, same ts
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -360,18 +360,17 @@ class Fact:
     doc_id: int
     kind: str  # observation | entity | relation | episode
     text: str
-    body_hash: bytes
-    entity: End | None
-    other: End | None
-    relation: dict[str, Any] | None
-    episode_id: int | None
-    at: datetime | None
-    involved: list[tuple[End, str]]  # an episode's entities and their roles
-    source: str | None
-    created_by: str | None
-    created_at: datetime | None
-    valid_from: datetime | None
-    valid_until: datetime | None
+    entity: End | None = None
+    other: End | None = None
+    relation: dict[str, Any] | None = None
+    episode_id: int | None = None
+    at: datetime | None = None
+    involved: list[tuple[End, str]] = field(default_factory=list)  # an episode's entities and their roles
+    source: str | None = None
+    created_by: str | None = None
+    created_at: datetime | None = None
+    valid_from: datetime | None = None
+    valid_until: datetime | None = None
 
 
 @timed
@@ -379,7 +378,7 @@ async def facts(tx: Tx, doc_ids: Sequence[int]) -> dict[int, Fact]:
     """The facts of these documents, by document id."""
     rows = await tx.fetch(
         """
-        SELECT d.id, d.body_hash,
+        SELECT d.id,
                CASE WHEN d.episode_id IS NOT NULL THEN 'episode' WHEN d.relation_id IS NOT NULL THEN 'relation'
                     WHEN d.observation_id IS NOT NULL THEN 'observation' ELSE 'entity' END AS kind,
                e.id::text AS e_id, e.name AS e_name, e.type AS e_type, e.description,
@@ -405,84 +404,30 @@ async def facts(tx: Tx, doc_ids: Sequence[int]) -> dict[int, Fact]:
     )
     out = {}
     for r in rows:
-        kind = r["kind"]
+        kind, doc = r["kind"], r["id"]
         entity = End(r["e_id"], r["e_name"], r["e_type"]) if r["e_id"] else None
         if kind == "episode":
-            involved = [(End(i, n, t), role) for i, n, t, role in orjson.loads(r["involved"] or "[]")]
-            fact = Fact(
-                r["id"],
-                kind,
-                r["p_content"],
-                r["body_hash"],
-                None,
-                None,
-                None,
-                r["p_id"],
-                r["p_at"],
-                involved,
-                r["p_source"],
-                r["p_by"],
-                r["p_created"],
-                r["p_from"],
-                r["p_until"],
-            )
+            out[doc] = Fact(
+                doc, kind, r["p_content"], episode_id=r["p_id"], at=r["p_at"],
+                involved=[(End(i, n, t), role) for i, n, t, role in orjson.loads(r["involved"] or "[]")],
+                source=r["p_source"], created_by=r["p_by"], created_at=r["p_created"],
+                valid_from=r["p_from"], valid_until=r["p_until"],
+            )  # fmt: skip
         elif kind == "relation":
             props = orjson.loads(r["props"]) if r["props"] else {}
-            other = End(r["t_id"], r["t_name"], r["t_type"])
-            fact = Fact(
-                r["id"],
-                kind,
-                f"{r['e_name']} {props.get('type', '')} {r['t_name']}",
-                r["body_hash"],
-                entity,
-                other,
-                props,
-                None,
-                None,
-                [],
-                props.get("source"),
-                props.get("created_by"),
-                _time(props.get("created_at")),
-                _time(props.get("valid_from")),
-                _time(props.get("valid_until")),
-            )
+            out[doc] = Fact(
+                doc, kind, f"{r['e_name']} {props.get('type', '')} {r['t_name']}", entity=entity,
+                other=End(r["t_id"], r["t_name"], r["t_type"]), relation=props, source=props.get("source"),
+                created_by=props.get("created_by"), created_at=_time(props.get("created_at")),
+                valid_from=_time(props.get("valid_from")), valid_until=_time(props.get("valid_until")),
+            )  # fmt: skip
         elif kind == "observation":
-            fact = Fact(
-                r["id"],
-                kind,
-                r["content"],
-                r["body_hash"],
-                entity,
-                None,
-                None,
-                None,
-                None,
-                [],
-                r["o_source"],
-                r["o_by"],
-                r["o_at"],
-                r["o_from"],
-                r["o_until"],
-            )
+            out[doc] = Fact(
+                doc, kind, r["content"], entity=entity, source=r["o_source"], created_by=r["o_by"],
+                created_at=r["o_at"], valid_from=r["o_from"], valid_until=r["o_until"],
+            )  # fmt: skip
         else:
-            fact = Fact(
-                r["id"],
-                kind,
-                r["description"],
-                r["body_hash"],
-                entity,
-                None,
-                None,
-                None,
-                None,
-                [],
-                None,
-                None,
-                None,
-                None,
-                None,
-            )
-        out[r["id"]] = fact
+            out[doc] = Fact(doc, kind, r["description"], entity=entity)
     return out
 
 

@@ -114,10 +114,17 @@ async def test_relations_are_recalled_by_meaning_and_kept_in_step(client_for, te
         assert rel["text"] == "Ada Lovelace collaborated with Charles Babbage"
         assert rel["entity"]["name"] == "Ada Lovelace" and rel["to"]["name"] == "Charles Babbage"
         assert rel["relation"]["notes"] == "on notes about the engine" and rel["source"] == "letters"
+        spoke = {"episodes": [{"text": "the engine will weave algebra", "speakers": ["Charles Babbage"]}]}
+        ok(await c.call_tool("add_episodes", spoke))
+        keyword = {"query": "Babbage weave", "mode": "keyword", "limit": 50}
+        assert any(f["kind"] == "episode" for f in ok(await c.call_tool("recall", keyword))["facts"])
         # A renamed end renames the sentence; a removed relation is no longer recalled.
         ok(await c.call_tool("update_entity", {"name": "Charles Babbage", "changes": {"name": "Charles B."}}))
         found = await embedded(c, "who collaborated with Ada Lovelace?", "Charles B.")
         assert "Ada Lovelace collaborated with Charles B." in texts(found)
+        # The episode he spoke is indexed under his new name: the old one finds only its own words.
+        spoken = next(f for f in ok(await c.call_tool("recall", keyword))["facts"] if f["kind"] == "episode")
+        assert spoken["scores"]["keyword"] < 1.0 and spoken["entities"][0]["name"] == "Charles B."
         ok(
             await c.call_tool(
                 "disconnect_entities",

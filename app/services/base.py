@@ -82,7 +82,12 @@ class Service:
             yield tx
             if not readonly:
                 tx.pending = await index.sync(
-                    tx, vectors, entities=tx.entities, relations=tx.relations, episodes=tx.episodes
+                    tx,
+                    vectors,
+                    entities=tx.entities,
+                    relations=tx.relations,
+                    episodes=tx.episodes,
+                    renamed=tx.renamed,
                 )
             if not readonly and tx.growth:  # the totals stay right even where quotas are not checked
                 totals = await tenant_limits.grow(tx, tx.growth)

@@ -119,7 +119,9 @@ class Growth:
 class Tx:
     """One transaction, pinned to one tenant. Query text may contain ``{s}`` for the schema."""
 
-    __slots__ = ("affected", "conn", "entities", "episodes", "growth", "pending", "relations", "tenant", "touched")
+    __slots__ = (
+        "affected", "conn", "entities", "episodes", "growth", "pending", "relations", "renamed", "tenant", "touched",
+    )  # fmt: skip
 
     def __init__(self, conn: asyncpg.Connection, tenant: Tenant) -> None:
         self.conn = conn
@@ -128,6 +130,7 @@ class Tx:
         self.entities: list[str] = []  # entities whose texts it may have changed, for the search index
         self.relations: list[str] = []  # relations it may have changed (or removed), for the search index
         self.episodes: list[int] = []  # episodes it wrote, for the search index
+        self.renamed: list[str] = []  # entities it renamed: their relations' and spoken episodes' texts name them
         self.touched: list[str] = []  # entities it changed, relations' ends included, for subscribers
         self.pending = 0  # texts it left waiting for an embedding
         self.growth = Growth()  # kept by the store functions that add or remove entities and observations

@@ -26,6 +26,7 @@ async def record(tx: Tx, events: Sequence[Event], actor: str) -> None:
     tx.affected += [e.relation_id or e.entity_id for e in events]
     tx.entities += [e.entity_id for e in events if e.relation_id is None]
     tx.relations += [e.relation_id for e in events if e.relation_id is not None]
+    tx.renamed += [e.entity_id for e in events if e.action == "updated" and "name" in e.changes]
     tx.touched += [e.entity_id for e in events] + [e.other_id for e in events if e.other_id]
     await tx.execute(
         """

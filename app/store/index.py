@@ -98,7 +98,8 @@ _CONFLICT = {
 
 @dataclass(frozen=True, slots=True)
 class _Doc:
-    """A document as its source rows make it now (ids as text, as asyncpg casts them back)."""
+    """A document as its source rows make it now (ids as asyncpg decodes them, so that they compare
+    with the stored rows')."""
 
     entity_id: Any = None
     observation_id: int | None = None
@@ -117,19 +118,21 @@ async def sync(
     entities: Iterable[str] = (),
     relations: Iterable[str] = (),
     episodes: Iterable[int] = (),
+    renamed: Sequence[str] = (),
     relations_of_entities: bool = False,
 ) -> int:
     """Make the search documents of these entities match their current name, type, aliases,
-    description and observations; those of these relations (and of every relation of an entity
-    whose own text changed, or with `relations_of_entities` of every given entity: a renamed end
-    renames the sentence) match theirs; and those of these episodes match theirs. Returns how
-    many texts are left waiting for an embedding.
+    description and observations; those of these relations, and of every relation of a `renamed`
+    entity (or, with `relations_of_entities`, of every given entity: a renamed end renames the
+    sentence), match theirs; and those of these episodes, and of those a renamed entity spoke,
+    match theirs. Returns how many texts are left waiting for an embedding.
 
     Unchanged texts keep their vectors; new or changed ones take theirs from `vectors` (by text
     hash) or become pending, and the tenant is marked for the background filler.
     """
     ids = list(dict.fromkeys(entities))
-    pending, renamed = 0, []
+    ends = list(dict.fromkeys([*renamed, *(ids if relations_of_entities else ())]))
+    pending = 0
     if ids:
         sources = await tx.fetch(
             """
@@ -157,16 +160,12 @@ async def sync(
             f" WHERE entity_id = ANY($1::uuid[]) AND {_ENTITY_DOCS}",
             ids,
         )
-        written = await _put(tx, "entity", docs, existing, vectors)
-        pending += written.pending
-        renamed = (
-            ids if relations_of_entities else [str(d.entity_id) for d in written.changed if d.observation_id is None]
-        )
+        pending += await _put(tx, "entity", docs, existing, vectors)
     rels = list(dict.fromkeys(relations))
-    if rels or renamed:
-        pending += await _sync_relations(tx, rels, renamed, vectors)
-    if episodes:
-        pending += await _sync_episodes(tx, list(dict.fromkeys(episodes)), vectors)
+    if rels or ends:
+        pending += await _sync_relations(tx, rels, ends, vectors)
+    if episodes or renamed:
+        pending += await _sync_episodes(tx, list(dict.fromkeys(episodes)), list(renamed), vectors)
     if pending:
         await mark_pending(tx)
     return pending
@@ -215,37 +214,38 @@ async def _sync_relations(tx: Tx, relation_ids: list[str], ends: list[str], vect
         [d.relation_id for d in docs],
         ends,
     )
-    return (await _put(tx, "relation", docs, existing, vectors)).pending
+    return await _put(tx, "relation", docs, existing, vectors)
 
 
-async def _sync_episodes(tx: Tx, ids: list[int], vectors: Vectors) -> int:
-    """The documents of these episodes (their text, after their speakers' names)."""
+async def _sync_episodes(tx: Tx, ids: list[int], speakers: list[str], vectors: Vectors) -> int:
+    """The documents of these episodes and of those these entities spoke (their text, after their
+    speakers' names)."""
     rows = await tx.fetch(
         """
         SELECT p.id, p.content, ARRAY(
             SELECT x.name FROM {s}.episode_entities pe JOIN {s}.entities x ON x.id = pe.entity_id
             WHERE pe.episode_id = p.id AND pe.role = 'speaker' ORDER BY x.name) AS speakers
-        FROM {s}.episodes p WHERE p.id = ANY($1::bigint[])
+        FROM {s}.episodes p
+        WHERE p.id = ANY($1::bigint[])
+           OR p.id IN (SELECT pe.episode_id FROM {s}.episode_entities pe
+                       WHERE pe.entity_id = ANY($2::uuid[]) AND pe.role = 'speaker')
         """,
         ids,
+        speakers,
     )
     existing = await tx.fetch(
-        "SELECT episode_id, body_hash FROM {s}.search_docs WHERE episode_id = ANY($1::bigint[])", ids
+        "SELECT episode_id, body_hash FROM {s}.search_docs WHERE episode_id = ANY($1::bigint[])",
+        [r["id"] for r in rows],
     )
     docs = [_Doc(episode_id=r["id"], body=episode_text(r["content"], r["speakers"])) for r in rows]
-    return (await _put(tx, "episode", docs, existing, vectors)).pending
+    return await _put(tx, "episode", docs, existing, vectors)
 
 
-@dataclass(frozen=True, slots=True)
-class _Written:
-    changed: list[_Doc]
-    pending: int
-
-
-async def _put(tx: Tx, kind: str, docs: Sequence[_Doc], existing: Sequence[Any], vectors: Vectors) -> _Written:
+async def _put(tx: Tx, kind: str, docs: Sequence[_Doc], existing: Sequence[Any], vectors: Vectors) -> int:
     """Write the documents of one kind whose text changed (for relations: or whose ends, which a
     merge re-points without changing the sentence's words), and delete the `existing` rows (a
-    `body_hash` and the kind's key columns) no longer among `docs`."""
+    `body_hash` and the kind's key columns) no longer among `docs`; returns how many of those
+    written wait for an embedding."""
     by_key = {_key(kind, r): r for r in existing}
     changed, embeddings, hashes = [], [], []
     for d in docs:
@@ -305,7 +305,7 @@ async def _put(tx: Tx, kind: str, docs: Sequence[_Doc], existing: Sequence[Any],
             embeddings,
             model_id,
         )
-    return _Written(changed, sum(1 for e in embeddings if e is None))
+    return sum(1 for e in embeddings if e is None)
 
 
 def _key(kind: str, doc: Any) -> Any:

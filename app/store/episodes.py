@@ -14,8 +14,6 @@ from app.store.database import Tx, timed
 from app.store.recall import End
 from app.store.validity import NOW, When, holds
 
-ROLES = ("speaker", "participant", "mentioned")
-
 
 @dataclass(frozen=True, slots=True)
 class NewEpisode:

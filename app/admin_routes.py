@@ -27,8 +27,7 @@ from app.errors import EngramError
 from app.observability.context import deadline
 from app.services.entities import OnExisting
 from app.services.fairness import Buckets
-from app.services.transfer import ImportSummary, Source, Transfer
-from app.services.transfer_formats import FORMATS, Format
+from app.services.transfer import FORMATS, Format, ImportSummary, Source, Transfer
 
 _STATUS = {"invalid": 400, "forbidden": 403, "not_found": 404, "conflict": 409, "limit": 429, "unavailable": 503}
 _MEDIA = {"engram": "application/x-ndjson", "memory": "application/x-ndjson", "neo4j": "application/json"}

@@ -55,6 +55,17 @@ Certainty = Annotated[int, Field(ge=0, le=100)]
 Source = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200), Clean]
 Reason = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=1000), Clean]
 
+# Names, types and facts as `@modelcontextprotocol/server-memory` keeps them, for its drop-in tools
+# and for imported files: byte for byte (" Ada", "Ada " and "Ada" are three entities there), and
+# longer than the native tools' bounds, since the reference has none. A name is indexed (exact,
+# case-folded, trigram); B-tree entries hold at most 2,704 bytes, so 500 characters of up to four
+# bytes each fit. An empty fact is accepted and skipped (the reference would store it).
+EXACT_NAME_MAX = 500
+EXACT_OBSERVATION_MAX = 16_000
+ExactName = Annotated[str, StringConstraints(min_length=1, max_length=EXACT_NAME_MAX), Clean]
+ExactType = Annotated[str, StringConstraints(min_length=1, max_length=200), Clean]
+ExactObservation = Annotated[str, StringConstraints(max_length=EXACT_OBSERVATION_MAX), Clean]
+
 
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
 

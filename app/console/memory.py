@@ -15,7 +15,7 @@ from app.console.calls import parse
 from app.console.facts import EndForm, Facts, View, ViewForm, split, utc
 from app.console.history import describe
 from app.console.web import query, secure
-from app.errors import EngramError
+from app.errors import EngramError, http_problem
 from app.services import models
 from app.services.filters import EntityFilters, SearchFilters, moment, time_range
 from app.services.search import Query
@@ -120,8 +120,8 @@ class MemoryPages:
         if hits is not None or _listing(form) != EntityFilters():  # name the recent changes: the latest changed
             latest = await run(who, "find_entities", find, EntityFilters(), "recent", RECENT, None, writes=False)
             shown += latest.entities
-        names = {e.id: e.name for e in shown}
-        context = {"form": form, "stats": stats, "hits": hits, "listing": listing, "notices": notices, "names": names}
+        named = {e.id: e.name for e in shown}
+        context = {"form": form, "stats": stats, "hits": hits, "listing": listing, "notices": notices, "names": named}
         return self.c.page(request, "find.html", context, visit)
 
     # --- an entity ------------------------------------------------------------------------------
@@ -308,8 +308,8 @@ class MemoryPages:
             form = parse(GraphForm, _given(request.query_params, "entity", "depth", "type"))
             data = await self.neighbourhood(visit, form)
         except EngramError as exc:
-            status = {"invalid": 400, "not_found": 404, "forbidden": 403, "limit": 429}.get(exc.code, 503)
-            return secure(JSONResponse({"error": f"{exc.code}: {exc.message}"}, status_code=status))
+            status, message = http_problem(exc)
+            return secure(JSONResponse({"error": message}, status_code=status))
         return secure(JSONResponse(data))
 
     async def neighbourhood(self, visit: Visit, form: GraphForm) -> dict[str, Any]:

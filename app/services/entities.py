@@ -350,7 +350,7 @@ class Entities(Service):
                 tx,
                 sort=sort,
                 limit=limit + 1,
-                after=after,  # type: ignore[arg-type]
+                after=after,
                 **filters.store_args(),
             )
             next_cursor = None

@@ -28,7 +28,8 @@ from app.store.limits import UsageTotals
 
 logger = logging.getLogger(__name__)
 
-_DB_ERRORS = (TimeoutError, *DATABASE_ERRORS)
+_DB_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, *DATABASE_ERRORS)
+_ADMIT_ERRORS: tuple[type[BaseException], ...] = (InvalidTenant, *_DB_ERRORS)
 # How long admitting a call may spend reading its tenant and limits (cached; a miss is one short query).
 ADMIT_SECONDS = 2.0
 
@@ -133,7 +134,7 @@ class Fairness:
                     policy = await self.policy(await self.db.tenant(who.tenant))
             else:
                 policy = self._known(who.tenant)
-        except (InvalidTenant, *_DB_ERRORS):
+        except _ADMIT_ERRORS:
             policy = self.defaults  # the call itself reports what is wrong
         wait = self._buckets.take(who.tenant, policy.rate, policy.burst)
         if wait:

@@ -8,14 +8,12 @@ rows and pending search documents as tool writes do.
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from app.auth.principal import Principal
 from app.errors import EngramError
-from app.observability.context import CALL, REQUEST_ID, Call
+from app.observability.context import REQUEST_ID, calling
 from app.services.base import Service
 from app.services.transfer.format import FileFormat, Format
 from app.services.transfer.formats import FORMATS, detect
@@ -80,7 +78,7 @@ class Transfer(Service):
         fmt = fmt or detect(source.head)
         if fmt is None:
             raise EngramError("invalid", "cannot tell the file's format from its first line: give it")
-        with _calling(who):
+        with calling("import", who.subject, who.client_id, who.tenant):  # its audit rows say `import`
             if not dry_run:
                 return await Run(
                     self, who, source, FORMATS[fmt], on_existing, progress=progress, refused=refused
@@ -125,13 +123,3 @@ async def _lines(tx: Tx, fmt: FileFormat, *, deleted: bool, history: bool) -> As
         counts["history"] += len(changes)
         after = changes[-1].id
     yield fmt.closing(counts)
-
-
-@contextmanager
-def _calling(who: Principal) -> Iterator[None]:
-    """An import's transactions end with audit rows, as a tool call's do (tool `import`)."""
-    token = CALL.set(Call("import", who.subject, who.client_id, time.perf_counter(), who.tenant))
-    try:
-        yield
-    finally:
-        CALL.reset(token)

@@ -25,9 +25,9 @@ from app.auth.verifier import TokenVerifier
 from app.config import Settings
 from app.errors import EngramError, http_problem
 from app.observability.context import deadline
-from app.services.entities import OnExisting
 from app.services.fairness import Buckets
 from app.services.transfer import FORMATS, Format, ImportSummary, Source, Transfer
+from app.services.writer import OnExisting
 
 _MEDIA = {"engram": "application/x-ndjson", "memory": "application/x-ndjson", "neo4j": "application/json"}
 

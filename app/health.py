@@ -13,7 +13,8 @@ from starlette.routing import Route
 from app.observability.context import deadline
 from app.services.indexing import Indexer
 from app.store import migrate
-from app.store.database import Database, Unavailable
+from app.store.database import Database
+from app.store.errors import Unavailable
 
 logger = logging.getLogger("engram")
 

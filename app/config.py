@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Literal, Self
 from urllib.parse import urlsplit
@@ -148,6 +149,12 @@ class Settings(BaseSettings):
     neo4j_namespace: str = Field(
         "", max_length=40, pattern=r"^([A-Za-z0-9_]+-?)?$", description="Optional prefix of the neo4j tools' names."
     )
+    disabled_tools: CommaList = Field(
+        default_factory=list, description="Tools not served, as set/tool: native/query_graph,memory/delete_entities."
+    )
+    tool_output_schemas: bool = Field(
+        False, description="List output schemas on the native endpoint too (the dialects always list theirs)."
+    )
 
     # limits
     max_batch: int = Field(100, ge=1, le=1000, description="Items in one write call.")
@@ -254,6 +261,7 @@ class Settings(BaseSettings):
         "allowed_hosts",
         "allowed_origins",
         "tool_sets",
+        "disabled_tools",
         "tenant_fallback_claims",
         "oidc_audiences",
         "metrics_tenants",
@@ -268,6 +276,19 @@ class Settings(BaseSettings):
         if unknown or not value:
             raise ValueError("a comma-separated list of: native, memory, neo4j")
         return value
+
+    @field_validator("disabled_tools")
+    @classmethod
+    def _check_disabled_tools(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            tool_set, _, tool = entry.partition("/")
+            if tool_set not in ENDPOINT_PATHS or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", tool):
+                raise ValueError(f"{entry[:80]!r}: entries are SET/TOOL, SET one of {', '.join(ENDPOINT_PATHS)}")
+        return value
+
+    def disabled_in(self, tool_set: str) -> frozenset[str]:
+        """The tools of `tool_set` that ENGRAM_DISABLED_TOOLS names (the neo4j ones without namespace)."""
+        return frozenset(e.partition("/")[2] for e in self.disabled_tools if e.partition("/")[0] == tool_set)
 
     @field_validator("public_url", "oidc_issuer", "oidc_jwks_url", "documentation_url", "embedding_base_url")
     @classmethod

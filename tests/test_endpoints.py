@@ -19,6 +19,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from app.auth.principal import ADMIN, READ, WRITE
 from app.config import ENDPOINT_PATHS, Settings
 from app.mcp.server import build_endpoints
 from app.observability.usage import Usage
@@ -84,7 +85,7 @@ async def test_each_endpoint_lists_exactly_its_tools_and_names_only_them(server,
     expected = {"native": native_tools(), "memory": MEMORY, "neo4j": NEO4J}
     assert not expected["native"] & (MEMORY | NEO4J)
     for tool_set, tools in expected.items():
-        async with server.at(tool_set).client(tenant) as c:
+        async with server.at(tool_set).client(tenant, (READ, WRITE, ADMIN)) as c:  # every tool listed
             listed = {t.name for t in (await c.list_tools()).tools}
             assert listed == tools, tool_set
             others = set().union(*(t for s, t in expected.items() if s != tool_set)) - tools

@@ -14,6 +14,7 @@ from mcp.server.mcpserver import MCPServer
 from app.auth.verifier import EndpointVerifier, TokenVerifier
 from app.config import ENDPOINT_PATHS, Settings
 from app.mcp import resources
+from app.mcp.listing import Listing
 from app.mcp.live import ListenGuard, TenantBus
 from app.mcp.observe import Observe
 from app.mcp.tools import (
@@ -96,9 +97,22 @@ def build_endpoints(settings: Settings, services: Services, verifier: TokenVerif
 def _endpoint(name: str, settings: Settings, services: Services, verifier: TokenVerifier, usage: Usage) -> Endpoint:
     claims = [settings.tenant_claim, *settings.tenant_fallback_claims]
     neo4j_prefix = neo4j_dialect.tool_prefix(settings.neo4j_namespace) if name == "neo4j" else ""
-    tools = ToolSet(claims, neo4j_prefix, fairness=services.fairness, deadline=settings.call_deadline)
+    # Engram's own sets are listed compact (docs/tools.md, "What tools/list costs"); the dialects as
+    # their reference servers list their tools.
+    compact = name not in ("memory", "neo4j")
+    tools = ToolSet(
+        claims,
+        neo4j_prefix,
+        fairness=services.fairness,
+        deadline=settings.call_deadline,
+        compact=compact,
+        output_schemas=settings.tool_output_schemas or not compact,
+        disabled=settings.disabled_in(name),
+    )
     for module in _MODULES[name]:
         module.register(tools, services)
+    if unknown := sorted(tools.disabled - tools.skipped):
+        raise ValueError(f"ENGRAM_DISABLED_TOOLS: the {name} tool set has no tool {', '.join(unknown)}")
     # Metric and usage labels: the tool's name, and on the neo4j endpoint `neo4j/` and its original
     # name (its names overlap the memory set's; a namespace does not multiply the labels).
     labels = {t: f"neo4j/{t.removeprefix(neo4j_prefix)}" if name == "neo4j" else t for t in tools.scopes}
@@ -124,6 +138,7 @@ def _endpoint(name: str, settings: Settings, services: Services, verifier: Token
         middleware=[
             Observe(labels, usage, settings.metrics_tenants),
             *([guard] if guard is not None else []),
+            Listing(tools.listed, tools.scopes),
         ],
         subscriptions=TenantBus() if live is not None else False,
     )

@@ -130,7 +130,7 @@ class ToolSet:
                 description=inspect.getdoc(fn),
                 title=title,
                 annotations=annotations,
-                meta={"engram/requiredScope": scope},  # tools/list shows every tool, marked with its scope
+                meta={"engram/requiredScope": scope},  # listed by the dialects; the compact lists leave it out
             )
             tool.parameters = lean(tool.parameters) | {"additionalProperties": False}  # see `_Arguments`
             for keyword, names in (("oneOf", one_of), ("anyOf", any_of)):
@@ -237,7 +237,7 @@ def _unneeded(key: str, value: Any) -> bool:
         or (key == "minLength" and value == 1)
         or (key == "maxLength" and isinstance(value, int) and value <= _SHORT)
         or (key == "maximum" and isinstance(value, int) and value >= 2**31 - 1)  # ids, versions: handed out
-        or (key == "default" and value in (False, []))
+        or (key == "default" and (value is False or value == []))
     )
 
 

@@ -44,6 +44,7 @@ RESOURCE_NAMES = {
     "native": "Engram memory",
     "memory": "Engram memory (server-memory tools)",
     "neo4j": "Engram memory (neo4j-memory tools)",
+    "chatgpt": "Engram memory (search and fetch)",
 }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from importlib import metadata
 
-DISTRIBUTION = "engram-mcp"
+DISTRIBUTION = "engram-graph"
 
 try:
     VERSION = metadata.version(DISTRIBUTION)

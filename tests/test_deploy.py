@@ -1186,7 +1186,7 @@ def test_dashboard_queries_parse(tmp_path: Path) -> None:
 def test_tool_sets_choose_the_endpoints_the_notes_list() -> None:
     """config.toolSets becomes ENGRAM_TOOL_SETS; NOTES lists the served endpoints and their metadata."""
     default = rendered("defaults")
-    assert default.one("ConfigMap", "engram")["data"]["ENGRAM_TOOL_SETS"] == "native,memory,neo4j"
+    assert default.one("ConfigMap", "engram")["data"]["ENGRAM_TOOL_SETS"] == "native,memory,neo4j,chatgpt"
     assert "ENGRAM_NEO4J_NAMESPACE" not in default.one("ConfigMap", "engram")["data"]
     for path in ENDPOINT_PATHS.values():
         assert re.search(rf"/{path.lstrip('/')}\s", default.notes), path

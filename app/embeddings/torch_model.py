@@ -58,7 +58,7 @@ class SentenceTransformersModel(Provider):
         except ImportError as exc:
             raise EmbeddingError(
                 "ENGRAM_EMBEDDING_PROVIDER=sentence-transformers needs the `torch` extra "
-                "(pip install 'engram-mcp[torch]', on torch's CPU or GPU build)"
+                "(pip install 'engram-graph[torch]', on torch's CPU or GPU build)"
             ) from exc
         hf_logging.disable_progress_bar()
         # torch starts a thread per core; when the cores are shared (with PostgreSQL, other pods),

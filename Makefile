@@ -68,6 +68,7 @@ run: db
 lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 system-deps:
 	scripts/system-deps.sh

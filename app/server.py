@@ -32,13 +32,13 @@ from app.mcp.live import SessionStreams
 from app.mcp.scope_guard import ScopeGuard
 from app.mcp.server import Endpoint, build_endpoints
 from app.observability import metrics
-from app.observability.logging import RequestLog
+from app.observability.logging import FIXED_ROUTES, RequestLog
 from app.observability.usage import Usage
 from app.services import Services
 from app.services.fairness import fairness_from_settings
 from app.services.indexing import Indexer
 from app.store.database import Database
-from app.version import VERSION
+from app.version import REVISION, VERSION
 
 RESOURCE_NAMES = {
     "native": "Engram memory",
@@ -74,7 +74,7 @@ def create_app(settings: Settings) -> Starlette:
     )
     app = Starlette(routes=routes, lifespan=lifespan, middleware=_middleware(settings, endpoints))
     app.state.accepting = False  # until the lifespan has started everything
-    metrics.set_build_info(VERSION)
+    metrics.set_build_info(VERSION, REVISION)
     return app
 
 
@@ -143,7 +143,8 @@ def _middleware(settings: Settings, endpoints: Sequence[Endpoint]) -> list[Middl
         failure_rate=settings.auth_failure_rate,
         failure_burst=settings.auth_failure_burst,
     )
-    return [Middleware(RequestLog), Middleware(OutageAnswers), guard]
+    fixed = FIXED_ROUTES | {e.path for e in endpoints}  # labelled so even when refused before routing
+    return [Middleware(RequestLog, fixed=fixed), Middleware(OutageAnswers), guard]
 
 
 async def metrics_page(request: Request) -> Response:

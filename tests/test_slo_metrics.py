@@ -5,6 +5,8 @@ OpenTelemetry variables name it."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import time
 import uuid
 
@@ -13,6 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.observability.tracing import resource
+from tests.conftest import ROOT
 from tests.helpers import serve_builtin
 
 
@@ -102,3 +105,13 @@ def test_the_tracing_resource_follows_the_otel_variables(monkeypatch):
     named = resource("1.2.3").attributes
     assert named["service.name"] == "memory-eu"  # OTEL_SERVICE_NAME wins over the attributes' own
     assert named["deployment.environment.name"] == "prod" and named["service.version"] == "1.2.3"
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (scripts/system-deps.sh)")
+def test_burn_rate_alerts_fire_on_synthetic_series():
+    """tests/slo_test.yaml: a fast burn pages, a slow one opens a ticket, a spike that ended stops
+    paging, and a deployment within its objectives stays quiet beside them."""
+    tested = subprocess.run(
+        ["promtool", "test", "rules", "slo_test.yaml"], cwd=ROOT / "tests", capture_output=True, text=True
+    )
+    assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr

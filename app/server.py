@@ -26,6 +26,7 @@ from app.admin_routes import AdminRoutes
 from app.auth_mode import authorization_server, token_verifier
 from app.config import Settings
 from app.console import console_routes
+from app.home import home_routes
 from app.lifespan import Lifespan
 from app.mcp.http_guard import HttpGuard, OutageAnswers
 from app.mcp.live import SessionStreams
@@ -66,6 +67,11 @@ def create_app(settings: Settings) -> Starlette:
         # A token for any served endpoint (the first one's metadata named in challenges).
         *AdminRoutes(settings, services.transfer, verifier, _metadata_url(endpoints[0].url)).routes(),
         *console_routes(settings, services, auth, verifier),
+        *home_routes(
+            settings.base_url,
+            {e.tool_set: e.url for e in endpoints},
+            f"{settings.base_url}/console" if settings.console and auth is not None else None,
+        ),
         *(Route(e.path, _mcp_endpoint(settings, e)) for e in endpoints),
     ]
     servers = [e.mcp for e in endpoints]

@@ -1010,12 +1010,14 @@ async def test_a_person_merges_duplicates_and_ends_a_fact_in_chromium(builtin):
         assert await page.locator("#entity-name").inner_text() == "Grace Hopper"
 
         # Another alias, by hand.
+        await page.get_by_text("Add an alias").click()
         await page.get_by_label("New alias").fill("Amazing Grace")
         await page.get_by_role("button", name="Add alias").click()
         assert await page.locator("#flash").inner_text() == "Alias Amazing Grace added."
         assert "Amazing Grace" in await page.locator("#aliases").inner_text()
 
         # A fact that stopped being true: ended with a reason, gone from the default view.
+        await page.get_by_label("Edit observation: Lives in Arlington").click()  # its forms open
         await page.get_by_label("Why it ended: Lives in Arlington").fill("moved away")
         await page.get_by_role("button", name="End observation: Lives in Arlington").click()
         assert await page.locator("#flash").inner_text() == "Observation ended."
@@ -1026,6 +1028,7 @@ async def test_a_person_merges_duplicates_and_ends_a_fact_in_chromium(builtin):
         await page.screenshot(path=ARTIFACTS / "merged.png", full_page=True)
 
         # The page as of a moment before that end: the fact held then, and nothing can be edited.
+        await page.get_by_text("Another moment…").click()
         await page.get_by_label("As of (UTC)").fill("2000-01-01T00:00")
         await page.get_by_role("button", name="Show as of").click()
         await page.wait_for_url(re.compile(r"as_of=2000-01-01T00"))

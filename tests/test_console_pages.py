@@ -1,0 +1,92 @@
+"""The console's pages as a person sees them in a real headless Chromium: an entity page that reads
+first and edits on demand (compact facts, the forms behind "Edit" controls that work without
+JavaScript), the graph view (fit to view, colours by type with a legend), and `/`. Screenshots go to
+test-artifacts/console/."""
+
+from __future__ import annotations
+
+import httpx2
+import pytest
+
+from tests.helpers import serve
+from tests.test_console import (
+    ARTIFACTS,
+    CHROMIUM,
+    builtin,  # noqa: F401 (the module's server)
+    console_in_chromium,
+    png_size,
+    seed,
+    sign_in_with_browser,
+)
+
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="Debian's chromium is not installed (scripts/system-deps.sh)"
+)
+
+FACTS = ["Wrote the first published program", "Translated Menabrea's paper on the Engine", "Born in London in 1815"]
+
+
+async def three_facts(server):
+    return await seed(
+        server,
+        [
+            {"name": "Ada Lovelace", "type": "person", "description": "Mathematician", "observations": FACTS},
+            {"name": "Analytical Engine", "type": "machine"},
+            {"name": "Charles Babbage", "type": "person"},
+        ],
+        [
+            {"from": "Ada Lovelace", "to": "Analytical Engine", "type": "wrote about"},
+            {"from": "Charles Babbage", "to": "Ada Lovelace", "type": "corresponded with"},
+        ],
+    )
+
+
+@needs_chromium
+async def test_an_entity_page_with_three_facts_reads_first(builtin):  # noqa: F811
+    t = await three_facts(builtin)
+    blocked: list[str] = []
+    async with console_in_chromium(blocked) as page:
+        await sign_in_with_browser(page, builtin, t)
+        await page.goto(f"{builtin.base}/console/entity/{t.ids['Ada Lovelace']}")
+        height = await page.evaluate("document.documentElement.scrollHeight")
+        await page.screenshot(path=ARTIFACTS / "entity-read.png", full_page=True)
+        print(f"entity page with 3 facts: {height} px at 1200 px wide")
+        # Every form waits behind a control; the facts are read first.
+        assert await page.locator("main form[method=post]:visible").count() == 0
+        facts = await page.locator("#observations").inner_text()
+        assert all(fact in facts for fact in FACTS)
+        # One fact's edit control opens its forms (a <details>: no script involved) and ends it.
+        await page.get_by_label(f"Edit observation: {FACTS[2]}").click()
+        await page.get_by_label(f"Why it ended: {FACTS[2]}").fill("a wrong date")
+        await page.get_by_role("button", name=f"End observation: {FACTS[2]}").click()
+        assert await page.locator("#flash").inner_text() == "Observation ended."
+        assert FACTS[2] not in await page.locator("#observations").inner_text()
+    assert not blocked, blocked
+    # Before the forms moved behind edit controls this page was 3,163 px high here.
+    assert height < 1600, height
+    assert png_size(ARTIFACTS / "entity-read.png")[0] == 1200
+
+
+async def test_the_root_leads_browsers_to_the_console_and_tells_clients_what_it_is(builtin):  # noqa: F811
+    async with httpx2.AsyncClient(base_url=builtin.base, timeout=10) as http:
+        browser = await http.get("/", headers={"Accept": "text/html,application/xhtml+xml"})
+        assert browser.status_code == 303 and browser.headers["location"] == f"{builtin.base}/console"
+        about = await http.get("/")
+        assert about.status_code == 200 and about.headers["content-type"] == "application/json"
+        body = about.json()
+        assert body["name"] == "Engram" and body["mcp"]["native"] == f"{builtin.base}/mcp"
+        assert body["console"] == f"{builtin.base}/console"
+        # An MCP client given the bare base URL is told where MCP is, not answered as if it were.
+        probe = await http.post("/", json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}})
+        assert probe.status_code == 404 and f"{builtin.base}/mcp" in probe.json()["message"]
+        # The MCP endpoint and the OAuth discovery documents are unaffected.
+        assert (await http.post("/mcp", json={})).status_code == 401
+        assert (await http.get("/.well-known/oauth-protected-resource/mcp")).json()["resource"] == f"{builtin.base}/mcp"
+        assert (await http.get("/.well-known/oauth-authorization-server")).json()["issuer"] == builtin.base
+
+
+def test_the_root_without_a_console_says_what_the_server_is(db_settings):
+    with serve(db_settings, ENGRAM_CONSOLE="false") as server:
+        answer = httpx2.get(f"{server.base}/", headers={"Accept": "text/html"}, timeout=10)
+        assert answer.status_code == 200 and answer.json()["console"] is None
+        assert answer.json()["mcp"]["native"] == server.url

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import httpx2
 import pytest
+from playwright.async_api import expect
 
 from tests.helpers import serve
 from tests.test_console import (
@@ -90,3 +91,42 @@ def test_the_root_without_a_console_says_what_the_server_is(db_settings):
         answer = httpx2.get(f"{server.base}/", headers={"Accept": "text/html"}, timeout=10)
         assert answer.status_code == 200 and answer.json()["console"] is None
         assert answer.json()["mcp"]["native"] == server.url
+
+
+@needs_chromium
+async def test_the_graph_fits_the_view_with_readable_labels_coloured_by_type(builtin):  # noqa: F811
+    t = await three_facts(builtin)
+    blocked: list[str] = []
+    async with console_in_chromium(blocked) as page:
+        await sign_in_with_browser(page, builtin, t)
+        await page.goto(f"{builtin.base}/console/graph?entity={t.ids['Ada Lovelace']}&depth=1")
+        nodes = page.locator("svg#graph g.node")
+        await expect(nodes).to_have_count(3)
+        await page.wait_for_timeout(1500)  # let the layout settle for the measures and the picture
+        frame = await page.locator("svg#graph").bounding_box()
+        for i in range(3):
+            box = await nodes.nth(i).bounding_box()  # circle and name inside the drawing: fitted
+            assert frame["x"] <= box["x"] and box["x"] + box["width"] <= frame["x"] + frame["width"] + 1, box
+            assert frame["y"] <= box["y"] and box["y"] + box["height"] <= frame["y"] + frame["height"] + 1, box
+            label = await nodes.nth(i).locator("text").bounding_box()
+            assert label["height"] >= 12, label  # readable at the fitted zoom
+        # Colour by type, named by the legend; the same colour class as the entity page's badge.
+        legend = page.locator("#legend li")
+        assert sorted(await legend.all_inner_texts()) == ["machine", "person"]
+        ada = page.locator(f"svg#graph g.node[data-id='{t.ids['Ada Lovelace']}']")
+        person = await ada.get_attribute("class")
+        (colour,) = [c for c in person.split() if c.startswith("type-")]
+        assert await page.locator("#legend li", has_text="person").get_attribute("class") == colour
+        fill = await ada.locator("circle").evaluate("c => getComputedStyle(c).fill")
+        assert fill.startswith("rgb(") and fill != "rgb(255, 255, 255)"
+        await page.screenshot(path=ARTIFACTS / "graph-fit.png", full_page=True)
+        # Zoomed away, then fitted again.
+        for _ in range(4):
+            await page.get_by_role("button", name="Zoom in").click()
+        await page.get_by_role("button", name="Fit").click()
+        box = await nodes.nth(0).bounding_box()
+        assert frame["x"] <= box["x"] <= frame["x"] + frame["width"]
+        await page.goto(f"{builtin.base}/console/entity/{t.ids['Ada Lovelace']}")
+        badge = await page.locator("#entity-type").get_attribute("class")
+        assert colour in badge.split()
+    assert not blocked, blocked  # the libraries are the console's own files: the policy lets them run

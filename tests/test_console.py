@@ -816,15 +816,19 @@ async def test_a_person_tends_memory_in_chromium(builtin, acme):
         await hit.get_by_role("link", name="Ada Lovelace").click()
         await page.wait_for_url(f"**/console/entity/{acme.ids['Ada Lovelace']}")
         assert await page.locator("#entity-name").inner_text() == "Ada Lovelace"
+        assert not await page.get_by_label("New observation").is_visible()  # forms wait behind "Edit" controls
+        await page.get_by_text("Add an observation").click()
         await page.get_by_label("New observation").fill("Translated Menabrea's paper")
         await page.get_by_role("button", name="Add observation").click()
         assert await page.locator("#flash").inner_text() == "Observation added."
         assert "Translated Menabrea's paper" in await page.locator("#observations").inner_text()
         assert "added by you" in await page.locator("#observations").inner_text()
+        await page.get_by_text("Edit fields").click()
         await page.get_by_label("Description").fill("Mathematician and writer")
         await page.get_by_role("button", name="Save changes").click()
         assert await page.locator("#flash").inner_text() == "Saved."
         assert await page.locator("#description").inner_text() == "Mathematician and writer"
+        await page.get_by_text("Connect to another entity").click()
         await page.get_by_label("Relation", exact=True).fill("corresponded with")
         await page.get_by_label("Other entity (name or id)").fill("Charles Babbage")
         await page.get_by_role("button", name="Connect", exact=True).click()

@@ -10,6 +10,7 @@ import pytest
 from playwright.async_api import expect
 
 from tests.helpers import serve
+from tests.test_authserver import CHROMIUM_ARGS
 from tests.test_console import (
     ARTIFACTS,
     CHROMIUM,
@@ -130,3 +131,33 @@ async def test_the_graph_fits_the_view_with_readable_labels_coloured_by_type(bui
         badge = await page.locator("#entity-type").get_attribute("class")
         assert colour in badge.split()
     assert not blocked, blocked  # the libraries are the console's own files: the policy lets them run
+
+
+@needs_chromium
+async def test_the_edit_controls_work_without_javascript(builtin):  # noqa: F811
+    """<details> opens by itself: with scripts off, a person still edits, adds and ends facts."""
+    from playwright.async_api import async_playwright
+
+    t = await three_facts(builtin)
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        context = await browser.new_context(java_script_enabled=False, viewport={"width": 1200, "height": 900})
+        page = await context.new_page()
+        try:
+            await sign_in_with_browser(page, builtin, t)
+            await page.goto(f"{builtin.base}/console/entity/{t.ids['Ada Lovelace']}")
+            await page.get_by_text("Edit fields").click()
+            await page.get_by_label("Description").fill("Mathematician, first programmer")
+            await page.get_by_role("button", name="Save changes").click()
+            assert await page.locator("#flash").inner_text() == "Saved."
+            assert await page.locator("#description").inner_text() == "Mathematician, first programmer"
+            await page.get_by_text("Add an observation").click()
+            await page.get_by_label("New observation").fill("Corresponded with Faraday")
+            await page.get_by_role("button", name="Add observation").click()
+            assert "Corresponded with Faraday" in await page.locator("#observations").inner_text()
+            await page.get_by_label(f"Edit observation: {FACTS[0]}").click()
+            await page.get_by_role("button", name=f"End observation: {FACTS[0]}").click()
+            assert await page.locator("#flash").inner_text() == "Observation ended."
+            await page.screenshot(path=ARTIFACTS / "entity-no-script.png", full_page=True)
+        finally:
+            await browser.close()

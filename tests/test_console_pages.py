@@ -5,6 +5,10 @@ test-artifacts/console/."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
 import httpx2
 import pytest
 from playwright.async_api import expect
@@ -43,13 +47,21 @@ async def three_facts(server):
     )
 
 
-@needs_chromium
-async def test_an_entity_page_with_three_facts_reads_first(builtin):  # noqa: F811
-    t = await three_facts(builtin)
+@asynccontextmanager
+async def ada_in_chromium(server, path: str) -> AsyncIterator[tuple[Any, Any]]:
+    """Ada's tenant seeded, its admin signed in, `path` (given Ada's id) open; the policy blocks nothing."""
+    t = await three_facts(server)
     blocked: list[str] = []
     async with console_in_chromium(blocked) as page:
-        await sign_in_with_browser(page, builtin, t)
-        await page.goto(f"{builtin.base}/console/entity/{t.ids['Ada Lovelace']}")
+        await sign_in_with_browser(page, server, t)
+        await page.goto(f"{server.base}{path.format(ada=t.ids['Ada Lovelace'])}")
+        yield page, t
+    assert not blocked, blocked  # the policy blocked nothing the pages use (the libraries included)
+
+
+@needs_chromium
+async def test_an_entity_page_with_three_facts_reads_first(builtin):  # noqa: F811
+    async with ada_in_chromium(builtin, "/console/entity/{ada}") as (page, _):
         height = await page.evaluate("document.documentElement.scrollHeight")
         await page.screenshot(path=ARTIFACTS / "entity-read.png", full_page=True)
         print(f"entity page with 3 facts: {height} px at 1200 px wide")
@@ -63,7 +75,6 @@ async def test_an_entity_page_with_three_facts_reads_first(builtin):  # noqa: F8
         await page.get_by_role("button", name=f"End observation: {FACTS[2]}").click()
         assert await page.locator("#flash").inner_text() == "Observation ended."
         assert FACTS[2] not in await page.locator("#observations").inner_text()
-    assert not blocked, blocked
     # Before the forms moved behind edit controls this page was 3,163 px high here.
     assert height < 1600, height
     assert png_size(ARTIFACTS / "entity-read.png")[0] == 1200
@@ -96,11 +107,7 @@ def test_the_root_without_a_console_says_what_the_server_is(db_settings):
 
 @needs_chromium
 async def test_the_graph_fits_the_view_with_readable_labels_coloured_by_type(builtin):  # noqa: F811
-    t = await three_facts(builtin)
-    blocked: list[str] = []
-    async with console_in_chromium(blocked) as page:
-        await sign_in_with_browser(page, builtin, t)
-        await page.goto(f"{builtin.base}/console/graph?entity={t.ids['Ada Lovelace']}&depth=1")
+    async with ada_in_chromium(builtin, "/console/graph?entity={ada}&depth=1") as (page, t):
         nodes = page.locator("svg#graph g.node")
         await expect(nodes).to_have_count(3)
         await page.wait_for_timeout(1500)  # let the layout settle for the measures and the picture
@@ -130,7 +137,6 @@ async def test_the_graph_fits_the_view_with_readable_labels_coloured_by_type(bui
         await page.goto(f"{builtin.base}/console/entity/{t.ids['Ada Lovelace']}")
         badge = await page.locator("#entity-type").get_attribute("class")
         assert colour in badge.split()
-    assert not blocked, blocked  # the libraries are the console's own files: the policy lets them run
 
 
 @needs_chromium

@@ -22,11 +22,10 @@ def home_routes(base_url: str, endpoints: Mapping[str, str], console: str | None
         "name": "Engram",
         "description": "A remote, multi-tenant knowledge-graph memory for AI assistants, served over MCP.",
         "version": VERSION,
-        "mcp": {name: url for name, url in endpoints.items()},
+        "mcp": dict(endpoints),
         "oauth_protected_resource": f"{base_url}/.well-known/oauth-protected-resource",
         "console": console,
     }
-
     first = endpoints.get("native") or next(iter(endpoints.values()))
 
     async def home(request: Request) -> Response:

@@ -308,7 +308,7 @@ class MemoryPages:
         form = parse(GraphForm, _given(request.query_params, "entity", "depth", "type"))
         data = await self.neighbourhood(visit, form)
         source = f"/console/api/graph?{query(entity=form.entity, depth=form.depth, type=form.type)}"
-        context = {"form": form, "data": data, "source": source, "type_colour": type_colour}
+        context = {"form": form, "data": data, "source": source}
         return self.c.page(request, "graph.html", context, visit)
 
     async def graph_data(self, request: Request, visit: Visit) -> Response:

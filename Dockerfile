@@ -34,6 +34,10 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     /opt/build/bin/pip --python /opt/venv/bin/python install --require-hashes --no-deps -r requirements/server.txt
 COPY pyproject.toml README.md ./
 COPY app ./app
+# The console's browser libraries are built before the image, from the npm registry
+# (`make console-assets`, app/console/assets/package-lock.json): refuse to build without them.
+RUN test -f app/console/static/d3-force.min.js \
+ || { echo "app/console/static/d3-force.min.js is missing: run 'make console-assets' first" >&2; exit 1; }
 # The project itself, built with the locked backend and installed without resolving anything.
 # Then what the server never loads leaves its venv (about 60 MB): ONNX Runtime's library for C
 # programs (the Python binding is self-contained) and its model-conversion tools, numpy's tests.

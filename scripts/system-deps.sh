@@ -7,6 +7,7 @@ packages=(
   buildah      # builds the app image without a daemon (tests/test_image.py)
   prometheus   # Prometheus and promtool: metrics, alert rules and dashboard tests
   chromium     # a real browser for the page tests (driven by Playwright; no browser download)
+  npm          # the console's browser libraries from the npm registry (make console-assets)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -3,6 +3,7 @@ neighbourhood graph with its JSON. Each reads and writes through the same servic
 
 from __future__ import annotations
 
+import zlib
 from datetime import UTC, date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,13 @@ HISTORY = 100  # history entries on an entity page
 EPISODES = 10  # newest episodes on an entity page
 GRAPH_NODES = 40  # a drawing larger than this is a hairball: the rest is counted as "N more"
 GRAPH_EDGES = 200
+TYPE_COLOURS = 10  # the palette of console.css's .type-0 … .type-9
+
+
+def type_colour(entity_type: str) -> int:
+    """The colour of an entity type, the same on every page and in every drawing: a stable hash of
+    the type's name (types are free text, so no list of them can be coloured in advance)."""
+    return zlib.crc32(entity_type.casefold().encode()) % TYPE_COLOURS
 
 
 class FindForm(BaseModel):
@@ -182,6 +190,7 @@ class MemoryPages:
             "history": [describe(e, who.subject) for e in history.entries],
             "more_history": history.next_cursor is not None,
             "utc": utc,
+            "type_colour": type_colour,
         }
         return self.c.page(request, "entity.html", context, visit)
 
@@ -334,7 +343,16 @@ class MemoryPages:
         return {
             "center": form.entity,
             "depth": form.depth,
-            "nodes": [{"id": n.id, "name": n.name, "type": n.type, "url": f"/console/entity/{n.id}"} for n in nodes],
+            "nodes": [
+                {
+                    "id": n.id,
+                    "name": n.name,
+                    "type": n.type,
+                    "colour": type_colour(n.type),
+                    "url": f"/console/entity/{n.id}",
+                }
+                for n in nodes
+            ],
             "edges": [{"id": r.id, "from": r.from_id, "to": r.to_id, "type": r.type} for r in edges],
             "hidden_by_type": len(sub.entities) - len(nodes),
             "more": more,

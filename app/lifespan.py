@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 from wsgiref.simple_server import WSGIServer
@@ -163,10 +163,12 @@ def _watch_pool(db: Database) -> None:
 
 def watch_breaker(embedder: Embedder | None) -> None:
     """engram_embedding_breaker_state, read at each scrape (a pause ends by the clock, not by a call)."""
+
+    def is_in(state: str) -> Callable[[], float]:
+        return lambda: float((embedder.breaker if embedder else "closed") == state)
+
     for state in metrics.BREAKER_STATES:
-        metrics.EMBED_BREAKER.labels(state).set_function(
-            lambda state=state: float((embedder.breaker if embedder else "closed") == state)
-        )
+        metrics.EMBED_BREAKER.labels(state).set_function(is_in(state))
     metrics.EMBED_BREAKER_FAILURES.set_function(lambda: embedder.failures if embedder else 0)
 
 

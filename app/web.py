@@ -1,13 +1,18 @@
-"""What every HTML page of the server shares, the console's and the sign-in pages' alike: cookie
-names and flags, and the strict headers (a Content-Security-Policy with no inline script or style,
-never framed, never sniffed, never cached, no referrer)."""
+"""What every HTML page of the server shares, the console's and the sign-in pages' alike: the page
+skeleton its templates extend, cookie names and flags, and the strict headers (a
+Content-Security-Policy with no inline script or style, never framed, never sniffed, never cached,
+no referrer)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from starlette.responses import Response
+
+# The page every template extends (templates/page.html): head, stylesheet, no inline anything.
+TEMPLATES = Path(__file__).parent / "templates"
 
 
 @dataclass(frozen=True, slots=True)

@@ -261,7 +261,7 @@ def add_bench_tools() -> None:
         register(tool, services)
         kept: dict[str, models.Entity] = {}
 
-        @tool(READ, READ_ONLY, name=ECHO_TOOL)
+        @tool(READ, READ_ONLY, name=ECHO_TOOL, title="Echo")
         async def echo(who: Principal, text: str = "pong") -> str:
             """Answer at once with `text`."""
             return text

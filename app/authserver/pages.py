@@ -24,7 +24,7 @@ from app.authserver.accounts import Accounts, SignInRefused, User
 from app.authserver.clients import EngramClient, public_view
 from app.authserver.provider import Provider
 
-_TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")
+_TEMPLATES = Jinja2Templates(directory=[Path(__file__).parent / "templates", web.TEMPLATES])
 MAX_FIELD = 1000
 _MAY = {"reader": "read", "writer": "read and write", "admin": "read, write and administer"}
 

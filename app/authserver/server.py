@@ -125,6 +125,7 @@ class AuthServer:
         self.accounts = accounts
         self.client_sessions = ClientSessions(db, ttl=timedelta(hours=12))
         cookies = Cookies(secure=issuer.startswith("https://"))
+        self.cookies = cookies  # the sign-in session's: the console ends it too at sign-out
         self.pages = Pages(
             self.provider,
             accounts,

@@ -21,17 +21,21 @@ from app.authserver.credentials import MAX_PASSWORD, MIN_PASSWORD
 from app.errors import EngramError
 
 if TYPE_CHECKING:
-    from app.console.console import Console, Visit
+    from app.authserver.accounts import Accounts
+    from app.console.console import Visit
+    from app.console.kit import Kit
 
 PATH = "/console/account"
 
 
 class AccountPage:
-    def __init__(self, console: Console) -> None:
-        self.c = console
+    def __init__(self, kit: Kit, accounts: Accounts, sign_in_cookie: str) -> None:
+        self.c = kit
+        self.accounts = accounts
+        self.sign_in_cookie = sign_in_cookie  # the authorization server's session: this browser's, kept
 
     async def show(self, request: Request, visit: Visit) -> Response:
-        user = await self.c.auth.accounts.user(visit.who.subject)
+        user = await self.accounts.user(visit.who.subject)
         if user is None:
             raise EngramError("not_found", "this session's account no longer exists")
         context = {"user": user, "min_password": MIN_PASSWORD, "max_password": MAX_PASSWORD}
@@ -41,10 +45,10 @@ class AccountPage:
         """The new password for the session's own account; other devices are signed out."""
         form = await self.c.form(request, visit)
         fields = [form.get(name, "") for name in ("current", "new", "repeat")]  # bounded by the service
-        done = await self.c.auth.accounts.change_password(
+        done = await self.accounts.change_password(
             visit.who.subject,
             *fields,
-            keep_session=request.cookies.get(self.c.auth.pages.cookies.session),
+            keep_session=request.cookies.get(self.sign_in_cookie),
             keep_grant=visit.grant,
         )
         others = f"{done.sessions_ended} other browser sessions ended, {done.grants_revoked} other grants revoked"

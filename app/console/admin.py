@@ -21,7 +21,12 @@ from app.services import models
 from app.services.transfer import Format
 
 if TYPE_CHECKING:
-    from app.console.console import Console, Visit
+    from app.authserver.accounts import Accounts
+    from app.console.console import Visit
+    from app.console.kit import Kit
+    from app.services.entities import Entities
+    from app.services.graph import Graph
+    from app.services.transfer import Transfer
 
 AUDIT_PAGE = 50
 Username = models.Name
@@ -67,9 +72,21 @@ class ImportForm(BaseModel):
 
 
 class AdminPages:
-    def __init__(self, console: Console) -> None:
-        self.c = console
-        self.max_bytes = console.transfer_max_bytes
+    def __init__(
+        self,
+        kit: Kit,
+        accounts: Accounts,
+        entities: Entities,
+        graph: Graph,
+        transfer: Transfer,
+        *,
+        max_bytes: int,
+        seconds: float,
+    ) -> None:
+        self.c = kit
+        self.accounts, self.entities, self.graph, self.transfer = accounts, entities, graph, transfer
+        self.max_bytes = max_bytes  # of a file to import
+        self.seconds = seconds  # an export or import may take
 
     def actions(self) -> dict[str, Any]:
         return {
@@ -82,9 +99,9 @@ class AdminPages:
 
     async def overview(self, request: Request, visit: Visit) -> Response:
         visit.require(ADMIN)
-        stats = await self.c.run(visit.who, "graph_stats", self.c.services.graph.stats, writes=False)
-        members = await self.c.auth.accounts.members(visit.who.tenant)
-        keys = await self.c.run(visit.who, "api_keys", self.c.services.entities.api_keys, writes=False)
+        stats = await self.c.run(visit.who, "graph_stats", self.graph.stats, writes=False)
+        members = await self.accounts.members(visit.who.tenant)
+        keys = await self.c.run(visit.who, "api_keys", self.entities.api_keys, writes=False)
         grantable = [s for s in (READ, WRITE, ADMIN) if s in visit.who.scopes]  # never more than one's own
         context = {
             "stats": stats,
@@ -99,7 +116,7 @@ class AdminPages:
         visit.require(ADMIN)
         q = request.query_params
         form = parse(AuditForm, {k: v for k in ("tool", "subject", "cursor") if (v := q.get(k))})
-        audit = self.c.services.entities.audit
+        audit = self.entities.audit
         page = await self.c.run(
             visit.who, "audit_log", audit, form.tool, AUDIT_PAGE, form.cursor, subject=form.subject, writes=False
         )
@@ -109,7 +126,7 @@ class AdminPages:
         visit.require(ADMIN)
         form = parse(MemberForm, await self.c.form(request, visit))
         tenant, by = visit.who.tenant, visit.who.subject
-        accounts = self.c.auth.accounts
+        accounts = self.accounts
         if form.username.lower() == visit.session.username.lower():
             raise EngramError("invalid", "you cannot change your own membership here (ask another admin)")
         if form.op == "remove":
@@ -125,7 +142,7 @@ class AdminPages:
         scopes = (await request.form()).getlist("scope")  # the form parsed once above; checkboxes repeat
         days = fields.get("expires_days", "").strip()
         new = parse(models.NewApiKey, {"name": fields.get("name", ""), "scopes": scopes, "expires_days": days or None})
-        made = await self.c.run(visit.who, "create_api_key", self.c.services.entities.create_api_key, new, writes=True)
+        made = await self.c.run(visit.who, "create_api_key", self.entities.create_api_key, new, writes=True)
         response = self.c.page(request, "key_created.html", {"made": made}, visit)
         response.headers["Cache-Control"] = "no-store"
         response.headers["Pragma"] = "no-cache"
@@ -137,12 +154,12 @@ class AdminPages:
         fields = await self.c.form(request, visit)
         form = parse(RevokeForm, {k: v for k, v in fields.items() if v})  # an empty `confirm` asks
         if not form.confirm:
-            keys = await self.c.run(visit.who, "api_keys", self.c.services.entities.api_keys, writes=False)
+            keys = await self.c.run(visit.who, "api_keys", self.entities.api_keys, writes=False)
             key = next((k for k in keys if k.id == form.key_id and k.revoked_at is None), None)
             if key is None:
                 raise EngramError("not_found", f"this tenant has no unrevoked API key {form.key_id}")
             return self.c.page(request, "key_revoke.html", {"key": key}, visit)
-        revoke = self.c.services.entities.revoke_api_key
+        revoke = self.entities.revoke_api_key
         await self.c.run(visit.who, "revoke_api_key", revoke, form.key_id, writes=True)
         return self.c.done(visit, "/console/admin", f"API key {form.key_id} revoked.")
 
@@ -151,12 +168,12 @@ class AdminPages:
         fields = await self.c.form(request, visit)
         form = parse(ExportForm, fields)
         return await export_response(
-            self.c.services.transfer,
+            self.transfer,
             visit.who,
             form.format,
             deleted=form.include_deleted,
             history=form.history,
-            seconds=self.c.transfer_seconds,
+            seconds=self.seconds,
         )
 
     async def import_(self, request: Request, visit: Visit) -> Response:
@@ -172,12 +189,12 @@ class AdminPages:
         if len(data) > self.max_bytes:
             raise EngramError("limit", f"at most {self.max_bytes} bytes here; import larger files with `engram import`")
         summary = await run_import(
-            self.c.services.transfer,
+            self.transfer,
             visit.who,
             data,
             form.format,
             on_existing=form.on_existing,  # type: ignore[arg-type]
             dry_run=form.dry_run,
-            seconds=self.c.transfer_seconds,
+            seconds=self.seconds,
         )
         return self.c.page(request, "imported.html", {"summary": summary, "dry_run": form.dry_run}, visit)

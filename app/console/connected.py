@@ -19,7 +19,11 @@ from app.console.calls import parse
 from app.services.models import Clean
 
 if TYPE_CHECKING:
-    from app.console.console import Console, Visit
+    from collections.abc import Awaitable, Callable
+
+    from app.authserver.connections import Connections
+    from app.console.console import Visit
+    from app.console.kit import Kit
 
 PATH = "/console/apps"
 
@@ -34,20 +38,24 @@ class DisconnectForm(BaseModel):
 
 
 class ConnectedApps:
-    def __init__(self, console: Console) -> None:
-        self.c = console
+    def __init__(
+        self, kit: Kit, connections: Connections, signed_out: Callable[[Request], Awaitable[Response]]
+    ) -> None:
+        self.c = kit
+        self.connections = connections
+        self.signed_out = signed_out  # when the person disconnected the console itself
 
     async def listing(self, request: Request, visit: Visit) -> Response:
-        listing = await self.c.auth.connections.of(visit.who.subject)
+        listing = await self.connections.of(visit.who.subject)
         return self.c.page(request, "apps.html", {"listing": listing}, visit)
 
     async def disconnect(self, request: Request, visit: Visit) -> Response:
         """Revokes the person's grants of one application on one tenant; disconnecting the console
         from the session's own grant signs this browser out."""
         form = parse(DisconnectForm, await self.c.form(request, visit))
-        done = await self.c.auth.connections.disconnect(visit.who.subject, form.client, form.tenant)
+        done = await self.connections.disconnect(visit.who.subject, form.client, form.tenant)
         if visit.grant and visit.grant in done.grants:
-            return await self.c.signed_out(request)
+            return await self.signed_out(request)
         what = f"{len(done.grants)} grant{'' if len(done.grants) == 1 else 's'} revoked"
         if done.consent_forgotten:
             what += ", remembered consent forgotten"

@@ -238,7 +238,7 @@ class Console:
         access = await self.verifier.verify_token(tokens.access_token) if tokens else None
         if tokens is None or access is None:
             return self._sign_in_failed(request, "The sign-in could not be completed. Please start again.")
-        user = await self.auth.accounts.session_user(request.cookies.get(self.auth.pages.cookies.session))
+        user = await self.auth.accounts.session_user(request.cookies.get(self.auth.cookies.session))
         username = user.username if user else (access.subject or "")
         display = (user.display_name or user.username) if user else username
         await self.sessions.close(request.cookies.get(self.cookies.session))  # a tenant switch replaces it
@@ -265,23 +265,32 @@ class Console:
         """The end of this browser's sessions, the console's and the authorization server's (whose
         grant is already revoked): back to the console's welcome page."""
         await self.sessions.close(request.cookies.get(self.cookies.session))
-        signed_in = request.cookies.get(self.auth.pages.cookies.session)
+        signed_in = request.cookies.get(self.auth.cookies.session)
         if signed_in and len(signed_in) <= 100:
             await self.auth.accounts.close_session(signed_in)
         response = RedirectResponse(PREFIX, status_code=303)
         self.cookies.clear(response, self.cookies.session)
-        self.auth.pages.cookies.set(response, self.auth.pages.cookies.session, "", 0)
+        self.auth.cookies.set(response, self.auth.cookies.session, "", 0)
         return secure(response)
 
     # --- routes ------------------------------------------------------------------------------------
 
     def routes(self) -> list[BaseRoute]:
-        pages = MemoryPages(self)
-        merging = MergePages(self)
-        tenant_admin = AdminPages(self)
-        apps = ConnectedApps(self)
-        account = AccountPage(self)
-        cypher = QueryPage(self)
+        services, auth = self.services, self.auth
+        pages = MemoryPages(self, services)
+        merging = MergePages(self, services)
+        tenant_admin = AdminPages(
+            self,
+            auth.accounts,
+            services.entities,
+            services.graph,
+            services.transfer,
+            max_bytes=self.transfer_max_bytes,
+            seconds=self.transfer_seconds,
+        )
+        apps = ConnectedApps(self, auth.connections, self.signed_out)
+        account = AccountPage(self, auth.accounts, auth.cookies.session)
+        cypher = QueryPage(self, services.queries)
         get = [
             ("", self.home),
             ("/sign-in", self.begin),

@@ -17,7 +17,9 @@ from app.errors import EngramError
 from app.services.graph_query import FUNCTION_NAMES, QueryText
 
 if TYPE_CHECKING:
-    from app.console.console import Console, Visit
+    from app.console.console import Visit
+    from app.console.kit import Kit
+    from app.services.graph_query import GraphQueries
 
 SHOWN_ROWS = 100
 EXAMPLE = (
@@ -33,8 +35,9 @@ class QueryForm(BaseModel):
 
 
 class QueryPage:
-    def __init__(self, console: Console) -> None:
-        self.c = console
+    def __init__(self, kit: Kit, queries: GraphQueries) -> None:
+        self.c = kit
+        self.queries = queries
 
     async def show(self, request: Request, visit: Visit) -> Response:
         visit.require(READ)
@@ -46,7 +49,7 @@ class QueryPage:
         text = fields.get("query", "")
         try:
             form = parse(QueryForm, {"query": text})
-            queries = self.c.services.queries
+            queries = self.queries
             result = await self.c.run(visit.who, "query_graph", queries.query, form.query, SHOWN_ROWS, writes=False)
         except EngramError as exc:
             if exc.code not in ("invalid", "limit"):

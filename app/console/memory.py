@@ -23,7 +23,9 @@ from app.services.search import Query
 from app.services.search_models import Mode
 
 if TYPE_CHECKING:
-    from app.console.console import Console, Visit
+    from app.console.console import Visit
+    from app.console.kit import Kit
+    from app.services import Services
 
 ENTITY_ID = TypeAdapter(models.Id)
 RELATION_ID = TypeAdapter(models.Id)
@@ -79,17 +81,17 @@ def entity_id(value: str) -> str:
         raise EngramError("not_found", "no such entity") from None
 
 
-async def change(console: Console, request: Request, visit: Visit) -> tuple[str, dict[str, str]]:
+async def change(kit: Kit, request: Request, visit: Visit) -> tuple[str, dict[str, str]]:
     """A write form's entity id and fields, once the role and the CSRF token allow it."""
     eid = entity_id(request.path_params["id"])
     visit.require(WRITE)
-    return eid, await console.form(request, visit)
+    return eid, await kit.form(request, visit)
 
 
 class MemoryPages:
-    def __init__(self, console: Console) -> None:
-        self.c = console
-        self.services = console.services
+    def __init__(self, kit: Kit, services: Services) -> None:
+        self.c = kit
+        self.services = services
 
     def actions(self) -> dict[str, Any]:
         """The entity page's forms, each posted to /console/entity/{id}/<name>."""

@@ -17,7 +17,9 @@ from app.errors import EngramError
 from app.services import models
 
 if TYPE_CHECKING:
-    from app.console.console import Console, Visit
+    from app.console.console import Visit
+    from app.console.kit import Kit
+    from app.services import Services
 
 DUPLICATE_PAGES = 5  # find_duplicates pages read for one entity's candidates (each looks at 100 entities)
 CANDIDATES = 10  # candidates proposed on the merge page
@@ -40,9 +42,9 @@ class MergeForm(BaseModel):
 
 
 class MergePages:
-    def __init__(self, console: Console) -> None:
-        self.c = console
-        self.services = console.services
+    def __init__(self, kit: Kit, services: Services) -> None:
+        self.c = kit
+        self.services = services
 
     def actions(self) -> dict[str, Any]:
         """Posted to /console/entity/{id}/<name>, beside the entity page's own forms."""

@@ -23,7 +23,7 @@ from starlette.templating import Jinja2Templates
 from app import web
 
 HERE = Path(__file__).parent
-TEMPLATES = Jinja2Templates(directory=HERE / "templates")
+TEMPLATES = Jinja2Templates(directory=[HERE / "templates", web.TEMPLATES])
 
 
 def marked(snippet: str) -> Markup:

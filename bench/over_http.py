@@ -266,7 +266,7 @@ def add_bench_tools() -> None:
             """Answer at once with `text`."""
             return text
 
-        @tool(READ, READ_ONLY, name="bench_tx")
+        @tool(READ, READ_ONLY, name="bench_tx", title="Transaction")
         async def tx(who: Principal, k: int = 0) -> str:
             """One read-only transaction in the caller's tenant with `k` SELECT 1."""
             db = services.entities.db
@@ -275,13 +275,13 @@ def add_bench_tools() -> None:
                     await t.fetchval("SELECT 1")
             return "ok"
 
-        @tool(READ, READ_ONLY, name="bench_db_only")
+        @tool(READ, READ_ONLY, name="bench_db_only", title="Database only")
         async def db_only(who: Principal, name: str) -> str:
             """get_entity's database work; a small answer."""
             await services.entities.get(who, name)
             return "ok"
 
-        @tool(READ, READ_ONLY, name="bench_cached")
+        @tool(READ, READ_ONLY, name="bench_cached", title="Cached")
         async def cached(who: Principal, name: str) -> models.Entity:
             """get_entity's answer, read once and then kept."""
             if name not in kept:

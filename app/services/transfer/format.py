@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 import orjson
 
-from app.services.transfer.records import Record, Refusal
+from app.services.transfer.records import Record
 from app.store.episodes import EpisodeRow
 from app.store.history import Change
 from app.store.transfer import ExportedEntity, ExportedRelation
@@ -62,6 +62,3 @@ class FileFormat:
         """The record of a checked object of that kind, or None when the format has no such kind.
         Raises `Refusal` for a record that breaks a bound."""
         raise NotImplementedError
-
-
-__all__ = ["FileFormat", "Format", "Refusal", "line"]

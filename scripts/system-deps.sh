@@ -11,6 +11,8 @@ packages=(
 )
 missing=()
 for p in "${packages[@]}"; do
+  # npm often comes with a Node.js from elsewhere (NodeSource's nodejs), which Debian's npm conflicts with
+  [ "$p" = npm ] && command -v npm >/dev/null && continue
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0

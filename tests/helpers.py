@@ -60,6 +60,7 @@ def server_env(settings: Settings, port: int, **extra: str) -> dict[str, str]:
         **os.environ,
         "ENGRAM_DATABASE_URL": settings.database_url.get_secret_value(),
         "ENGRAM_ADMIN_DATABASE_URL": settings.admin_database_url.get_secret_value(),
+        "ENGRAM_LISTEN_DATABASE_URL": settings.listen_dsn(),
         "ENGRAM_PORT": str(port),
         "ENGRAM_METRICS_PORT": str(free_port()),
         "ENGRAM_DEV_KEY_FILE": str(settings.dev_key_file),

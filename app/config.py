@@ -196,6 +196,10 @@ class Settings(BaseSettings):
 
     # fair sharing (docs/security.md); 0 switches a rate or a quota off
     tenant_rate: float = Field(50, ge=0, le=1_000_000, description="Tool calls per second per tenant (refill).")
+    tenant_rate_shared: bool = Field(True, description="Count a tenant's rate across replicas, in the database.")
+    tenant_rate_lease_seconds: float = Field(
+        0.1, gt=0, le=10, description="Each replica takes this many seconds' worth of a tenant's rate at a time."
+    )
     tenant_burst: int = Field(200, ge=1, le=1_000_000, description="Tool calls a tenant may make at once.")
     tenant_max_concurrent: int = Field(4, ge=1, le=1000, description="Tool calls of one tenant running at once.")
     tenant_queue_seconds: float = Field(10, ge=0, le=600, description="Wait for a free slot before refusing.")

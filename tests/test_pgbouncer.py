@@ -20,7 +20,7 @@ from app.observability.context import deadline
 from app.pooler import PgBouncer
 from app.store.database import ROLE_SETTINGS, Database, Recycling, Tenant, Unavailable, wrong_settings
 from tests.conftest import TEST_DB
-from tests.helpers import free_port, ok, serve
+from tests.helpers import free_port, ok, open_database, serve
 
 TENANTS = 24
 ROUNDS = 8
@@ -43,19 +43,8 @@ def narrow_bouncer(pgbouncer: PgBouncer) -> Iterator[PgBouncer]:
 
 @pytest.fixture
 async def pooled_db(db_settings: Settings, narrow_bouncer: PgBouncer) -> AsyncIterator[Database]:
-    db = Database(
-        narrow_bouncer.url(provision.APP_ROLE, TEST_DB),
-        min_size=0,
-        max_size=8,
-        statement_timeout_ms=5000,
-        acquire_seconds=10,
-        call_deadline=30,
-        create_tenants=True,
-        recycling=Recycling(statements=100),
-    )
-    await db.open()
-    yield db
-    await db.close()
+    async with open_database(narrow_bouncer.url(provision.APP_ROLE, TEST_DB), max_size=8) as db:
+        yield db
 
 
 async def test_startup_parameters_are_refused_and_the_server_sends_none(pooled_db, narrow_bouncer):
@@ -167,21 +156,8 @@ async def test_readyz_names_a_wrong_role_setting(db_settings):
 
 
 async def test_connections_are_recycled_after_their_queries(db_settings):
-    db = Database(
-        db_settings.runtime_dsn(),
-        min_size=1,
-        max_size=1,
-        statement_timeout_ms=5000,
-        acquire_seconds=10,
-        call_deadline=30,
-        create_tenants=True,
-        recycling=Recycling(queries=100),
-    )
-    await db.open()
-    try:
+    async with open_database(db_settings.runtime_dsn(), min_size=1, max_size=1, recycling=Recycling(queries=100)) as db:
         pids = {await db.run(lambda c: c.fetchval("SELECT pg_backend_pid()")) for _ in range(250)}
-    finally:
-        await db.close()
     assert len(pids) >= 2
 
 

@@ -13,8 +13,8 @@ import asyncpg
 
 from app.config import Settings
 from app.services.fairness import SharedBuckets
-from app.store.database import Database
 from tests.conftest import ROOT, error_code, ok, serve
+from tests.helpers import open_database
 
 BURST = 6
 RATE = 0.01  # one more call per 100 s: the burst is what the two replicas share
@@ -46,28 +46,15 @@ async def test_replicas_never_take_more_than_the_bucket_holds(db_settings: Setti
     """Many takers of one tenant's bucket at once, each leasing several calls' worth: the tokens they
     get in total are the burst, not more."""
     tenant_id = str(uuid.uuid4())
-    dbs = [
-        Database(
-            db_settings.runtime_dsn(),
-            min_size=0,
-            max_size=4,
-            statement_timeout_ms=5000,
-            acquire_seconds=10,
-            call_deadline=30,
-            create_tenants=False,
-        )
-        for _ in range(3)
-    ]
-    for db in dbs:
-        await db.open()
-    try:
-        replicas = [SharedBuckets(db, lease_seconds=60) for db in dbs]  # rate x 60 s = 3 calls a lease
+    async with (
+        open_database(db_settings.runtime_dsn()) as one,
+        open_database(db_settings.runtime_dsn()) as two,
+        open_database(db_settings.runtime_dsn()) as three,
+    ):
+        replicas = [SharedBuckets(db, lease_seconds=60) for db in (one, two, three)]  # rate x 60 s = 3 calls a lease
         started = time.monotonic()
         waits = [await replicas[i % 3].take(tenant_id, 0.05, 20) for i in range(60)]
         refill = math.ceil(0.05 * (time.monotonic() - started))
-    finally:
-        for db in dbs:
-            await db.close()
     admitted = sum(1 for w in waits if w == 0)
     assert 20 <= admitted <= 20 + refill  # the burst, every lease used up, and what refilled meanwhile
     assert all(w > 0 for w in waits[-10:])

@@ -23,13 +23,14 @@ import pytest
 from app import provision
 from app.config import Settings
 from app.store import migrate
-from app.store.database import Database, InvalidTenant, Unavailable
+from app.store.database import InvalidTenant, Unavailable
 from tests.conftest import ROOT, TEST_DB
+from tests.helpers import open_database
 
 TENANTS = 2_000
 CRASH_AFTER = 700
 # Making the template (once per set of migrations) takes minutes on a loaded machine.
-pytestmark = pytest.mark.timeout(900)
+pytestmark = pytest.mark.timeout(1800)
 
 # A step like a real one: a table with an index and a grant in every tenant's schema.
 STEP = """
@@ -178,20 +179,8 @@ async def test_a_new_tenant_step_reaches_2000_tenants_one_transaction_each(db_se
 
 
 async def _served_while_upgrading(db_settings: Settings, owner: str) -> None:
-    runtime = provision.on_database(db_settings.runtime_dsn(), owner.rsplit("/", 1)[1])
-    if db_settings.listen_database_url is not None:  # through PgBouncer: the direct one, same database
-        runtime = provision.on_database(db_settings.listen_dsn(), owner.rsplit("/", 1)[1])
-    db = Database(
-        runtime,
-        min_size=0,
-        max_size=2,
-        statement_timeout_ms=5000,
-        acquire_seconds=10,
-        call_deadline=30,
-        create_tenants=False,
-    )
-    await db.open()
-    try:
+    runtime = provision.on_database(db_settings.listen_dsn(), owner.rsplit("/", 1)[1])  # direct, even with PgBouncer
+    async with open_database(runtime, max_size=2, create_tenants=False) as db:
         conn = await asyncpg.connect(owner)
         try:
             done, waiting = [
@@ -211,5 +200,3 @@ async def _served_while_upgrading(db_settings: Settings, owner: str) -> None:
         assert refused.value.details["retry_after"] == 30.0
         with pytest.raises(InvalidTenant):
             await db.tenant("never-made")
-    finally:
-        await db.close()

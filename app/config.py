@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Literal, Self
 from urllib.parse import urlsplit
@@ -13,7 +14,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 _DEFAULT_MIGRATIONS = Path(__file__).resolve().parent.parent / "sql" / "migrations"
 # Each tool set is served at its own MCP endpoint (ENGRAM_TOOL_SETS picks which), with its own audience.
-ENDPOINT_PATHS = {"native": "/mcp", "memory": "/mcp/memory", "neo4j": "/mcp/neo4j"}
+ENDPOINT_PATHS = {"native": "/mcp", "memory": "/mcp/memory", "neo4j": "/mcp/neo4j", "chatgpt": "/mcp/chatgpt"}
 
 
 def cache_dir() -> Path:
@@ -151,10 +152,16 @@ class Settings(BaseSettings):
     # tools
     tool_sets: CommaList = Field(
         default_factory=lambda: list(ENDPOINT_PATHS),
-        description="Endpoints served: native (/mcp), memory (/mcp/memory), neo4j (/mcp/neo4j).",
+        description="Endpoints served: native (/mcp), memory, neo4j and chatgpt (/mcp/memory, ...).",
     )
     neo4j_namespace: str = Field(
         "", max_length=40, pattern=r"^([A-Za-z0-9_]+-?)?$", description="Optional prefix of the neo4j tools' names."
+    )
+    disabled_tools: CommaList = Field(
+        default_factory=list, description="Tools not served, as set/tool: native/query_graph,memory/delete_entities."
+    )
+    tool_output_schemas: bool = Field(
+        False, description="List output schemas on the native endpoint too (the dialects always list theirs)."
     )
 
     # limits
@@ -266,6 +273,7 @@ class Settings(BaseSettings):
         "allowed_hosts",
         "allowed_origins",
         "tool_sets",
+        "disabled_tools",
         "tenant_fallback_claims",
         "oidc_audiences",
         "metrics_tenants",
@@ -278,8 +286,26 @@ class Settings(BaseSettings):
     def _check_tool_sets(cls, value: list[str]) -> list[str]:
         unknown = set(value) - set(ENDPOINT_PATHS)
         if unknown or not value:
-            raise ValueError("a comma-separated list of: native, memory, neo4j")
+            raise ValueError(f"a comma-separated list of: {', '.join(ENDPOINT_PATHS)}")
         return value
+
+    @field_validator("disabled_tools")
+    @classmethod
+    def _check_disabled_tools(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            tool_set, _, tool = entry.partition("/")
+            if tool_set not in ENDPOINT_PATHS or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", tool):
+                raise ValueError(f"{entry[:80]!r}: entries are SET/TOOL, SET one of {', '.join(ENDPOINT_PATHS)}")
+        return value
+
+    @property
+    def console_served(self) -> bool:
+        """Whether /console serves its pages (it needs the built-in authorization server)."""
+        return self.console and self.auth_mode != "oidc"
+
+    def disabled_in(self, tool_set: str) -> frozenset[str]:
+        """The tools of `tool_set` that ENGRAM_DISABLED_TOOLS names (the neo4j ones without namespace)."""
+        return frozenset(e.partition("/")[2] for e in self.disabled_tools if e.partition("/")[0] == tool_set)
 
     @field_validator("public_url", "oidc_issuer", "oidc_jwks_url", "documentation_url", "embedding_base_url")
     @classmethod

@@ -13,7 +13,8 @@ from starlette.routing import Route
 from app.observability.context import deadline
 from app.services.indexing import Indexer
 from app.store import migrate
-from app.store.database import Database, Unavailable, wrong_settings
+from app.store.database import Database, wrong_settings
+from app.store.errors import Unavailable
 
 logger = logging.getLogger("engram")
 

@@ -1,14 +1,14 @@
 """The server's start-up and shutdown around serving requests: the pool opened (waiting for a
 database that is still starting) and closed, the schema checked, the metrics port, the built-in
 authorization server and the embedding model started and stopped, and the background tasks
-(usage counts written, the database watched)."""
+(usage counts written, the database watched, the event loop's lag measured)."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 from wsgiref.simple_server import WSGIServer
@@ -22,10 +22,12 @@ from starlette.applications import Starlette
 
 from app.authserver.server import AuthServer
 from app.config import Settings
+from app.embeddings.embedder import Embedder
 from app.errors import EngramError
 from app.health import readiness
 from app.observability import metrics, tracing
 from app.observability.context import deadline
+from app.observability.loop_lag import probe_lag
 from app.observability.usage import Usage
 from app.services.indexing import Indexer
 from app.services.live import Live
@@ -86,6 +88,7 @@ class Lifespan:
             await db.close()
             raise  # a schema this code does not know: refuse to serve
         _watch_pool(db)
+        watch_breaker(self._indexer.embedder)
         self._metrics_server = _serve_metrics(settings.metrics_port, settings.host)
         if settings.otlp_endpoint:
             self._tracing = tracing.start(
@@ -114,6 +117,7 @@ class Lifespan:
                 self._usage.flush_every(settings.usage_flush_seconds, functools.partial(_add_usage, db))
             ),
             asyncio.create_task(_watch_database(db)),
+            asyncio.create_task(probe_lag()),
         ]
 
     async def _stop(self) -> None:
@@ -155,6 +159,17 @@ def _watch_pool(db: Database) -> None:
     metrics.DB_POOL.labels("in_use").set_function(lambda: db.pool.get_size() - db.pool.get_idle_size())
     metrics.DB_POOL.labels("waiting").set_function(lambda: db.waiting)
     metrics.DB_POOL.labels("max").set_function(lambda: db.pool.get_max_size())
+
+
+def watch_breaker(embedder: Embedder | None) -> None:
+    """engram_embedding_breaker_state, read at each scrape (a pause ends by the clock, not by a call)."""
+
+    def is_in(state: str) -> Callable[[], float]:
+        return lambda: float((embedder.breaker if embedder else "closed") == state)
+
+    for state in metrics.BREAKER_STATES:
+        metrics.EMBED_BREAKER.labels(state).set_function(is_in(state))
+    metrics.EMBED_BREAKER_FAILURES.set_function(lambda: embedder.failures if embedder else 0)
 
 
 def _serve_metrics(port: int, host: str) -> WSGIServer | None:

@@ -26,24 +26,26 @@ from app.admin_routes import AdminRoutes
 from app.auth_mode import authorization_server, token_verifier
 from app.config import Settings
 from app.console import console_routes
+from app.home import home_routes
 from app.lifespan import Lifespan
 from app.mcp.http_guard import HttpGuard, OutageAnswers
 from app.mcp.live import SessionStreams
 from app.mcp.scope_guard import ScopeGuard
 from app.mcp.server import Endpoint, build_endpoints
 from app.observability import metrics
-from app.observability.logging import RequestLog
+from app.observability.logging import FIXED_ROUTES, RequestLog
 from app.observability.usage import Usage
 from app.services import Services
 from app.services.fairness import fairness_from_settings
 from app.services.indexing import Indexer
 from app.store.database import Database
-from app.version import VERSION
+from app.version import REVISION, VERSION
 
 RESOURCE_NAMES = {
     "native": "Engram memory",
     "memory": "Engram memory (server-memory tools)",
     "neo4j": "Engram memory (neo4j-memory tools)",
+    "chatgpt": "Engram memory (search and fetch)",
 }
 
 
@@ -66,6 +68,11 @@ def create_app(settings: Settings) -> Starlette:
         # A token for any served endpoint (the first one's metadata named in challenges).
         *AdminRoutes(settings, services.transfer, verifier, _metadata_url(endpoints[0].url)).routes(),
         *console_routes(settings, services, auth, verifier),
+        *home_routes(
+            settings.base_url,
+            {e.tool_set: e.url for e in endpoints},
+            f"{settings.base_url}/console" if settings.console and auth is not None else None,
+        ),
         *(Route(e.path, _mcp_endpoint(settings, e)) for e in endpoints),
     ]
     servers = [e.mcp for e in endpoints]
@@ -74,7 +81,7 @@ def create_app(settings: Settings) -> Starlette:
     )
     app = Starlette(routes=routes, lifespan=lifespan, middleware=_middleware(settings, endpoints))
     app.state.accepting = False  # until the lifespan has started everything
-    metrics.set_build_info(VERSION)
+    metrics.set_build_info(VERSION, REVISION)
     return app
 
 
@@ -143,7 +150,8 @@ def _middleware(settings: Settings, endpoints: Sequence[Endpoint]) -> list[Middl
         failure_rate=settings.auth_failure_rate,
         failure_burst=settings.auth_failure_burst,
     )
-    return [Middleware(RequestLog), Middleware(OutageAnswers), guard]
+    fixed = FIXED_ROUTES | {e.path for e in endpoints}  # labelled so even when refused before routing
+    return [Middleware(RequestLog, fixed=fixed), Middleware(OutageAnswers), guard]
 
 
 async def metrics_page(request: Request) -> Response:

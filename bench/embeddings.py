@@ -199,7 +199,7 @@ def installed(name: str) -> tuple[float, list[str]]:
     from packaging.requirements import Requirement
 
     own = {_key(n) for n in NEEDS["local"]}
-    core = [r.name for r in map(Requirement, metadata.requires("engram-mcp") or []) if r.marker is None]
+    core = [r.name for r in map(Requirement, metadata.requires("engram-graph") or []) if r.marker is None]
     rest = set(closure(n for n in core if _key(n) not in own))
     sizes = {n: size for n, size in closure(NEEDS[name]).items() if n not in rest}
     largest = [f"{n} {sizes[n] / 1e6:.0f}" for n in sorted(sizes, key=sizes.__getitem__, reverse=True)[:5]]

@@ -220,7 +220,7 @@ async def _generate(db: Database, shape: Shape, say: Any) -> Generated:
         pairs = []
         for e in items:
             count = min(int(rng.expovariate(1 / 3)), 40)
-            pairs += [(e.id, _observation(rng, k)) for k in range(count)]
+            pairs += [entities.NewFact(e.id, _observation(rng, k)) for k in range(count)]
         async with db.transaction(tenant) as tx:
             await entities.insert(tx, items, ACTOR)
             added = await entities.add_observations(tx, pairs, ACTOR)

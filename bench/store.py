@@ -292,7 +292,7 @@ async def _upserts(b: Bench) -> list[Case]:
         async with raw.conn.transaction():
             await entities.insert(raw, new, "bench")
             added = await entities.add_observations(
-                raw, [(n.id, o) for n in new for o in ("first fact", "second fact")], "bench"
+                raw, [entities.NewFact(n.id, o) for n in new for o in ("first fact", "second fact")], "bench"
             )
             events = [Event(n.id, "created", {"name": n.name, "type": n.type}) for n in new]
             events += [Event(eid, "observations_added", {"observations": t}) for eid, t in added.items()]

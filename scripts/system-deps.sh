@@ -7,6 +7,7 @@ packages=(
   buildah      # builds the app image without a daemon (tests/test_image.py)
   prometheus   # Prometheus and promtool: metrics, alert rules and dashboard tests
   chromium     # a real browser for the page tests (driven by Playwright; no browser download)
+  npm          # the console's browser libraries from the npm registry (make console-assets)
 )
 # PgBouncer 1.21+ (max_prepared_statements) for the tests through a transaction pooler: Debian trixie's,
 # from the host when it ships one that new, else inside the local database's trixie root

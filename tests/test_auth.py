@@ -119,5 +119,5 @@ async def test_read_scope_cannot_write(server, tenant):
     async with connect(server.url, read_only) as c:
         assert error_code(await c.call_tool("get_entity", {"name": "x"})) == "not_found"  # reads work; nothing written
         listed = {t.name: t for t in (await c.list_tools()).tools}
-    assert listed["upsert_entities"].meta == {"engram/requiredScope": "memory:write"}
-    assert listed["get_entity"].meta == {"engram/requiredScope": "memory:read"}
+    # A read-only token is shown only the tools it may call (the write tools answer 403, above).
+    assert "get_entity" in listed and "upsert_entities" not in listed

@@ -222,7 +222,7 @@ def test_rendered_rules_alert_for_their_own_release_only(tmp_path: Path) -> None
     """Two releases in two namespaces, both down: each PrometheusRule speaks for its own."""
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump({"groups": _rule_groups("noingress-nobundled-monitoring-nohpa")}))
-    runbook = "https://engram.example.com/docs/operations.md#engramdown"
+    runbook = "https://github.com/engram-graph/engram-graph/blob/main/docs/operations.md#engramdown"
     down = {
         "summary": "Engram instance a is not being scraped",
         "description": (
@@ -275,22 +275,23 @@ def _slug(heading: str) -> str:
 
 
 def test_every_alert_links_to_its_runbook_section() -> None:
+    """By default to the project's own docs/operations.md; the chart to where the operator publishes it."""
     rules = [rule for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]]
     anchors = {_slug(line.lstrip("#")) for line in OPERATIONS.read_text().splitlines() if line.startswith("#")}
+    rules = [rule for rule in rules if "alert" in rule]  # recording rules have no runbook
     for rule in rules:
         url = rule["annotations"]["runbook_url"]
         base, _, anchor = url.partition("#")
-        assert base == "https://engram.example.com/docs/operations.md", rule["alert"]
+        assert base == "https://github.com/engram-graph/engram-graph/blob/main/docs/operations.md", rule["alert"]
         assert anchor == rule["alert"].lower() and anchor in anchors, f"{rule['alert']}: no section #{anchor}"
         assert rule["labels"]["severity"] in {"critical", "warning"}
     # The chart points them where the operator publishes the runbook.
     base = VALUE_SETS["httproute"]["metrics"]["prometheusRule"]["runbookBaseUrl"]
     for group in _rule_groups("httproute"):
         for rule in group["rules"]:
-            assert rule["annotations"]["runbook_url"] == f"{base}#{rule['alert'].lower()}"
+            if "alert" in rule:
+                assert rule["annotations"]["runbook_url"] == f"{base}#{rule['alert'].lower()}"
     assert 'namespace="memory", job="engram-pods"' in _rule_groups("httproute")[0]["rules"][0]["expr"]
-    assert "runbook links point at a placeholder" not in rendered("httproute").notes
-    assert "runbook links point at a placeholder" in rendered("noingress-nobundled-monitoring-nohpa").notes
 
 
 def test_notes_warn_when_alerts_select_series_nothing_scrapes() -> None:
@@ -317,19 +318,68 @@ def _groupings(expr: str) -> list[set[str] | None]:
 def test_alerts_never_aggregate_across_deployments() -> None:
     for group in yaml.safe_load(RULES.read_text())["groups"]:
         for rule in group["rules"]:
-            expr = rule["expr"]
+            expr, name = rule["expr"], rule.get("alert") or rule["record"]
             if "absent(" in expr:  # absence is of the whole selector: nothing to group
                 continue
             for grouping in _groupings(expr):
-                assert grouping is not None and {"namespace", "job"} <= grouping, (rule["alert"], expr)
-            assert 'job=~".*engram.*"' in expr, rule["alert"]
+                assert grouping is not None and {"namespace", "job"} <= grouping, (name, expr)
+            assert 'job=~".*engram.*"' in expr, name
 
 
-def test_error_ratio_leaves_out_probes_and_scrapes() -> None:
-    rules = {r["alert"]: r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
-    expr = rules["EngramHighErrorRatio"]["expr"]
-    selectors = re.findall(r"engram_http_requests_total\{([^}]*)\}", expr)
-    assert selectors and all('route!~"/healthz|/readyz|/metrics"' in s for s in selectors)
+def _slo_rules() -> dict[str, dict[str, Any]]:
+    (group,) = [g for g in yaml.safe_load(RULES.read_text())["groups"] if g["name"] == "engram-slo"]
+    return {r.get("alert") or r["record"]: r for r in group["rules"]}
+
+
+def test_availability_leaves_out_probes_and_scrapes() -> None:
+    for name, rule in _slo_rules().items():
+        if name.startswith("engram:slo_availability"):
+            selectors = re.findall(r"engram_http_requests_total\{([^}]*)\}", rule["expr"])
+            assert selectors and all('route!~"/healthz|/readyz|/metrics"' in s for s in selectors), name
+
+
+def test_every_window_records_the_same_ratio() -> None:
+    """The seven windows of each objective differ in their window alone, and each burn-rate alert
+    pairs a long window with one a twelfth as long, at the workbook's burn rates."""
+    rules = _slo_rules()
+    windows = ["5m", "30m", "1h", "2h", "6h", "1d", "3d"]
+    for sli in ("availability", "latency"):
+        first = rules[f"engram:slo_{sli}_errors:ratio_rate5m"]["expr"]
+        for window in windows:
+            assert rules[f"engram:slo_{sli}_errors:ratio_rate{window}"]["expr"] == first.replace("[5m]", f"[{window}]")
+    pairs = {
+        "EngramErrorBudgetBurn": ("availability", "0.999", [("1h", "5m", "14.4"), ("6h", "30m", "6")]),
+        "EngramErrorBudgetBurnSlow": ("availability", "0.999", [("1d", "2h", "3"), ("3d", "6h", "1")]),
+        "EngramLatencyBudgetBurn": ("latency", "0.99", [("1h", "5m", "14.4"), ("6h", "30m", "6")]),
+        "EngramLatencyBudgetBurnSlow": ("latency", "0.99", [("1d", "2h", "3"), ("3d", "6h", "1")]),
+    }
+    for alert, (sli, objective, windows_) in pairs.items():
+        found = re.findall(
+            rf"engram:slo_{sli}_errors:ratio_rate(\w+)\{{[^}}]*\}} > \(([\d.]+) \* \(1 - ([\d.]+)\)\)",
+            rules[alert]["expr"],
+        )
+        expected = [(w, factor, objective) for long, short, factor in windows_ for w in (long, short)]
+        assert found == expected, alert
+
+
+def test_the_chart_sets_the_objectives(tmp_path: Path) -> None:
+    values = _merge(
+        VALUE_SETS["noingress-nobundled-monitoring-nohpa"],
+        {"metrics": {"prometheusRule": {"objectives": {"availability": 0.99, "latency": 0.999}}}},
+    )
+    groups = render(values).one("PrometheusRule")["spec"]["groups"]
+    rules = {r.get("alert"): r["expr"] for g in groups for r in g["rules"]}
+    assert "(1.0 - 0.99)" in rules["EngramErrorBudgetBurn"] and "0.999" not in rules["EngramErrorBudgetBurn"]
+    assert (
+        "(1.0 - 0.999)" in rules["EngramLatencyBudgetBurn"] and "(1.0 - 0.99)" not in rules["EngramLatencyBudgetBurn"]
+    )
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": groups}))
+    result = subprocess.run([_promtool(), "check", "rules", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for refused in ({"availability": 1}, {"latency": "99%"}, {"other": 0.9}):
+        with pytest.raises(helm.HelmError):
+            render(_merge(values, {"metrics": {"prometheusRule": {"objectives": refused}}}))
 
 
 # --- dashboard ---------------------------------------------------------------------------------

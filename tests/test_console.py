@@ -816,15 +816,19 @@ async def test_a_person_tends_memory_in_chromium(builtin, acme):
         await hit.get_by_role("link", name="Ada Lovelace").click()
         await page.wait_for_url(f"**/console/entity/{acme.ids['Ada Lovelace']}")
         assert await page.locator("#entity-name").inner_text() == "Ada Lovelace"
+        assert not await page.get_by_label("New observation").is_visible()  # forms wait behind "Edit" controls
+        await page.get_by_text("Add an observation").click()
         await page.get_by_label("New observation").fill("Translated Menabrea's paper")
         await page.get_by_role("button", name="Add observation").click()
         assert await page.locator("#flash").inner_text() == "Observation added."
         assert "Translated Menabrea's paper" in await page.locator("#observations").inner_text()
         assert "added by you" in await page.locator("#observations").inner_text()
+        await page.get_by_text("Edit fields").click()
         await page.get_by_label("Description").fill("Mathematician and writer")
         await page.get_by_role("button", name="Save changes").click()
         assert await page.locator("#flash").inner_text() == "Saved."
         assert await page.locator("#description").inner_text() == "Mathematician and writer"
+        await page.get_by_text("Connect to another entity").click()
         await page.get_by_label("Relation", exact=True).fill("corresponded with")
         await page.get_by_label("Other entity (name or id)").fill("Charles Babbage")
         await page.get_by_role("button", name="Connect", exact=True).click()
@@ -1010,12 +1014,14 @@ async def test_a_person_merges_duplicates_and_ends_a_fact_in_chromium(builtin):
         assert await page.locator("#entity-name").inner_text() == "Grace Hopper"
 
         # Another alias, by hand.
+        await page.get_by_text("Add an alias").click()
         await page.get_by_label("New alias").fill("Amazing Grace")
         await page.get_by_role("button", name="Add alias").click()
         assert await page.locator("#flash").inner_text() == "Alias Amazing Grace added."
         assert "Amazing Grace" in await page.locator("#aliases").inner_text()
 
         # A fact that stopped being true: ended with a reason, gone from the default view.
+        await page.get_by_label("Edit observation: Lives in Arlington").click()  # its forms open
         await page.get_by_label("Why it ended: Lives in Arlington").fill("moved away")
         await page.get_by_role("button", name="End observation: Lives in Arlington").click()
         assert await page.locator("#flash").inner_text() == "Observation ended."
@@ -1026,6 +1032,7 @@ async def test_a_person_merges_duplicates_and_ends_a_fact_in_chromium(builtin):
         await page.screenshot(path=ARTIFACTS / "merged.png", full_page=True)
 
         # The page as of a moment before that end: the fact held then, and nothing can be edited.
+        await page.get_by_text("Another moment…").click()
         await page.get_by_label("As of (UTC)").fill("2000-01-01T00:00")
         await page.get_by_role("button", name="Show as of").click()
         await page.wait_for_url(re.compile(r"as_of=2000-01-01T00"))

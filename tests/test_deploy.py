@@ -775,11 +775,14 @@ def expected_rules(name: str) -> dict[str, Any]:
     selector = rule_values.get("selector") or f'namespace="{NAMESPACE}", job="engram"'
     text = (CHART / "files/prometheus-rules.yaml").read_text().replace('job=~".*engram.*"', selector)
     if base := rule_values.get("runbookBaseUrl"):
-        text = text.replace(RUNBOOK_PLACEHOLDER, base)
+        text = text.replace(RUNBOOK_DEFAULT, base)
+    objectives = {"availability": 0.999, "latency": 0.99} | rule_values.get("objectives", {})
+    text = text.replace("(1 - 0.99)", f"(1.0 - {objectives['latency']})")
+    text = text.replace("(1 - 0.999)", f"(1.0 - {objectives['availability']})")
     return yaml.safe_load(text)
 
 
-RUNBOOK_PLACEHOLDER = "https://engram.example.com/docs/operations.md"
+RUNBOOK_DEFAULT = "https://github.com/engram-graph/engram-graph/blob/main/docs/operations.md"
 
 
 @pytest.mark.parametrize("name", VALUE_SETS)
@@ -1186,7 +1189,7 @@ def test_dashboard_queries_parse(tmp_path: Path) -> None:
 def test_tool_sets_choose_the_endpoints_the_notes_list() -> None:
     """config.toolSets becomes ENGRAM_TOOL_SETS; NOTES lists the served endpoints and their metadata."""
     default = rendered("defaults")
-    assert default.one("ConfigMap", "engram")["data"]["ENGRAM_TOOL_SETS"] == "native,memory,neo4j"
+    assert default.one("ConfigMap", "engram")["data"]["ENGRAM_TOOL_SETS"] == "native,memory,neo4j,chatgpt"
     assert "ENGRAM_NEO4J_NAMESPACE" not in default.one("ConfigMap", "engram")["data"]
     for path in ENDPOINT_PATHS.values():
         assert re.search(rf"/{path.lstrip('/')}\s", default.notes), path

@@ -4,6 +4,7 @@ local model's vectors (and fails on request)."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import math
 import subprocess
@@ -18,6 +19,8 @@ from app.embeddings.local import LocalModel, batches
 from app.embeddings.openai_compat import OpenAICompatible
 from app.embeddings.provider import EmbeddingError, InputRejected
 from app.embeddings.torch_model import SentenceTransformersModel
+from app.lifespan import watch_breaker
+from app.observability import metrics
 from tests.conftest import ROOT
 from tests.minilm_reference import REFERENCE, texts
 
@@ -290,15 +293,30 @@ async def test_embedder_pauses_a_failing_provider(embedding_server):
     provider = openai_provider(embedding_server.url, max_retries=0)
     await provider.start()
     embedder = Embedder(provider, cache_size=10)
+    watch_breaker(embedder)  # the metric reads the breaker at each scrape
+
+    def state() -> str:
+        sample = metrics.REGISTRY.get_sample_value
+        gauge = {s: sample("engram_embedding_breaker_state", {"state": s}) for s in metrics.BREAKER_STATES}
+        assert gauge[embedder.breaker] == 1 and sum(v or 0 for v in gauge.values()) == 1
+        return embedder.breaker
+
     try:
+        assert state() == "closed"
         embedding_server.down = True
         with pytest.raises(EmbeddingError):
             await embedder.embed(["first"], scope="t")
         assert not embedder.healthy and embedder.seconds_until_retry() > 0
+        assert state() == "open" and metrics.REGISTRY.get_sample_value("engram_embedding_breaker_failures") == 1
         asked = len(embedding_server.requests)
         with pytest.raises(ProviderDown):  # fails at once: no request sent during the pause
             await embedder.embed(["second"], scope="t")
         assert len(embedding_server.requests) == asked
+        await asyncio.sleep(embedder.seconds_until_retry() + 0.05)  # the first pause is 1 s
+        assert state() == "half_open"  # the next call tries the provider
+        embedding_server.down = False
+        assert len(await embedder.embed(["third"], scope="t")) == 1
+        assert state() == "closed" and metrics.REGISTRY.get_sample_value("engram_embedding_breaker_failures") == 0
     finally:
         await provider.close()
 

@@ -19,6 +19,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from app.auth.principal import ADMIN, READ, WRITE
 from app.config import ENDPOINT_PATHS, Settings
 from app.mcp.server import build_endpoints
 from app.observability.usage import Usage
@@ -42,6 +43,7 @@ SHARED = {
 }
 MEMORY = SHARED | {"search_nodes", "open_nodes"}
 NEO4J = SHARED | {"search_memories", "find_memories_by_name"}
+CHATGPT = {"search", "fetch"}  # ChatGPT's two; its `search` is not the native one
 INITIALIZE = {
     "jsonrpc": "2.0",
     "id": 1,
@@ -81,10 +83,10 @@ def challenge_names(response: httpx2.Response, metadata: str) -> bool:
 
 
 async def test_each_endpoint_lists_exactly_its_tools_and_names_only_them(server, tenant):
-    expected = {"native": native_tools(), "memory": MEMORY, "neo4j": NEO4J}
+    expected = {"native": native_tools(), "memory": MEMORY, "neo4j": NEO4J, "chatgpt": CHATGPT}
     assert not expected["native"] & (MEMORY | NEO4J)
     for tool_set, tools in expected.items():
-        async with server.at(tool_set).client(tenant) as c:
+        async with server.at(tool_set).client(tenant, (READ, WRITE, ADMIN)) as c:  # every tool listed
             listed = {t.name for t in (await c.list_tools()).tools}
             assert listed == tools, tool_set
             others = set().union(*(t for s, t in expected.items() if s != tool_set)) - tools
@@ -93,7 +95,7 @@ async def test_each_endpoint_lists_exactly_its_tools_and_names_only_them(server,
             assert named and named <= tools, (tool_set, named - tools)
             resources = {r.uri for r in (await c.list_resources()).resources}
             prompts = {p.name for p in (await c.list_prompts()).prompts}
-        assert resources == ({"memory://knowledge-graph"} if tool_set != "neo4j" else set()), tool_set
+        assert resources == ({"memory://knowledge-graph"} if tool_set in ("native", "memory") else set()), tool_set
         assert prompts == ({"use_memory"} if tool_set == "native" else set()), tool_set
 
 

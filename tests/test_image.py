@@ -193,6 +193,10 @@ def test_image_metadata(image: Image) -> None:
     labels = config["Labels"]
     assert labels["org.opencontainers.image.revision"] == "test-build"
     assert labels["org.opencontainers.image.version"] and labels["org.opencontainers.image.licenses"] == "Apache-2.0"
+    server = json.loads((ROOT / "server.json").read_text())
+    assert labels["io.modelcontextprotocol.server.name"] == server["name"]  # the MCP Registry's ownership proof
+    assert labels["org.opencontainers.image.source"] == server["repository"]["url"]
+    assert image.env["ENGRAM_REVISION"] == "test-build"  # the build_info metric's revision
     assert image.env["ENGRAM_HOST"] == "0.0.0.0"  # noqa: S104 (inside the container)
 
 

@@ -95,6 +95,16 @@ def test_the_console_does_not_reach_the_store_or_the_driver() -> None:
     assert not _violations("app.console", ("asyncpg",)), "app/console/ must not use the database driver"
 
 
+def test_the_cli_administers_accounts_through_the_services() -> None:
+    """`engram user`, `member` and `revoke` change accounts, memberships and grants through the
+    account service the console uses (its rules, its events), never the account tables directly."""
+    assert "app.authserver.accounts" in import_graph()["app.cli"]
+    assert not _violations("app.cli", ("app.store.accounts",)), "app/cli.py must use app/authserver/accounts.py"
+    # Import and export run the transfer service; the CLI only builds its database (as the server does).
+    reached = {m for m in import_graph()["app.cli_transfer"] if _in(m, "app.store") or _in(m, "asyncpg")}
+    assert reached == {"app.store.database"}, "app/cli_transfer.py must run the services"
+
+
 def test_services_do_not_use_the_driver() -> None:
     assert not _violations("app.services", ("asyncpg",)), "services read typed rows, not the driver's records"
 

@@ -458,12 +458,12 @@ async def test_another_tenants_names_are_never_read_changed_or_linked(client_for
 async def test_invalid_input_is_refused_before_anything_is_saved(client_for, tenant):
     async with client_for(tenant) as c:
         bad_calls = [
-            ("create_entities", {"entities": [entity("x" * 201)]}),
+            ("create_entities", {"entities": [entity("x" * 501)]}),
             ("create_entities", {"entities": [entity("ok"), {"name": "no observations", "entityType": "t"}]}),
             ("create_entities", {"entities": [{**entity("ok"), "extra": 1}]}),
             ("create_entities", {"entities": [entity("ok"), entity("")]}),
             ("create_entities", {"entities": [entity(f"n{i}") for i in range(101)]}),
-            ("create_entities", {"entities": [entity("ok", "t", "o" * 4001)]}),
+            ("create_entities", {"entities": [entity("ok", "t", "o" * 16_001)]}),
             ("create_relations", {"relations": [{"source": "a", "target": "b", "relationType": "r"}]}),
             ("add_observations", {"observations": [{"entityName": "ok", "observations": ["x"]}]}),
             ("open_nodes", {"names": "ok"}),
@@ -474,18 +474,22 @@ async def test_invalid_input_is_refused_before_anything_is_saved(client_for, ten
         assert ok(await c.call_tool("read_graph", {})) == {"entities": [], "relations": []}
 
 
-async def test_names_types_and_observations_are_trimmed_as_everywhere_in_engram(client_for, tenant):
+async def test_names_types_and_observations_are_kept_byte_for_byte_as_the_reference_keeps_them(client_for, tenant):
+    """Fix of an earlier rule: nothing is trimmed, so " Ada " and "Ada" are two entities, as in the reference."""
     async with client_for(tenant) as c:
         created = ok(await c.call_tool("create_entities", {"entities": [entity("  Ada ", " person", "fact  ")]}))
-        assert created == {"entities": [entity("Ada", "person", "fact")]}
-        ok(await c.call_tool("create_entities", {"entities": [entity("Acme")]}))
-        assert ok(await c.call_tool("create_relations", {"relations": [rel(" Ada", "Acme ", " works at ")]})) == {
-            "relations": [rel("Ada", "Acme", "works at")]
+        assert created == {"entities": [entity("  Ada ", " person", "fact  ")]}
+        ok(await c.call_tool("create_entities", {"entities": [entity("Acme"), entity("Ada")]}))
+        assert ok(await c.call_tool("create_relations", {"relations": [rel("  Ada ", "Acme", " works at ")]})) == {
+            "relations": [rel("  Ada ", "Acme", " works at ")]
         }
-        assert await open_nodes(c, " Ada ") == {
-            "entities": [entity("Ada", "person", "fact")],
-            "relations": [rel("Ada", "Acme", "works at")],
+        assert await open_nodes(c, "  Ada ") == {
+            "entities": [entity("  Ada ", " person", "fact  ")],
+            "relations": [rel("  Ada ", "Acme", " works at ")],
         }
+        assert error_code(await c.call_tool("create_relations", {"relations": [rel(" Ada", "Acme", "x")]})) == (
+            "not_found"
+        )
 
 
 async def test_a_read_only_token_cannot_write(client_for, tenant):

@@ -108,9 +108,12 @@ def test_metrics_exposition_passes_promtool(observed):
 @needs_prometheus
 def test_alert_rules_check_and_unit_tests():
     checked = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True, text=True)
-    assert checked.returncode == 0 and "SUCCESS: 10 rules found" in checked.stdout, checked.stdout + checked.stderr
+    assert checked.returncode == 0 and "SUCCESS: 26 rules found" in checked.stdout, checked.stdout + checked.stderr
     tested = subprocess.run(
-        [PROMTOOL, "test", "rules", "alerts_test.yaml"], cwd=ROOT / "tests", capture_output=True, text=True
+        [PROMTOOL, "test", "rules", "alerts_test.yaml", "slo_test.yaml"],
+        cwd=ROOT / "tests",
+        capture_output=True,
+        text=True,
     )
     assert tested.returncode == 0, tested.stdout + tested.stderr
 
@@ -163,6 +166,10 @@ async def test_real_prometheus_scrapes_tool_metrics_and_dashboard_panels_have_da
         assert _wait_for(api, 'engram_auth_failures_total{reason="missing"}')
         assert _wait_for(api, 'engram_db_query_duration_seconds_count{operation="entities.resolve"}')
         assert not _query(api, '{__name__=~"engram_.*", tenant!=""}')  # no tenant labels unless allow-listed
+        # The objectives' ratios are recorded from the real exposition (its le="1.0" included).
+        for sli in ("availability", "latency"):
+            (ratio,) = _wait_for(api, f'engram:slo_{sli}_errors:ratio_rate5m{{job="engram"}}')
+            assert 0 <= float(ratio["value"][1]) <= 1, ratio
 
         await asyncio.sleep(2.5)  # rate() needs two samples in its window
         dashboard = orjson.loads(DASHBOARD.read_bytes())
@@ -177,8 +184,9 @@ async def test_real_prometheus_scrapes_tool_metrics_and_dashboard_panels_have_da
                 for name, value in variables.items():
                     expr = expr.replace(f"${name}", value)
                 assert _wait_for(api, expr, 30), (panel["title"], expr)
-        rules = httpx2.get(f"{api}/api/v1/rules", timeout=10).json()["data"]["groups"][0]["rules"]
-        assert {r["name"] for r in rules} >= {"EngramHighErrorRatio", "EngramDatabaseUnreachable"}
+        groups = httpx2.get(f"{api}/api/v1/rules", timeout=10).json()["data"]["groups"]
+        rules = [r for g in groups for r in g["rules"]]
+        assert {r["name"] for r in rules} >= {"EngramErrorBudgetBurn", "EngramDatabaseUnreachable"}
         assert all(r["health"] == "ok" for r in rules), rules
     finally:
         prometheus.terminate()

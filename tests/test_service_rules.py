@@ -12,11 +12,12 @@ import pytest
 from app.errors import EngramError
 from app.services import models
 from app.services.cursors import Cursors
-from app.services.entities import _apply, _fold, hash_filters
+from app.services.entities import _fold, hash_filters
 from app.services.filters import EntityFilters, SearchFilters
 from app.services.refs import choose
 from app.services.search import Query, Search
 from app.services.shapes import summary
+from app.services.writer import apply
 from app.store import entities
 from app.store.entities import Candidate, EntityRow
 from app.store.rankings import Ranked
@@ -100,10 +101,10 @@ def test_a_batch_folds_by_name_later_fields_win_properties_merge_observations_co
         models.EntityIn(name="Bob", type="person"),
         models.EntityIn(name="Ada", type="mathematician", observations=["b", "c"], properties={"y": 2}),
     ]
-    folded = _fold(items)
+    folded = _fold(items, "a client")
     assert [m.name for m in folded] == ["Ada", "Bob"]
     assert folded[0].fields == {"type": "mathematician", "properties": {"x": 1, "y": 2}}
-    assert list(folded[0].observations) == ["a", "b", "c"]  # in order, each once
+    assert [f.text for f in folded[0].facts] == ["a", "b", "c"]  # in order, each once
 
 
 def test_a_folded_observation_keeps_the_interval_of_the_first_entry_that_gave_it() -> None:
@@ -118,13 +119,14 @@ def test_a_folded_observation_keeps_the_interval_of_the_first_entry_that_gave_it
             valid_until=datetime(2022, 1, 1, tzinfo=UTC),
         ),
     ]
-    (ada,) = _fold(items)
-    assert ada.observations == {"a": (early, None), "b": (early, None), "c": (late, datetime(2022, 1, 1, tzinfo=UTC))}
+    (ada,) = _fold(items, "a client")
+    intervals = {f.text: (f.provenance.valid_from, f.provenance.valid_until) for f in ada.facts}
+    assert intervals == {"a": (early, None), "b": (early, None), "c": (late, datetime(2022, 1, 1, tzinfo=UTC))}
 
 
 def test_applying_fields_merges_properties_and_reports_changes() -> None:
     stored = row("Ada", properties={"x": 1}, area="maths")
-    values, changes = _apply(stored, {"properties": {"y": 2}, "area": "maths", "topic": "logic"})
+    values, changes = apply(stored, {"properties": {"y": 2}, "area": "maths", "topic": "logic"})
     assert values["properties"] == {"x": 1, "y": 2}
     assert changes == {"properties": [{"x": 1}, {"x": 1, "y": 2}], "topic": [None, "logic"]}
     assert set(values) == set(entities.FIELDS)

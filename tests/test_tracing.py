@@ -81,6 +81,7 @@ async def test_a_tool_call_is_one_trace_from_the_sdk_span_to_the_store_queries(d
             ENGRAM_LOG_LEVEL="INFO",
             ENGRAM_OTLP_ENDPOINT=f"http://127.0.0.1:{collector.port}",
             OTEL_BSP_SCHEDULE_DELAY="100",  # send batches every 0.1 s
+            OTEL_RESOURCE_ATTRIBUTES="deployment.environment.name=test",  # the SDK's own detection reads it
         )
         process = start_server(env, stdout=out)
         try:
@@ -99,7 +100,8 @@ async def test_a_tool_call_is_one_trace_from_the_sdk_span_to_the_store_queries(d
             process.wait(timeout=30)
 
     call = call_span()
-    assert call is not None and call["service"]["service.name"] == "engram"
+    assert call is not None and call["service"]["service.name"] == "engram"  # no OTEL_SERVICE_NAME: the default
+    assert call["service"]["deployment.environment.name"] == "test"
     queries = _children(collector, call)
     # Named as the query-duration metric's operations: store module and function (relations.detail, ...).
     assert queries and all(find_spec(f"app.store.{q['name'].split('.')[0]}") for q in queries), queries

@@ -385,9 +385,9 @@ async def test_malformed_and_hostile_lines_are_refused_by_line(server: Server, t
         b"not json",  # 2
         b"[1, 2]",  # 3
         {"type": "entity", "name": "nul\u0000", "entityType": "t", "observations": []},  # 4
-        {"type": "entity", "name": "x" * 201, "entityType": "t", "observations": []},  # 5
+        {"type": "entity", "name": "x" * 501, "entityType": "t", "observations": []},  # 5
         b'{"type":"entity","name":"\\ud800","entityType":"t","observations":[]}',  # 6 lone surrogate
-        {"type": "entity", "name": "Obs", "entityType": "t", "observations": ["a" * 4001]},  # 7
+        {"type": "entity", "name": "Obs", "entityType": "t", "observations": ["a" * 16_001]},  # 7
         {"type": "entity", "name": "Many", "entityType": "t", "observations": ["o"] * 10_001},  # 8
         {"type": "unknown"},  # 9
         {"type": "entity", "name": "NoType", "observations": []},  # 10
@@ -402,7 +402,7 @@ async def test_malformed_and_hostile_lines_are_refused_by_line(server: Server, t
     refused = {r["line"]: (r["code"], r["reason"]) for r in done["refused"]}
     assert set(refused) == {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14}
     assert refused[11][0] == "dangling" and all(code == "invalid" for line, (code, _) in refused.items() if line != 11)
-    assert "NUL" in refused[4][1] and "200" in refused[5][1] and "4000" in refused[7][1] and "10000" in refused[8][1]
+    assert "NUL" in refused[4][1] and "500" in refused[5][1] and "16000" in refused[7][1] and "10000" in refused[8][1]
     assert done["entities"]["created"] == 2 and done["relations"]["created"] == 1 and done["invalid"] == 11
 
     # The engram format bounds every field as the tools do.
@@ -614,3 +614,127 @@ def test_progress_is_a_bar_on_a_terminal_and_lines_otherwise(server: Server, ten
     os.close(leader)
     assert process.returncode == 0
     assert b"\rentities  [" in shown and b"] 3,000/3,000 lines" in shown and b"ETA" in shown
+
+
+# --- a server-memory file kept whole ------------------------------------------------------------
+
+# Names the reference keeps apart, byte for byte: case, surrounding spaces, NFC and NFD, astral
+# characters, a name longer than the native tools' bound; observations empty and long.
+EDGE_NAMES = [
+    "Dana Whitfield",
+    " Dana Whitfield",
+    "Dana Whitfield ",
+    "dana whitfield",
+    "Zo\u00eb",  # NFC
+    "Zoe\u0308",  # NFD: another name
+    "\U0001d538lpha \U0001f680",
+    "N" * 203,
+]
+
+
+async def test_a_reference_file_with_edge_cases_comes_back_whole_through_the_drop_in_endpoint(
+    server: Server, tenant: str, tmp_path: Path
+) -> None:
+    """A file written by the real `@modelcontextprotocol/server-memory`, imported, reads back through
+    /mcp/memory as the reference answers: read_graph and open_nodes equal, except the documented
+    differences (an empty observation is left out and reported; a dangling relation is reported
+    and not stored)."""
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    from bench import reference
+
+    if reason := reference.missing(install=True):
+        pytest.skip(reason)
+    memory = tmp_path / "memory.jsonl"
+    params = StdioServerParameters(
+        command="node", args=[str(reference.reference_script())], env={"MEMORY_FILE_PATH": str(memory)}
+    )
+    long_fact = "a fact of five thousand characters " + "x" * 4965
+    entities = [
+        {"name": name, "entityType": "person" if i % 2 else " person ", "observations": [f"fact {i}", f" spaced {i} "]}
+        for i, name in enumerate(EDGE_NAMES)
+    ]
+    entities[0]["observations"] += ["", long_fact, "\U0001f9e0 astral"]
+    relations = [
+        {"from": a, "to": b, "relationType": t}
+        for a, b, t in [
+            (EDGE_NAMES[0], EDGE_NAMES[1], "differs from"),
+            (EDGE_NAMES[1], EDGE_NAMES[2], "differs from"),
+            (EDGE_NAMES[3], EDGE_NAMES[0], "lowercase of"),
+            (EDGE_NAMES[4], EDGE_NAMES[5], "composed of"),
+            (EDGE_NAMES[7], EDGE_NAMES[6], " knows "),
+        ]
+    ]
+    async with Client(params, mode="legacy") as c:
+        await c.call_tool("create_entities", {"entities": entities})
+        await c.call_tool("create_relations", {"relations": relations})
+        await c.call_tool(
+            "add_observations", {"observations": [{"entityName": EDGE_NAMES[2], "contents": ["", "later"]}]}
+        )
+        wanted_graph = (await c.call_tool("read_graph", {})).structured_content
+        wanted_open = (await c.call_tool("open_nodes", {"names": EDGE_NAMES[:3]})).structured_content
+    # A dangling relation, as versions of the reference that stored them wrote it.
+    with memory.open("ab") as f:
+        f.write(b'\n{"type":"relation","from":"Dana Whitfield","to":"Nobody","relationType":"knows"}')
+    assert wanted_graph is not None and wanted_open is not None
+
+    done = summary(server, tenant, memory)
+    assert done["entities"]["created"] == len(EDGE_NAMES) and done["entities"]["refused"] == 0
+    assert done["relations"]["created"] == len(relations)
+    assert done["skipped_because"]["empty observations"] == 2
+    assert done["refused"] == [
+        {"line": len(EDGE_NAMES) + len(relations) + 1, "code": "dangling", "reason": "no entity named 'Nobody'"}
+    ]
+
+    def kept(graph: dict[str, Any]) -> dict[str, Any]:
+        """The reference's answer without what Engram leaves out: empty observations."""
+        return {
+            "entities": sorted(
+                ({**e, "observations": [o for o in e["observations"] if o]} for e in graph["entities"]),
+                key=lambda e: e["name"],
+            ),
+            "relations": sorted(graph["relations"], key=lambda r: (r["from"], r["to"], r["relationType"])),
+        }
+
+    async with server.at("memory").client(tenant) as c:
+        graph = ok(await c.call_tool("read_graph", {}))
+        opened = ok(await c.call_tool("open_nodes", {"names": EDGE_NAMES[:3]}))
+    assert kept(graph) == kept(wanted_graph)
+    assert kept(opened) == kept(wanted_open)
+
+
+async def test_the_drop_in_tools_keep_names_as_given_and_the_native_tools_trim_them(
+    server: Server, tenant: str
+) -> None:
+    """The drop-in endpoint keeps names, types and facts byte for byte (empty facts left out); the
+    native tools trim surrounding spaces from names, so an untrimmed name is reached there by id."""
+    async with server.at("memory").client(tenant) as c:
+        made = ok(
+            await c.call_tool(
+                "create_entities",
+                {
+                    "entities": [
+                        {"name": " Ada", "entityType": " person", "observations": ["", " x "]},
+                        {"name": "Ada", "entityType": "person", "observations": []},
+                        {"name": "N" * 500, "entityType": "t", "observations": ["y" * 16_000]},
+                    ]
+                },
+            )
+        )
+        assert [e["name"] for e in made["entities"]] == [" Ada", "Ada", "N" * 500]
+        assert made["entities"][0]["observations"] == [" x "]
+        added = ok(await c.call_tool("add_observations", {"observations": [{"entityName": " Ada", "contents": [""]}]}))
+        assert added == {"results": [{"entityName": " Ada", "addedObservations": []}]}
+        too_long = await c.call_tool(
+            "create_entities", {"entities": [{"name": "N" * 501, "entityType": "t", "observations": []}]}
+        )
+        assert too_long.is_error
+        opened = ok(await c.call_tool("open_nodes", {"names": [" Ada"]}))
+        assert opened["entities"] == [{"name": " Ada", "entityType": " person", "observations": [" x "]}]
+    async with server.client(tenant) as c:
+        native = ok(await c.call_tool("upsert_entities", {"entities": [{"name": "  Ada  ", "type": "person"}]}))
+        assert native["results"][0]["name"] == "Ada" and native["results"][0]["status"] == "unchanged"
+        found = ok(await c.call_tool("find_entities", {"name_contains": "Ada"}))
+        spaced = next(e for e in found["entities"] if e["name"] == " Ada")
+        assert ok(await c.call_tool("get_entity", {"id": spaced["id"]}))["name"] == " Ada"

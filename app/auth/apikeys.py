@@ -78,22 +78,22 @@ class ApiKeys:
 
     async def _check(self, key_id: str, secret: str, now: float) -> AccessToken | None:
         row = await self._lookup(key_id)
-        if row is None or row["tenant_key"] is None:
+        if row is None:
             self._unknown_ids[key_id] = True
             return None
-        if not hmac.compare_digest(bytes(row["secret_hash"]), hash_secret(secret)):
+        if not hmac.compare_digest(row.secret_hash, hash_secret(secret)):
             return None
-        if row["revoked_at"] is not None:
+        if row.revoked_at is not None:
             return None
-        expires = int(row["expires_at"].timestamp()) if row["expires_at"] is not None else None
+        expires = int(row.expires_at.timestamp()) if row.expires_at is not None else None
         if expires is not None and expires <= now:
             return None
         subject = f"api-key:{key_id}"
         return AccessToken(
             token=f"{PREFIX}{key_id}",  # never keep the secret around
             client_id=subject,
-            scopes=list(row["scopes"]),
+            scopes=list(row.scopes),
             expires_at=expires,
             subject=subject,
-            claims={"iss": ISSUER, "sub": subject, self._tenant_claim: row["tenant_key"]},
+            claims={"iss": ISSUER, "sub": subject, self._tenant_claim: row.tenant_key},
         )

@@ -58,7 +58,7 @@ MAX_CONTACTS = 10
 MAX_CONTACT_LENGTH = 320
 MAX_GRANT_TYPES = 10
 
-USER_AGENT = "engram-mcp (client ID metadata document fetcher)"
+USER_AGENT = "engram-graph (client ID metadata document fetcher)"
 
 # Grants that would let a client with no credential mint tokens without a user.
 PUBLIC_CLIENT_FORBIDDEN_GRANTS = frozenset({"client_credentials", "password", "implicit"})

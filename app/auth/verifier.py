@@ -96,10 +96,10 @@ class TokenVerifier:
 
     async def verify_token(self, token: str) -> AccessToken | None:
         if token.startswith(PREFIX):
-            found = await self._api_keys.verify(token) if self._api_keys else None
-            if found is None:
+            by_key = await self._api_keys.verify(token) if self._api_keys else None
+            if by_key is None:
                 metrics.AUTH_FAILURES.labels("api_key").inc()
-            return found
+            return by_key
         memo = _VERIFIED.get()
         if memo is not None and memo[0] == token:  # the same request asked already (scope check, then SDK)
             return memo[1]

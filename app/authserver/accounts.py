@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from app.auth.principal import personal_tenant
 from app.authserver.credentials import check_password, digest, hash_password, new_secret, password_rule
 from app.authserver.events import Events
 from app.authserver.limits import RateLimiter
-from app.errors import EngramError
-from app.store import accounts
+from app.errors import Code, EngramError
+from app.store import accounts, oauth
 from app.store.accounts import Membership, User
 
 __all__ = ["Accounts", "Member", "Membership", "PasswordChanged", "SignInRefused", "Throttle", "User"]
@@ -131,7 +131,7 @@ class Accounts:
             raise EngramError("not_found", "no such account")
         who = user.id
 
-        async def refuse(code: str, why: str, message: str) -> EngramError:
+        async def refuse(code: Code, why: str, message: str) -> EngramError:
             await self._events("password_change", "refused", user_id=who, detail=why)
             return EngramError(code, message)
 
@@ -220,3 +220,57 @@ class Accounts:
     async def remove_member(self, tenant: str, username: str, by: str) -> None:
         await self._db.run(accounts.remove_membership, username, tenant)
         await self._events("membership", "removed", tenant=tenant, detail=f"{username} by {by}")
+
+    # --- operators (`engram user`, `engram member`, `engram revoke`) ---------------------------
+
+    async def add_user(self, username: str, display_name: str, password_hash: str) -> User:
+        """A local account; its username is kept in lower case."""
+        user = await self._db.run(accounts.create, username.strip().lower(), display_name, password_hash)
+        await self._events("account", "created", user_id=user.id, detail="by an operator")
+        return user
+
+    async def users(self) -> list[tuple[User, datetime]]:
+        """Every account, with when it was made."""
+        return await self._db.run(accounts.list_users)
+
+    async def memberships(self, tenant: str | None) -> list[tuple[str, str, str]]:
+        """(username, tenant, role) of one tenant's members, or of every tenant's."""
+        return await self._db.run(accounts.list_memberships, tenant)
+
+    async def set_password(self, username: str, password_hash: str, *, sign_out: bool) -> None:
+        """An operator's reset; with `sign_out`, whoever knew the old password is out (the person too)."""
+        user = await self._known(username)
+        await self._db.run(accounts.set_password, user.username, password_hash)
+        if sign_out:
+            await self._sign_out_everywhere(user)
+        await self._events("account", "password_set", user_id=user.id, detail="by an operator")
+
+    async def set_disabled(self, username: str, disabled: bool) -> None:
+        """Disable (and sign out everywhere at once) or enable an account."""
+        user = await self._known(username)
+        await self._db.run(accounts.set_disabled, user.username, disabled)
+        if disabled:
+            await self._sign_out_everywhere(user)
+        await self._events("account", "disabled" if disabled else "enabled", user_id=user.id, detail="by an operator")
+
+    async def revoke(self, username: str | None, client_id: str | None) -> int:
+        """Everything a user, a client, or a user through one client holds: grants (with their
+        refresh and access tokens) and remembered consents. Returns the grants revoked."""
+        user_id = (await self._known(username)).id if username else None
+        await self._db.run(oauth.forget_consents, user_id=user_id, client_id=client_id)
+        count = await self._db.run(oauth.revoke_families, user_id=user_id, client_id=client_id)
+        await self._events(
+            "revoke", "ok", user_id=user_id, client_id=client_id, detail=f"{count} grants by an operator"
+        )
+        return count
+
+    async def _known(self, username: str) -> User:
+        user = await self._db.run(accounts.by_username, username.strip().lower())
+        if user is None:
+            raise EngramError("not_found", f"no user {username.strip().lower()!r}")
+        return user
+
+    async def _sign_out_everywhere(self, user: User) -> None:
+        """Ends the user's sign-in sessions at once, and revokes their grants (so their tokens, within seconds)."""
+        await self._db.run(accounts.close_sessions_of, user.id)
+        await self._db.run(oauth.revoke_families, user_id=user.id)

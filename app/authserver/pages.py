@@ -11,7 +11,6 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -20,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
+from app import web
 from app.authserver.accounts import Accounts, SignInRefused, User
 from app.authserver.clients import EngramClient, public_view
 from app.authserver.provider import Provider
@@ -29,37 +29,22 @@ MAX_FIELD = 1000
 _MAY = {"reader": "read", "writer": "read and write", "admin": "read, write and administer"}
 
 
-@dataclass(frozen=True, slots=True)
-class Cookies:
-    """Cookie names and flags: `__Host-` names and Secure off loopback (plain http only there)."""
-
-    secure: bool
+class Cookies(web.Cookies):
+    """The sign-in session's and the CSRF token's cookies."""
 
     @property
     def session(self) -> str:
-        return "__Host-engram-session" if self.secure else "engram-session"
+        return self.name("engram-session")
 
     @property
     def csrf(self) -> str:
-        return "__Host-engram-csrf" if self.secure else "engram-csrf"
-
-    def set(self, response: Response, name: str, value: str, max_age: int | None) -> None:
-        response.set_cookie(name, value, max_age=max_age, path="/", secure=self.secure, httponly=True, samesite="lax")
+        return self.name("engram-csrf")
 
 
 def security_headers(response: Response, form_targets: Sequence[str] = ()) -> Response:
     """A strict policy: own stylesheet only, no script, forms only to here (and where the consent
     form's redirect goes, which Chromium also checks), never framed, never cached."""
-    targets = " ".join(["'self'", *form_targets])
-    response.headers["Content-Security-Policy"] = (
-        f"default-src 'none'; style-src 'self'; img-src 'self'; form-action {targets}; "
-        "frame-ancestors 'none'; base-uri 'none'"
-    )
-    response.headers["X-Frame-Options"] = "DENY"
-    response.headers["X-Content-Type-Options"] = "nosniff"
-    response.headers["Referrer-Policy"] = "no-referrer"
-    response.headers["Cache-Control"] = "no-store"
-    return response
+    return web.secure(response, web.policy(form_targets=form_targets))
 
 
 def _redirect_source(uri: str) -> str:

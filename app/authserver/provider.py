@@ -209,7 +209,7 @@ class Provider:
             expires_at=found.expires_at.timestamp(),
             client_id=found.family.client_id,
             code_challenge=found.code_challenge,
-            redirect_uri=found.redirect_uri,  # type: ignore[arg-type]
+            redirect_uri=found.redirect_uri,
             redirect_uri_provided_explicitly=found.redirect_uri_explicit,
             resource=found.family.resource,
             subject=found.family.user_id,

@@ -18,7 +18,7 @@ from app.auth.principal import ADMIN, READ, WRITE
 from app.console.calls import parse
 from app.errors import EngramError
 from app.services import models
-from app.services.transfer_formats import Format
+from app.services.transfer import Format
 
 if TYPE_CHECKING:
     from app.console.console import Console, Visit

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -15,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from app.auth.principal import Principal
 from app.errors import EngramError
-from app.observability.context import CALL, Call
+from app.observability.context import calling
 from app.services.calls import retrying, within
 from app.services.fairness import Fairness
 
@@ -31,14 +30,11 @@ class Runner:
     async def __call__(
         self, who: Principal, action: str, fn: Callable[..., Awaitable[T]], *args: Any, writes: bool, **kwargs: Any
     ) -> T:
-        token = CALL.set(Call(f"console:{action}", who.subject, who.client_id, time.perf_counter(), who.tenant))
-        try:
+        with calling(f"console:{action}", who.subject, who.client_id, who.tenant):
             admit = self._fairness.admit(who) if self._fairness else contextlib.nullcontext()
             async with admit:
                 body = functools.partial(retrying, fn, who, *args, **kwargs)
                 return await within(self._deadline, body, writes=writes)
-        finally:
-            CALL.reset(token)
 
 
 def parse(model: type[M], data: dict[str, Any]) -> M:

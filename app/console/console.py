@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route, request_response
 from starlette.types import ASGIApp
 
+from app import web
 from app.auth.principal import ADMIN, WRITE, Principal, principal_from_token
 from app.auth.verifier import TokenVerifier
 from app.authserver.server import STATIC as AUTH_STATIC
@@ -34,8 +35,8 @@ from app.console.memory import MemoryPages
 from app.console.merging import MergePages
 from app.console.sessions import PendingSignIn, Session, Sessions
 from app.console.signin import SignIn, challenge_of
-from app.console.web import HERE, Static, problem, render, secure
-from app.errors import EngramError
+from app.console.web import HERE, Static, render, secure
+from app.errors import EngramError, http_problem
 from app.services import Services
 from app.services.models import UUID_PATTERN
 
@@ -46,25 +47,16 @@ REFRESH_AHEAD = 30  # seconds before the access token ends that it is refreshed
 REFRESH_WAIT = 0.1, 30  # while another request refreshes: poll every 0.1 s, at most 30 times
 
 
-@dataclass(frozen=True, slots=True)
-class Cookies:
-    """`__Host-` names and Secure over https; HttpOnly and SameSite=Lax always."""
-
-    secure: bool
+class Cookies(web.Cookies):
+    """The console's session cookie, and the one that carries a sign-in in progress."""
 
     @property
     def session(self) -> str:
-        return "__Host-engram-console" if self.secure else "engram-console"
+        return self.name("engram-console")
 
     @property
     def sign_in(self) -> str:
-        return "__Host-engram-console-sign-in" if self.secure else "engram-console-sign-in"
-
-    def set(self, response: Response, name: str, value: str, max_age: int | None = None) -> None:
-        response.set_cookie(name, value, max_age=max_age, path="/", secure=self.secure, httponly=True, samesite="lax")
-
-    def clear(self, response: Response, name: str) -> None:
-        response.delete_cookie(name, path="/", secure=self.secure, httponly=True, samesite="lax")
+        return self.name("engram-console-sign-in")
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +131,7 @@ class Console:
         return render(request, template, context, status, **base)
 
     def refused(self, request: Request, visit: Visit | None, exc: EngramError, back: str = "") -> Response:
-        status, message = problem(exc)
+        status, message = http_problem(exc)
         context = {"heading": "That did not work", "message": message, "back": back}
         return self.page(request, "problem.html", context, visit, status)
 

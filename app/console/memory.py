@@ -3,6 +3,7 @@ neighbourhood graph with its JSON. Each reads and writes through the same servic
 
 from __future__ import annotations
 
+import zlib
 from datetime import UTC, date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,7 @@ from app.console.calls import parse
 from app.console.facts import EndForm, Facts, View, ViewForm, split, utc
 from app.console.history import describe
 from app.console.web import query, secure
-from app.errors import EngramError
+from app.errors import EngramError, http_problem
 from app.services import models
 from app.services.filters import EntityFilters, SearchFilters, moment, time_range
 from app.services.search import Query
@@ -33,6 +34,13 @@ HISTORY = 100  # history entries on an entity page
 EPISODES = 10  # newest episodes on an entity page
 GRAPH_NODES = 40  # a drawing larger than this is a hairball: the rest is counted as "N more"
 GRAPH_EDGES = 200
+TYPE_COLOURS = 10  # the palette of console.css's .type-0 … .type-9
+
+
+def type_colour(entity_type: str) -> int:
+    """The colour of an entity type, the same on every page and in every drawing: a stable hash of
+    the type's name (types are free text, so no list of them can be coloured in advance)."""
+    return zlib.crc32(entity_type.casefold().encode()) % TYPE_COLOURS
 
 
 class FindForm(BaseModel):
@@ -120,8 +128,8 @@ class MemoryPages:
         if hits is not None or _listing(form) != EntityFilters():  # name the recent changes: the latest changed
             latest = await run(who, "find_entities", find, EntityFilters(), "recent", RECENT, None, writes=False)
             shown += latest.entities
-        names = {e.id: e.name for e in shown}
-        context = {"form": form, "stats": stats, "hits": hits, "listing": listing, "notices": notices, "names": names}
+        named = {e.id: e.name for e in shown}
+        context = {"form": form, "stats": stats, "hits": hits, "listing": listing, "notices": notices, "names": named}
         return self.c.page(request, "find.html", context, visit)
 
     # --- an entity ------------------------------------------------------------------------------
@@ -182,6 +190,7 @@ class MemoryPages:
             "history": [describe(e, who.subject) for e in history.entries],
             "more_history": history.next_cursor is not None,
             "utc": utc,
+            "type_colour": type_colour,
         }
         return self.c.page(request, "entity.html", context, visit)
 
@@ -308,8 +317,8 @@ class MemoryPages:
             form = parse(GraphForm, _given(request.query_params, "entity", "depth", "type"))
             data = await self.neighbourhood(visit, form)
         except EngramError as exc:
-            status = {"invalid": 400, "not_found": 404, "forbidden": 403, "limit": 429}.get(exc.code, 503)
-            return secure(JSONResponse({"error": f"{exc.code}: {exc.message}"}, status_code=status))
+            status, message = http_problem(exc)
+            return secure(JSONResponse({"error": message}, status_code=status))
         return secure(JSONResponse(data))
 
     async def neighbourhood(self, visit: Visit, form: GraphForm) -> dict[str, Any]:
@@ -334,7 +343,16 @@ class MemoryPages:
         return {
             "center": form.entity,
             "depth": form.depth,
-            "nodes": [{"id": n.id, "name": n.name, "type": n.type, "url": f"/console/entity/{n.id}"} for n in nodes],
+            "nodes": [
+                {
+                    "id": n.id,
+                    "name": n.name,
+                    "type": n.type,
+                    "colour": type_colour(n.type),
+                    "url": f"/console/entity/{n.id}",
+                }
+                for n in nodes
+            ],
             "edges": [{"id": r.id, "from": r.from_id, "to": r.to_id, "type": r.type} for r in edges],
             "hidden_by_type": len(sub.entities) - len(nodes),
             "more": more,

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
-from app.errors import EngramError
+from app import web
 
 HERE = Path(__file__).parent
 TEMPLATES = Jinja2Templates(directory=HERE / "templates")
@@ -33,22 +33,13 @@ def marked(snippet: str) -> Markup:
 
 
 TEMPLATES.env.filters["marked"] = marked
-CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
-    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-)
-# What a refusal of the services means over HTTP.
-STATUS = {"invalid": 400, "forbidden": 403, "not_found": 404, "conflict": 409, "limit": 429, "unavailable": 503}
+CSP = web.policy(scripts=True)
 
 
 def secure(response: Response) -> Response:
-    """Every console answer: the strict policy, never framed, never sniffed, never cached, no referrer."""
-    response.headers["Content-Security-Policy"] = CSP
-    response.headers["X-Frame-Options"] = "DENY"
-    response.headers["X-Content-Type-Options"] = "nosniff"
-    response.headers["Referrer-Policy"] = "no-referrer"
-    response.headers.setdefault("Cache-Control", "no-store")
-    return response
+    """Every console answer: the strict policy (own scripts allowed), never framed, never sniffed,
+    never cached, no referrer."""
+    return web.secure(response, CSP)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +76,6 @@ class Static:
 def render(request: Request, template: str, context: Mapping[str, Any], status: int = 200, **base: Any) -> Response:
     response = TEMPLATES.TemplateResponse(request, template, {**base, **context}, status_code=status)
     return secure(response)
-
-
-def problem(exc: EngramError) -> tuple[int, str]:
-    """The HTTP status and the sentence a person reads for a refusal."""
-    return STATUS.get(exc.code, 500), f"{exc.code}: {exc.message}"
 
 
 def query(**params: object) -> str:

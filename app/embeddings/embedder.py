@@ -56,6 +56,19 @@ class Embedder:
     def seconds_until_retry(self) -> float:
         return max(0.0, self._next_try - time.monotonic())
 
+    @property
+    def breaker(self) -> str:
+        """closed (the provider answers), open (calls fail at once) or half_open (the pause is over:
+        the next call tries the provider); the engram_embedding_breaker_state metric."""
+        if self._failures == 0:
+            return "closed"
+        return "open" if self.seconds_until_retry() > 0 else "half_open"
+
+    @property
+    def failures(self) -> int:
+        """Consecutive failed requests."""
+        return self._failures
+
     async def embed(self, texts: Sequence[str], *, scope: str, attempts: int | None = None) -> list[Vector]:
         keys = [(scope, self.model, hashlib.sha256(t.encode()).digest()) for t in texts]
         found: dict[tuple[str, str, bytes], Vector] = {}

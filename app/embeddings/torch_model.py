@@ -58,7 +58,7 @@ class SentenceTransformersModel(Provider):
         except ImportError as exc:
             raise EmbeddingError(
                 "ENGRAM_EMBEDDING_PROVIDER=sentence-transformers needs the `torch` extra "
-                "(pip install 'engram-mcp[torch]', on torch's CPU or GPU build)"
+                "(pip install 'engram-graph[torch]', on torch's CPU or GPU build)"
             ) from exc
         hf_logging.disable_progress_bar()
         # torch starts a thread per core; when the cores are shared (with PostgreSQL, other pods),
@@ -73,6 +73,8 @@ class SentenceTransformersModel(Provider):
         except (OSError, ValueError) as exc:
             raise EmbeddingError(f"cannot load embedding model {self.model!r}: {exc}") from exc
         dimensions = st.get_embedding_dimension()
+        if dimensions is None:
+            raise EmbeddingError(f"model {self.model!r} does not say how long its vectors are")
         if self._expected_dimensions and dimensions != self._expected_dimensions:
             raise EmbeddingError(
                 f"model {self.model!r} makes {dimensions}-d vectors, ENGRAM_EMBEDDING_DIMENSIONS says "

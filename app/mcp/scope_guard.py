@@ -64,7 +64,8 @@ class ScopeGuard:
         if not isinstance(request, dict) or request.get("method") != "tools/call":
             return None
         params = request.get("params")
-        needed = self.tool_scopes.get(params.get("name")) if isinstance(params, dict) else None
+        name = params.get("name") if isinstance(params, dict) else None
+        needed = self.tool_scopes.get(name) if isinstance(name, str) else None
         if needed is None:
             return None
         token = _bearer(scope)

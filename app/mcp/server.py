@@ -4,9 +4,10 @@ the native one the prompt."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
+from urllib.parse import quote
 
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
@@ -14,10 +15,12 @@ from mcp.server.mcpserver import MCPServer
 from app.auth.verifier import EndpointVerifier, TokenVerifier
 from app.config import ENDPOINT_PATHS, Settings
 from app.mcp import resources
+from app.mcp.listing import Listing
 from app.mcp.live import ListenGuard, TenantBus
 from app.mcp.observe import Observe
 from app.mcp.tools import (
     admin,
+    chatgpt,
     entities,
     graph,
     graph_query,
@@ -32,6 +35,7 @@ from app.mcp.toolset import ToolSet
 from app.observability.usage import Usage
 from app.services import Services
 from app.services.live import Live
+from app.services.models import EntitySummary
 from app.version import VERSION
 
 ABOUT = """\
@@ -67,6 +71,10 @@ USAGE = {
   takes the given type and observations), {p}add_observations and {p}create_relations.
   {p}read_graph comes in pages: pass `nextCursor` back as `cursor`.
 """,
+    "chatgpt": """\
+- search finds entities by meaning and words; fetch reads one, by the id search gave, as a document:
+  its facts and relations, with a link to its page.
+""",
 }
 
 
@@ -96,16 +104,31 @@ def build_endpoints(settings: Settings, services: Services, verifier: TokenVerif
 def _endpoint(name: str, settings: Settings, services: Services, verifier: TokenVerifier, usage: Usage) -> Endpoint:
     claims = [settings.tenant_claim, *settings.tenant_fallback_claims]
     neo4j_prefix = neo4j_dialect.tool_prefix(settings.neo4j_namespace) if name == "neo4j" else ""
-    tools = ToolSet(claims, neo4j_prefix, fairness=services.fairness, deadline=settings.call_deadline)
+    # Engram's own sets are listed compact (docs/tools.md, "What tools/list costs"); the dialects as
+    # their reference servers list their tools.
+    compact = name not in _DIALECTS
+    tools = ToolSet(
+        claims,
+        neo4j_prefix,
+        fairness=services.fairness,
+        deadline=settings.call_deadline,
+        compact=compact,
+        output_schemas=settings.tool_output_schemas or not compact,
+        disabled=settings.disabled_in(name),
+    )
     for module in _MODULES[name]:
         module.register(tools, services)
-    # Metric and usage labels: the tool's name, and on the neo4j endpoint `neo4j/` and its original
-    # name (its names overlap the memory set's; a namespace does not multiply the labels).
-    labels = {t: f"neo4j/{t.removeprefix(neo4j_prefix)}" if name == "neo4j" else t for t in tools.scopes}
+    if name == "chatgpt":
+        chatgpt.register(tools, services, _entity_page(settings))
+    if unknown := sorted(tools.disabled - tools.skipped):
+        raise ValueError(f"ENGRAM_DISABLED_TOOLS: the {name} tool set has no tool {', '.join(unknown)}")
+    # Metric and usage labels: the tool's name, and on the neo4j and chatgpt endpoints the set's name
+    # and its original name (their names overlap others'; a namespace does not multiply the labels).
+    labels = {t: f"{name}/{t.removeprefix(neo4j_prefix)}" if name in ("neo4j", "chatgpt") else t for t in tools.scopes}
     url = settings.endpoint_url(name)
     audience = EndpointVerifier(verifier, settings.audiences_for(name))
     # The graph resources can be followed (subscriptions/listen) where they are served.
-    live = services.live if name != "neo4j" else None
+    live = services.live if name in _RESOURCES else None
     guard = ListenGuard(live, claims) if live is not None else None
     mcp = MCPServer(
         name="engram",
@@ -124,12 +147,13 @@ def _endpoint(name: str, settings: Settings, services: Services, verifier: Token
         middleware=[
             Observe(labels, usage, settings.metrics_tenants),
             *([guard] if guard is not None else []),
+            Listing(tools.listed, tools.scopes),
         ],
         subscriptions=TenantBus() if live is not None else False,
     )
     if guard is not None:
         guard.serve_subscribe(mcp)
-    if name != "neo4j":  # the graph resources, as server-memory has them; the prompt names native tools
+    if name in _RESOURCES:  # the graph resources, as server-memory has them; the prompt names native tools
         resources.register(mcp, services, claims, settings.call_deadline, prompt=name == "native")
     return Endpoint(name, ENDPOINT_PATHS[name], url, mcp, audience, tools.scopes, live)
 
@@ -138,4 +162,14 @@ _MODULES: dict[str, tuple[ModuleType, ...]] = {
     "native": (entities, relations, graph, search, recall, admin, merges, graph_query),
     "memory": (memory_dialect,),
     "neo4j": (neo4j_dialect,),
+    "chatgpt": (),  # registered with the entity pages' address
 }
+_DIALECTS = ("memory", "neo4j")  # listed as their reference servers list their tools
+_RESOURCES = ("native", "memory")  # the endpoints that serve (and follow) the graph resources
+
+
+def _entity_page(settings: Settings) -> Callable[[EntitySummary], str]:
+    """An entity's page: the console's, where it is served; else the MCP resource that reads it."""
+    if settings.console_served:
+        return lambda entity: f"{settings.base_url}/console/entity/{entity.id}"
+    return lambda entity: f"memory://entities/{quote(entity.name, safe='')}"

@@ -16,6 +16,7 @@ from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
+from mcp.types import Tool as Listed
 from mcp.types import ToolAnnotations
 from pydantic import ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 from pydantic.fields import FieldInfo
@@ -23,6 +24,7 @@ from pydantic.fields import FieldInfo
 from app.auth.principal import Principal, principal_from_token
 from app.errors import EngramError
 from app.observability.context import CALL, Call
+from app.services import models
 from app.services.calls import retrying, within
 from app.services.fairness import Fairness
 
@@ -49,13 +51,20 @@ def caller(tenant_claims: Sequence[str], scope: str) -> Principal:
 class ToolSet:
     """Collects tools whose first parameter is the calling Principal (hidden from the schema).
 
-    The server is built from `tools` once every set has registered (MCPServer(tools=...)).
+    The server is built from `tools` once every set has registered (MCPServer(tools=...)); `listed`
+    is what tools/list says of them (app/mcp/listing.py). A compact set lists them lean (see
+    `listing`); the drop-in dialects are listed as their reference servers list theirs.
     """
 
     tenant_claims: Sequence[str]
     prefix: str = ""
     scopes: dict[str, str] = field(default_factory=dict)  # tool name -> required scope
     tools: list[Tool] = field(default_factory=list)
+    listed: list[Listed] = field(default_factory=list)
+    compact: bool = False
+    output_schemas: bool = True  # whether tools/list carries output schemas (ENGRAM_TOOL_OUTPUT_SCHEMAS)
+    disabled: frozenset[str] = frozenset()  # tool names (without prefix) not served (ENGRAM_DISABLED_TOOLS)
+    skipped: set[str] = field(default_factory=set)  # those of them the set has
     fairness: Fairness | None = None  # each call within its tenant's rate and concurrent calls
     deadline: float = math.inf  # seconds a call's database work may take (ENGRAM_CALL_DEADLINE_SECONDS)
 
@@ -67,11 +76,20 @@ class ToolSet:
         name: str | None = None,
         title: str | None = None,
         answers_offline: bool = False,
+        one_of: Sequence[str] = (),
+        any_of: Sequence[str] = (),
     ) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
         """Register a tool. `answers_offline`: the tool answers without waiting for the database (it
-        bounds its own database work), so its admission does not read the tenant's limits either."""
+        bounds its own database work), so its admission does not read the tenant's limits either.
+        `one_of` / `any_of`: arguments of which the call must give exactly one / at least one (the
+        tool checks it; the schema says it)."""
 
         def register(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+            if (name or fn.__name__) in self.disabled:
+                self.skipped.add(name or fn.__name__)
+                return fn
+            if self.compact and not title:
+                raise ValueError(f"tool {name or fn.__name__} has no title")
             signature = inspect.signature(fn)
             renamed = _aliases(signature)
 
@@ -112,48 +130,119 @@ class ToolSet:
                 description=inspect.getdoc(fn),
                 title=title,
                 annotations=annotations,
-                meta={"engram/requiredScope": scope},  # tools/list shows every tool, marked with its scope
+                meta={"engram/requiredScope": scope},  # listed by the dialects; the compact lists leave it out
             )
             tool.parameters = lean(tool.parameters) | {"additionalProperties": False}  # see `_Arguments`
+            for keyword, names in (("oneOf", one_of), ("anyOf", any_of)):
+                if names:
+                    tool.parameters[keyword] = [{"required": [n]} for n in names]
             fields = {f: getattr(tool.fn_metadata, f) for f in FuncMetadata.model_fields}
             fields["output_schema"] = lean(fields["output_schema"], output=True)
             known = frozenset(f.alias or name for name, f in fields["arg_model"].model_fields.items())
             tool.fn_metadata = _Arguments(**fields, known=known)
             self.tools.append(tool)
+            self.listed.append(listing(tool, compact=self.compact, output_schema=self.output_schemas))
             self.scopes[tool_name] = scope
             return fn
 
         return register
 
 
-def lean(schema: Any, *, output: bool = False) -> Any:
+def listing(tool: Tool, *, compact: bool, output_schema: bool) -> Listed:
+    """What tools/list says of a tool. Compact, it says only what a model needs to call it: no
+    output schema unless asked (results still carry structured content, checked against it), no
+    `_meta`, an optional argument as its type alone (leaving it out is how it is omitted; null
+    is still accepted), and of the hints only those that mean something for the tool."""
+    return Listed(
+        name=tool.name,
+        title=tool.title,
+        description=" ".join(tool.description.split()) if compact and tool.description else tool.description,
+        input_schema=lean(tool.parameters, compact=True) if compact else tool.parameters,
+        output_schema=tool.output_schema if output_schema else None,
+        annotations=_hints(tool.annotations) if compact and tool.annotations else tool.annotations,
+        _meta=None if compact else tool.meta,
+    )
+
+
+def _hints(hints: ToolAnnotations) -> ToolAnnotations:
+    """The hints that differ from the spec's defaults (read-only false, destructive true, idempotent
+    false, open world true); destructive and idempotent mean nothing for a read-only tool."""
+    closed = False if hints.open_world_hint is False else None
+    if hints.read_only_hint:
+        return ToolAnnotations(read_only_hint=True, open_world_hint=closed)
+    return ToolAnnotations(
+        destructive_hint=False if hints.destructive_hint is False else None,
+        idempotent_hint=True if hints.idempotent_hint else None,
+        open_world_hint=closed,
+    )
+
+
+def lean(schema: Any, *, output: bool = False, compact: bool = False) -> Any:
     """A JSON schema as small as it can be with the same meaning, since every tools/list carries it.
 
     The `title` keywords pydantic derives from names ("Entity Id" for entity_id) go: they repeat the
     property and definition names (properties called `title` stay). In an output schema, defaults
     (which only inputs use) go too, and `anyOf: [{type: X}, {type: null}]` becomes `type: [X, null]`.
+    `compact` (what a model needs to call the tool): an input's `{anyOf: [X, {type: null}], default:
+    null}` becomes X, an id's pattern `format: uuid`; a cursor (returned by the server, passed back
+    as it came) loses its pattern, and the rules of `_unneeded` go. The arguments are still checked
+    against the full rules, and a refusal names the field and the rule.
     """
     if isinstance(schema, list):
-        return [lean(item, output=output) for item in schema]
+        return [lean(item, output=output, compact=compact) for item in schema]
     if not isinstance(schema, dict):
         return schema
     out: dict[str, Any] = {}
+    opaque = False  # a cursor: its length bound goes with its pattern
     for key, value in schema.items():
         if (key == "title" and isinstance(value, str)) or (output and key == "default"):
             continue
+        if compact and key == "pattern" and value in _COMPACT_PATTERNS:
+            out.update(_COMPACT_PATTERNS[value])
+            opaque = value == models.CURSOR_PATTERN
+            continue
+        if compact and _unneeded(key, value):
+            continue
         if key in ("properties", "$defs", "patternProperties") and isinstance(value, dict):
-            out[key] = {name: lean(child, output=output) for name, child in value.items()}
+            out[key] = {name: lean(child, output=output, compact=compact) for name, child in value.items()}
+            if compact and key == "$defs":  # a model's docstring speaks to developers
+                out[key] = {name: _without(child, "description") for name, child in out[key].items()}
         elif key in ("const", "enum", "examples", "default"):
             out[key] = value  # values, not schemas
         else:
-            out[key] = lean(value, output=output)
+            out[key] = lean(value, output=output, compact=compact)
+    if opaque:
+        out.pop("maxLength", None)
     branches = out.get("anyOf")
-    if output and isinstance(branches, list) and len(branches) == 2 and {"type": "null"} in branches:
+    if isinstance(branches, list) and len(branches) == 2 and {"type": "null"} in branches:
         other = next(b for b in branches if b != {"type": "null"})
-        if isinstance(other, dict) and set(other) == {"type"} and isinstance(other["type"], str):
+        if compact and isinstance(other, dict):
+            return other | {k: v for k, v in out.items() if k != "anyOf" and not (k == "default" and v is None)}
+        if output and isinstance(other, dict) and set(other) == {"type"} and isinstance(other["type"], str):
             del out["anyOf"]
             out["type"] = [other["type"], "null"]
     return out
+
+
+def _without(schema: Any, key: str) -> Any:
+    return {k: v for k, v in schema.items() if k != key} if isinstance(schema, dict) else schema
+
+
+def _unneeded(key: str, value: Any) -> bool:
+    """Rules a compact listing leaves to the server's refusal: closed objects, non-empty strings,
+    the length bound of short ones (names, labels, queries: 1000 characters at most), the upper bound of the ids
+    and versions the server hands out, defaults false and []."""
+    return (
+        (key == "additionalProperties" and isinstance(value, bool))
+        or (key == "minLength" and value == 1)
+        or (key == "maxLength" and isinstance(value, int) and value <= _SHORT)
+        or (key == "maximum" and isinstance(value, int) and value >= 2**31 - 1)  # ids, versions: handed out
+        or (key == "default" and (value is False or value == []))
+    )
+
+
+_SHORT = 1000
+_COMPACT_PATTERNS: dict[str, dict[str, str]] = {models.UUID_PATTERN: {"format": "uuid"}, models.CURSOR_PATTERN: {}}
 
 
 class InvalidArguments(ValidationError):

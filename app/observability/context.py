@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,6 +38,18 @@ class Call:
 
 
 CALL: ContextVar[Call | None] = ContextVar("engram_call", default=None)
+
+
+@contextmanager
+def calling(tool: str, subject: str, client_id: str, tenant: str = "") -> Iterator[Call]:
+    """Run the block as the call `tool` (its audit rows, logs and metrics say so): a tool call, a
+    console action, an import."""
+    call = Call(tool, subject, client_id, time.perf_counter(), tenant)
+    token = CALL.set(call)
+    try:
+        yield call
+    finally:
+        CALL.reset(token)
 
 
 # The event-loop time by which the database work of this call must end (math.inf: unbounded).

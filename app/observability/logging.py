@@ -55,20 +55,27 @@ def configure(level: str) -> None:
     logging.getLogger("httpx2").setLevel(logging.WARNING)
 
 
-_ROUTES = ("/mcp", "/mcp/memory", "/mcp/neo4j", "/healthz", "/readyz", "/metrics")
+FIXED_ROUTES = frozenset({"/mcp", "/healthz", "/readyz", "/metrics"})
 
 
-def route_of(path: str) -> str:
-    if path in _ROUTES:
-        return path
-    return "/.well-known" if path.startswith("/.well-known/") else "other"
+def route_of(scope: Scope, fixed: frozenset[str] = FIXED_ROUTES) -> str:
+    """The route label: the path template of the route that answered (`/console/entity/{id}`,
+    `/token`), so its values are the app's own routes, a bounded set, never a raw path. A request
+    answered before routing (a refused header, a wrong host, a rate limit) is labelled by its path
+    if that is one of the `fixed` routes (the MCP endpoints, the probes), and any other is `other`."""
+    template = getattr(scope.get("route"), "path", None)
+    if isinstance(template, str) and template.startswith("/"):
+        return template
+    path = scope["path"]
+    return path if path in fixed else "other"
 
 
 class RequestLog:
     """ASGI middleware: request id (from X-Request-ID or new, echoed back), access log, HTTP metrics."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, fixed: frozenset[str] = FIXED_ROUTES) -> None:
         self.app = app
+        self.fixed = fixed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -93,7 +100,7 @@ class RequestLog:
         finally:
             metrics.HTTP_IN_FLIGHT.dec()
             elapsed = time.perf_counter() - started
-            route = route_of(scope["path"])
+            route = route_of(scope, self.fixed)
             metrics.child(metrics.HTTP_REQUESTS, route, scope["method"], f"{status // 100}xx").inc()
             if status == 401 and not any(k == b"authorization" for k, _ in scope["headers"]):
                 metrics.AUTH_FAILURES.labels("missing").inc()

@@ -156,8 +156,8 @@ def child(metric: Counter | Histogram, *values: str) -> Any:
     return metric.labels(*values)
 
 
-def set_build_info(version: str) -> None:
-    BUILD.info({"version": version, "python": platform.python_version()})
+def set_build_info(version: str, revision: str) -> None:
+    BUILD.info({"version": version, "python": platform.python_version(), "revision": revision})
 
 
 OAUTH_EVENTS = Counter(
@@ -165,5 +165,25 @@ OAUTH_EVENTS = Counter(
     "Built-in authorization server: each flow's outcomes (register, authorize, sign_in, consent, token, refresh,"
     " revoke; ok or a bounded refusal reason).",
     ["flow", "outcome"],
+    registry=REGISTRY,
+)
+
+# The embedding provider's circuit breaker (app/embeddings/embedder.py): one series per state, 1 for
+# the current one. open: calls fail at once; half_open: the pause is over, the next call tries.
+BREAKER_STATES = ("closed", "open", "half_open")
+EMBED_BREAKER = Gauge(
+    "engram_embedding_breaker_state",
+    "The embedding provider's circuit breaker: 1 for its current state (closed, open, half_open).",
+    ["state"],
+    registry=REGISTRY,
+)
+EMBED_BREAKER_FAILURES = Gauge(
+    "engram_embedding_breaker_failures",
+    "Consecutive failed embedding requests (0 while the provider answers).",
+    registry=REGISTRY,
+)
+LOOP_LAG = Gauge(
+    "engram_event_loop_lag_seconds",
+    "The longest delay of the event loop in the latest probe window: how late a timer fired.",
     registry=REGISTRY,
 )

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.sampling import ParentBasedTraceIdRatio
@@ -31,11 +31,13 @@ def start(endpoint: str, *, version: str, sample_ratio: float) -> TracerProvider
 
     A sampled parent (the client's, through `_meta`) is followed; a new trace is kept with
     probability `sample_ratio`. Headers, timeouts and TLS come from the standard OTEL_EXPORTER_OTLP_*
-    variables, which the exporter reads itself.
+    variables, which the exporter reads itself. The resource is the SDK's own detection
+    (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, the SDK's attributes) over Engram's defaults:
+    service.name `engram` and the version unless those variables say otherwise.
     """
     global enabled, _tracer
     provider = TracerProvider(
-        resource=Resource.create({"service.name": "engram", "service.version": version}),
+        resource=resource(version),
         sampler=ParentBasedTraceIdRatio(sample_ratio),
     )
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{endpoint.rstrip('/')}/v1/traces")))
@@ -43,6 +45,13 @@ def start(endpoint: str, *, version: str, sample_ratio: float) -> TracerProvider
     _tracer = provider.get_tracer("engram")
     enabled = True
     return provider
+
+
+def resource(version: str) -> Resource:
+    """Engram's defaults, then what the environment names: the OTEL detector's attributes merged
+    last win (`Resource.create` alone would let the defaults override OTEL_SERVICE_NAME)."""
+    defaults = Resource.create({"service.name": "engram", "service.version": version})
+    return defaults.merge(OTELResourceDetector().detect())
 
 
 @contextmanager

@@ -41,7 +41,8 @@ def score(reasons: Sequence[models.DuplicateReason]) -> float:
 def _cut(window: list[str], found: dict[str, list[Similar]], limit: int) -> tuple[list[str], bool]:
     """The entities of the window whose candidates fit in `limit` pairs, taken whole, in order; and
     whether the window was cut short."""
-    taken, total = [], 0
+    taken: list[str] = []
+    total = 0
     for eid in window:
         n = len(found.get(eid, ()))
         if total + n > limit:
@@ -78,7 +79,7 @@ class Duplicates(Service):
         out = []
         for (a, b), seen in pairs.items():
             reasons = [
-                models.DuplicateReason(kind=s.kind, similarity=round(s.similarity, 4))  # type: ignore[arg-type]
+                models.DuplicateReason(kind=s.kind, similarity=round(s.similarity, 4))
                 for s in sorted(seen, key=lambda s: s.kind)
             ]
             if (a, b) in shared:

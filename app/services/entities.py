@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import time
-import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 
@@ -25,55 +23,33 @@ from app.services.base import Service
 from app.services.filters import EntityFilters
 from app.services.refs import choose, resolve
 from app.services.shapes import audit_entry, entity, found, history_entry, relation, summary
+from app.services.writer import EntityIn, FactIn, OnExisting, Writer, apply
+from app.services.writer import changes as diff
 from app.store import audit, entities, history, index, merges, relations, tenants
 from app.store.database import Tx
-from app.store.entities import EntityRow, Provenance
+from app.store.entities import EntityRow, NewFact, Provenance
 from app.store.history import Event
 from app.store.validity import NOW, When
 
-OnExisting = Literal["merge", "skip", "error"]
 
-
-Interval = tuple[datetime | None, datetime | None]  # (valid_from, valid_until); None: open
-OPEN: Interval = (None, None)
-
-
-@dataclass(slots=True)
-class _Merged:
+def _fold(items: Sequence[models.EntityIn], source: str) -> list[EntityIn]:
     """One name's inputs of a batch, folded together: later fields win, observations concatenate,
-    each with the interval of the first entry that gave it."""
-
-    name: str
-    fields: dict[str, Any]
-    observations: dict[str, Interval] = field(default_factory=dict)
-
-
-def _fold(items: Sequence[models.EntityIn]) -> list[_Merged]:
-    merged: dict[str, _Merged] = {}
+    each with the interval of the first entry that gave it, from `source` unless the item says."""
+    merged: dict[str, EntityIn] = {}
     for item in items:
         given = item.model_dump(exclude={"name", "observations", "valid_from", "valid_until"}, exclude_none=True)
-        current = merged.setdefault(item.name, _Merged(item.name, {}))
+        current = merged.setdefault(item.name, EntityIn(item.name, {}))
         props = {**current.fields.get("properties", {}), **given.pop("properties", {})}
         current.fields.update(given)
         if props:
             current.fields["properties"] = props
-        for text in item.observations:
-            current.observations.setdefault(text, (item.valid_from, item.valid_until))
+        held = {f.text for f in current.facts}
+        current.facts += [
+            FactIn(text, Provenance(source, item.valid_from, item.valid_until))
+            for text in dict.fromkeys(item.observations)
+            if text not in held
+        ]
     return list(merged.values())
-
-
-def _apply(row: EntityRow, fields: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
-    """The entity's fields after `fields` are set (properties merge), and the changes as {field: [old, new]}."""
-    new = {f: getattr(row, f) for f in entities.FIELDS}
-    for f, value in fields.items():
-        new[f] = {**row.properties, **value} if f == "properties" else value
-    return new, _changes(row, new)
-
-
-def _changes(row: EntityRow, values: dict[str, Any]) -> dict[str, list[Any]]:
-    """{field: [old, new]} for the writable fields whose value differs from the row's."""
-    old = {f: getattr(row, f) for f in entities.FIELDS}
-    return {f: [old[f], values[f]] for f in entities.FIELDS if values[f] != old[f]}
 
 
 class Entities(Service):
@@ -83,65 +59,24 @@ class Entities(Service):
         """Create or merge entities; their observations are recorded as coming from `source` (default:
         the caller's client id)."""
         self.check_batch(len(items), sum(len(i.observations) for i in items))
-        folded = _fold(items)
+        folded = _fold(items, source or who.client_id)
         async with self.tx(who, texts=_texts(folded)) as tx:
-            results = await self._upsert(tx, folded, on_existing, who.actor, source or who.client_id)
+            results = await self.write(tx, folded, on_existing, who.actor)
         return models.UpsertResult(results=results, embeddings_pending=tx.pending)
 
-    async def _upsert(
-        self, tx: Tx, folded: list[_Merged], on_existing: OnExisting, actor: str, source: str
-    ) -> list[models.UpsertItem]:
-        await entities.lock_names(tx, (m.name for m in folded))
-        existing = await entities.live_by_names(tx, [m.name for m in folded], lock=True)
-        if existing and on_existing == "error":
-            raise EngramError("conflict", "entities with these names exist", names=sorted(existing))
-
-        events: list[Event] = []
-        new = [
-            entities.NewEntity(id=str(uuid.uuid4()), name=m.name, **m.fields) for m in folded if m.name not in existing
-        ]
-        if new:
-            await entities.insert(tx, new, actor)
-        events += [Event(e.id, "created", {"name": e.name, "type": e.type}) for e in new]
-        ids = {e.name: e.id for e in new} | {name: r.id for name, r in existing.items()}
-
-        updates, changed = [], set()
-        if on_existing == "merge":
-            for m in folded:
-                if m.name in existing:
-                    values, changes = _apply(existing[m.name], m.fields)
-                    if changes:
-                        updates.append(entities.NewEntity(id=ids[m.name], **values))
-                        changed.add(ids[m.name])
-                        events.append(Event(ids[m.name], "updated", changes))
-        await entities.write_fields(tx, updates)
-
-        writable = [m for m in folded if m.name not in existing or on_existing == "merge"]
-        pairs = [(ids[m.name], o) for m in writable for o in m.observations]
-        given = [Provenance(source, *m.observations[o]) for m in writable for o in m.observations]
-        added = await entities.add_observations(tx, pairs, actor, given)
-        events += [Event(eid, "observations_added", {"observations": texts}) for eid, texts in added.items()]
-        touched = (changed | set(added)) - {e.id for e in new}
-        versions = await entities.touch(tx, touched, actor) if touched else {}
-        await history.record(tx, events, actor)
-        if len(new) >= entities.BULK_ROWS:  # an import: the tables may have outgrown their statistics
-            await entities.refresh_statistics(tx)
-
-        out = []
-        for m in folded:
-            eid = ids[m.name]
-            if m.name not in existing:
-                status, version = "created", 1
-            elif on_existing == "skip":
-                status, version = "skipped", existing[m.name].version
-            else:
-                status = "updated" if eid in versions else "unchanged"
-                version = versions.get(eid, existing[m.name].version)
-            n_added = len(added.get(eid, ()))
-            out.append(
-                models.UpsertItem(name=m.name, id=eid, status=status, version=version, observations_added=n_added)
+    @staticmethod
+    async def write(tx: Tx, items: list[EntityIn], on_existing: OnExisting, actor: str) -> list[models.UpsertItem]:
+        """Write one batch through the write path; with `on_existing` error, an existing name fails it."""
+        done = await Writer(tx, actor, on_existing).entities(items)
+        conflicts = sorted(i.name for i, w in zip(items, done, strict=True) if w.status == "conflict")
+        if conflicts:
+            raise EngramError("conflict", "entities with these names exist", names=conflicts)
+        return [
+            models.UpsertItem(
+                name=i.name, id=w.id, status=w.status, version=w.version, observations_added=w.observations_added
             )
-        return out
+            for i, w in zip(items, done, strict=True)
+        ]
 
     async def get(
         self,
@@ -207,9 +142,9 @@ class Entities(Service):
                 )
             fields = patch.model_dump(exclude={"unset_properties", "clear"}, exclude_none=True)
             fields |= {f: "" if f == "description" else None for f in patch.clear}
-            values, _ = _apply(row, fields)
+            values, _ = apply(row, fields)
             values["properties"] = {k: v for k, v in values["properties"].items() if k not in patch.unset_properties}
-            changes = _changes(row, values)
+            changes = diff(row, values)
             if not changes:
                 return models.ChangeResult(changed=[], unchanged=[ref])
             if "name" in changes:
@@ -263,9 +198,14 @@ class Entities(Service):
         self.check_batch(sum(len(i.observations) for i in items))
         async with self.tx(who) as tx:
             found = await resolve(tx, list(dict.fromkeys(i.entity for i in items)), lock=True)
-            pairs = [(found[i.entity].id, o) for i in items for o in i.observations]
-            given = [_provenance(who, i) for i in items for _ in i.observations]
-            done, versions = await self._observations(tx, pairs, add, who.actor, given)
+            if add:
+                facts = [NewFact(found[i.entity].id, o, _provenance(who, i)) for i in items for o in i.observations]
+                done = await entities.add_observations(tx, facts, who.actor)
+            else:
+                done = await entities.remove_observations(
+                    tx, [(found[i.entity].id, o) for i in items for o in i.observations]
+                )
+            versions = await self._recorded(tx, done, add, who.actor)
         return self._changed(found, items, done, versions)
 
     async def invalidate_observations(
@@ -332,7 +272,12 @@ class Entities(Service):
             if missing and not missing_ok:
                 raise EngramError("not_found", f"Entity with name {missing[0]} not found", names=missing)
             pairs = [(found[name].id, t) for name, texts in items if name in found for t in texts]
-            done, _ = await self._observations(tx, pairs, add, who.actor, [Provenance(who.client_id)] * len(pairs))
+            if add:
+                given = Provenance(who.client_id)
+                done = await entities.add_observations(tx, [NewFact(e, t, given) for e, t in pairs], who.actor)
+            else:
+                done = await entities.remove_observations(tx, pairs)
+            await self._recorded(tx, done, add, who.actor)
         out: list[list[str] | None] = []
         claimed: set[tuple[str, str]] = set()
         for name, texts in items:  # report each change once, against the first item that asked for it
@@ -348,31 +293,31 @@ class Entities(Service):
     async def put(self, who: Principal, items: Sequence[tuple[str, str, Sequence[str]]]) -> None:
         """Create each (name, type, observations), or make an existing one exactly that (type and observations)."""
         self.check_batch(len(items), sum(len(obs) for _, _, obs in items))
-        folded = [_Merged(name, {"type": type_}, dict.fromkeys(obs, OPEN)) for name, type_, obs in items]
+        given = Provenance(who.client_id)
+        folded = [
+            EntityIn(name, {"type": type_}, [FactIn(o, given) for o in dict.fromkeys(obs)])
+            for name, type_, obs in items
+        ]
         async with self.tx(who, texts=_texts(folded)) as tx:
-            await self._upsert(tx, folded, "merge", who.actor, who.client_id)
+            await Writer(tx, who.actor, "merge").entities(folded)
             found = await entities.live_by_names(tx, [m.name for m in folded])
             stored = await entities.observations(tx, [r.id for r in found.values()], 100_000)
             stale = [
                 (found[m.name].id, text)
                 for m in folded
                 for text in stored[found[m.name].id].texts
-                if text not in m.observations
+                if text not in {f.text for f in m.facts}
             ]
             if stale:
-                await self._observations(tx, stale, False, who.actor, [])
+                await self._recorded(tx, await entities.remove_observations(tx, stale), False, who.actor)
 
-    async def _observations(
-        self, tx: Tx, pairs: list[tuple[str, str]], add: bool, actor: str, given: Sequence[Provenance]
-    ) -> tuple[dict[str, list[str]], dict[str, int]]:
-        if add:
-            done = await entities.add_observations(tx, pairs, actor, given)
-        else:
-            done = await entities.remove_observations(tx, pairs)
+    @staticmethod
+    async def _recorded(tx: Tx, done: dict[str, list[str]], add: bool, actor: str) -> dict[str, int]:
+        """The versions and history of observations added or removed; returns the new versions."""
         versions = await entities.touch(tx, done, actor)
         action = "observations_added" if add else "observations_removed"
         await history.record(tx, [Event(e, action, {"observations": t}) for e, t in done.items()], actor)
-        return done, versions
+        return versions
 
     async def delete_by_name(self, who: Principal, names: Sequence[str]) -> None:
         """Soft-delete the live entities with exactly these names; unknown names are ignored."""
@@ -405,7 +350,7 @@ class Entities(Service):
                 tx,
                 sort=sort,
                 limit=limit + 1,
-                after=after,  # type: ignore[arg-type]
+                after=after,
                 **filters.store_args(),
             )
             next_cursor = None
@@ -490,12 +435,12 @@ def _ended(changes: dict[str, Any], until: str | None, reason: str | None) -> di
     return changes
 
 
-def _texts(folded: Sequence[_Merged]) -> list[str]:
+def _texts(folded: Sequence[EntityIn]) -> list[str]:
     """The search texts an upsert will most likely index, to embed before its transaction."""
     return [
         t
         for m in folded
-        for t in index.texts_of(m.name, m.fields.get("type"), m.fields.get("description"), m.observations)
+        for t in index.texts_of(m.name, m.fields.get("type"), m.fields.get("description"), [f.text for f in m.facts])
     ]
 
 

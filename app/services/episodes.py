@@ -46,7 +46,7 @@ def episode_model(row: EpisodeRow) -> EpisodeModel:
         valid_from=row.valid_from,
         valid_until=row.valid_until,
         ended_why=row.ended_why,
-        entities=[InvolvedModel(id=e.id, name=e.name, type=e.type, role=role) for e, role in row.involved],  # type: ignore[arg-type]
+        entities=[InvolvedModel(id=e.id, name=e.name, type=e.type, role=role) for e, role in row.involved],
     )
 
 

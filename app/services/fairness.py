@@ -32,7 +32,8 @@ from app.store.limits import UsageTotals
 
 logger = logging.getLogger(__name__)
 
-_DB_ERRORS = (TimeoutError, *DATABASE_ERRORS)
+_DB_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, *DATABASE_ERRORS)
+_ADMIT_ERRORS: tuple[type[BaseException], ...] = (InvalidTenant, *_DB_ERRORS)
 # How long admitting a call may spend reading its tenant and limits (cached; a miss is one short query).
 ADMIT_SECONDS = 2.0
 
@@ -190,7 +191,7 @@ class Fairness:
                     policy = await self.policy(tenant)
             else:
                 policy = self._known(who.tenant)
-        except (InvalidTenant, *_DB_ERRORS):
+        except _ADMIT_ERRORS:
             policy = self.defaults  # the call itself reports what is wrong
         wait = await self._rate(who.tenant, tenant, policy)
         if wait:

@@ -17,10 +17,10 @@ from app.auth.principal import Principal
 from app.errors import EngramError
 from app.services import models
 from app.services.base import Service
-from app.services.entities import _apply
 from app.services.fairness import refuse
 from app.services.refs import resolve
 from app.services.shapes import summary
+from app.services.writer import apply
 from app.store import aliases, entities, history, merges
 from app.store.database import Tx
 from app.store.entities import EntityRow, name_key
@@ -198,7 +198,7 @@ class Merges(Service):
         await merges.rewrite_edges(tx, list(plan.write.values()))
 
         props, conflicts = _props(survivor, others, rule)
-        values, changes = _apply(survivor, _fields(survivor, others, props))
+        values, changes = apply(survivor, _fields(survivor, others, props))
         if changes:
             await entities.write_fields(tx, [entities.NewEntity(id=survivor.id, **values)])
         await entities.set_deleted(tx, ids, True, actor)

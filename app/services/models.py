@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from app.store.entities import UUID_PATTERN
+from app.store.entities import UUID_PATTERN as UUID_PATTERN  # the console checks ids with it too
 
 MAX_JSON_DEPTH = 32
 _INT64 = (-(2**63), 2**63 - 1)
@@ -49,11 +49,23 @@ LongText = Annotated[str, StringConstraints(max_length=1000), Clean]  # a search
 # Ids are the canonical form Engram returns (lowercase 8-4-4-4-12); other spellings are refused.
 Id = Annotated[str, StringConstraints(pattern=UUID_PATTERN)]
 # A cursor is base64url text, a dot, and its signature: nothing else can be one.
-Cursor = Annotated[str, StringConstraints(min_length=1, max_length=1000, pattern=r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$")]
+CURSOR_PATTERN = r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$"
+Cursor = Annotated[str, StringConstraints(min_length=1, max_length=1000, pattern=CURSOR_PATTERN)]
 Certainty = Annotated[int, Field(ge=0, le=100)]
 # Where a fact came from, in its writer's words (a document, a conversation, a tool): free text.
 Source = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200), Clean]
 Reason = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=1000), Clean]
+
+# Names, types and facts as `@modelcontextprotocol/server-memory` keeps them, for its drop-in tools
+# and for imported files: byte for byte (" Ada", "Ada " and "Ada" are three entities there), and
+# longer than the native tools' bounds, since the reference has none. A name is indexed (exact,
+# case-folded, trigram); B-tree entries hold at most 2,704 bytes, so 500 characters of up to four
+# bytes each fit. An empty fact is accepted and skipped (the reference would store it).
+EXACT_NAME_MAX = 500
+EXACT_OBSERVATION_MAX = 16_000
+ExactName = Annotated[str, StringConstraints(min_length=1, max_length=EXACT_NAME_MAX), Clean]
+ExactType = Annotated[str, StringConstraints(min_length=1, max_length=200), Clean]
+ExactObservation = Annotated[str, StringConstraints(max_length=EXACT_OBSERVATION_MAX), Clean]
 
 
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
@@ -84,25 +96,21 @@ Moment = Annotated[datetime, BeforeValidator(iso_only), AfterValidator(aware)]
 
 
 # What the reading tools take to see the graph at another moment, or whole.
-AsOf = Annotated[
-    Moment | None,
-    Field(description="Read the memory as it was (or will be) at this time: only facts valid then. Default: now."),
-]
+AsOf = Moment | None  # read the memory as it was (or will be) then
 IncludeInvalid = Annotated[
     bool,
     Field(
         strict=True,  # true or false: not "yes", not 1
-        description="See every fact, also those no longer (or not yet) valid; each carries its interval.",
     ),
 ]
 Sources = Annotated[
     list[Source] | None,
-    Field(max_length=20, description="Only facts (observations) recorded from one of these sources."),
+    Field(max_length=20, description="Only facts from these sources."),
 ]
-Since = Annotated[Moment | None, Field(description="Only facts (observations) written at or after this time.")]
-Until = Annotated[Moment | None, Field(description="Only facts (observations) written before this time.")]
-At = Annotated[Moment | None, Field(description="When the facts stop being true (past or future). Default: now.")]
-WhyEnded = Annotated[Reason | None, Field(description="Why they stopped being true; kept in the history.")]
+Since = Annotated[Moment | None, Field(description="Only facts written since.")]
+Until = Annotated[Moment | None, Field(description="Only facts written before.")]
+At = Annotated[Moment | None, Field(description="When they end; default now.")]
+WhyEnded = Annotated[Reason | None, Field(description="Why; kept in the history.")]
 
 
 def check_interval(valid_from: datetime | None, valid_until: datetime | None) -> None:
@@ -114,9 +122,9 @@ def check_interval(valid_from: datetime | None, valid_until: datetime | None) ->
 # The bounds of a fact's validity interval [valid_from, valid_until), as writes take them.
 ValidFrom = Annotated[
     Moment | None,
-    Field(description="When the fact became true; left out: no lower bound (true for as long as known)."),
+    Field(description="Default: always."),
 ]
-ValidUntil = Annotated[Moment | None, Field(description="When it stops being true; left out: no end.")]
+ValidUntil = Annotated[Moment | None, Field(description="Default: no end.")]
 
 
 Direction = Literal["out", "in", "both"]
@@ -173,17 +181,17 @@ class Strict(BaseModel):
 
 
 class EntityIn(Strict):
-    name: Name = Field(description="Unique name within the memory, e.g. 'Ada Lovelace'.")
-    type: TypeName = Field(description="Free-text kind, e.g. 'person', 'project'.")
+    name: Name = Field(description="Unique name, e.g. 'Ada Lovelace'.")
+    type: TypeName = Field(description="Kind, e.g. 'person'.")
     description: Description | None = None
     observations: Annotated[list[Observation], Field(max_length=100)] = Field(
-        default_factory=list, description="Atomic facts about the entity, one per string."
+        default_factory=list, description="Facts, one per string."
     )
     area: Label | None = None
     topic: Label | None = None
     subtopic: Label | None = None
-    certainty: Certainty | None = Field(None, description="How sure the facts are, 0-100.")
-    properties: dict[str, Any] | None = Field(None, description="Any small JSON object (≤ 50 keys, ≤ 8 KiB).")
+    certainty: Certainty | None = Field(None)
+    properties: dict[str, Any] | None = Field(None)
     # As an item of append_observations: the interval covers this entry's observations.
     valid_from: ValidFrom = None
     valid_until: ValidUntil = None
@@ -204,9 +212,7 @@ class Validity(Strict):
 
     valid_from: ValidFrom = None
     valid_until: ValidUntil = None
-    source: Source | None = Field(
-        None, description="Where the fact came from (a document, a conversation, ...); default: your client id."
-    )
+    source: Source | None = Field(None, description="Default: your client id.")
 
     @model_validator(mode="after")
     def _interval(self) -> Validity:
@@ -215,9 +221,9 @@ class Validity(Strict):
 
 
 class RelationIn(Validity):
-    from_: Ref = Field(alias="from", description="Source entity: id or name.")
-    to: Ref = Field(description="Target entity: id or name.")
-    type: TypeName = Field(description="Active-voice relation, e.g. 'works at', 'depends on'.")
+    from_: Ref = Field(alias="from", description="Entity id or name.")
+    to: Ref = Field(description="Entity id or name.")
+    type: TypeName = Field(description="Active voice, e.g. 'works at'.")
     strength: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
     notes: Notes | None = None
     properties: dict[str, Any] | None = None
@@ -226,22 +232,22 @@ class RelationIn(Validity):
 
 
 class RelationKey(Strict):
-    from_: Ref = Field(alias="from", description="Source entity: id or name.")
-    to: Ref = Field(description="Target entity: id or name.")
+    from_: Ref = Field(alias="from", description="Entity id or name.")
+    to: Ref = Field(description="Entity id or name.")
     type: TypeName
 
 
 class ObservationsIn(Strict):
-    entity: Ref = Field(description="The entity: id or name.")
+    entity: Ref = Field(description="Entity id or name.")
     observations: Annotated[list[Observation], Field(min_length=1, max_length=100)]
 
 
 class NewObservations(ObservationsIn, Validity):
-    """Observations to add, with when they hold and where they came from (for all of this item's)."""
+    """Facts for one entity."""
 
 
 class EntityPatch(Strict):
-    """Fields to change; a field left out keeps its value."""
+    """Fields to set; others stay."""
 
     name: Name | None = None
     type: TypeName | None = None
@@ -250,7 +256,7 @@ class EntityPatch(Strict):
     topic: Label | None = None
     subtopic: Label | None = None
     certainty: Certainty | None = None
-    properties: dict[str, Any] | None = Field(None, description="Merged key by key into the stored properties.")
+    properties: dict[str, Any] | None = Field(None, description="Merged by key.")
     unset_properties: Annotated[
         list[Annotated[str, StringConstraints(max_length=200), Clean]], Field(max_length=50)
     ] = []

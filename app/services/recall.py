@@ -202,14 +202,14 @@ def _fact(found: dict[int, recall.Fact], c: _Candidate) -> Fact:
     if f.relation is not None:
         relation = {k: v for k, v in f.relation.items() if k in ("id", "type", "notes", "strength", "properties")}
     return Fact(
-        kind=f.kind,  # type: ignore[arg-type]
+        kind=f.kind,
         text=f.text,
         entity=_ref(f.entity),
         to=_ref(f.other),
         relation=relation,
         episode_id=f.episode_id,
         at=f.at,
-        entities=[Involved(id=e.id, name=e.name, type=e.type, role=role) for e, role in f.involved]  # type: ignore[arg-type]
+        entities=[Involved(id=e.id, name=e.name, type=e.type, role=role) for e, role in f.involved]
         if f.kind == "episode"
         else None,
         source=f.source,

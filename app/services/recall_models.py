@@ -21,16 +21,14 @@ FactKind = Literal["observation", "relation", "episode", "entity"]
 
 
 class EpisodeIn(Strict):
-    text: EpisodeText = Field(description="The raw memory, as said or written.")
+    text: EpisodeText = Field(description="The raw text.")
     at: datetime | None = Field(None, description="When it happened; default now.")
-    source: Source | None = Field(
-        None, description="Where it came from (a message id, a file); default your client id."
-    )
+    source: Source | None = Field(None, description="Default: your client id.")
     speakers: Annotated[list[Ref], Field(max_length=10)] = Field(
-        default_factory=list, description="Who said or wrote it: entity ids or names (they must exist)."
+        default_factory=list, description="Who said it: entity ids or names."
     )
     participants: Annotated[list[Ref], Field(max_length=50)] = Field(
-        default_factory=list, description="Others involved: entity ids or names (they must exist)."
+        default_factory=list, description="Others involved: entity ids or names."
     )
     valid_from: ValidFrom = None
     valid_until: ValidUntil = None

@@ -12,7 +12,8 @@ from app.services import models
 from app.services.base import Service
 from app.services.refs import resolve
 from app.services.shapes import relation
-from app.store import entities, history, relations
+from app.services.writer import Writer
+from app.store import history, relations
 from app.store.database import Tx
 from app.store.entities import Provenance
 from app.store.history import Event
@@ -52,9 +53,7 @@ class Relations(Service):
         def key(i: models.RelationIn) -> Key:
             return ends[i.from_].gid, ends[i.to].gid, i.type
 
-        batch = list({key(i): i for i in reversed(items)}.values())  # first occurrence of each key
-        ids = await relations.insert(
-            tx,
+        made = await Writer(tx, actor, "merge").relations(
             [
                 relations.NewRelation(
                     ends[i.from_],
@@ -65,21 +64,11 @@ class Relations(Service):
                     i.properties,
                     Provenance(i.source or source, i.valid_from, i.valid_until),
                 )
-                for i in batch
-            ],
-            actor,
+                for i in items
+            ]
         )
-        created = {key(i) for i, new_id in zip(batch, ids, strict=True) if new_id}
-        stored = await relations.by_keys(tx, [key(i) for i in batch])
-        await history.record(tx, [_event("related", stored[k]) for k in created], actor)
-        if len(created) >= entities.BULK_ROWS:  # an import: the tables may have outgrown their statistics
-            await entities.refresh_statistics(tx)
-        out, seen = [], set()
-        for i in items:
-            k = key(i)
-            out.append(("created" if k in created and k not in seen else "exists", stored[k]))
-            seen.add(k)  # a repeat within the batch is not created twice
-        return out
+        stored = await relations.by_keys(tx, [key(i) for i in items])
+        return [("created" if rid else "exists", stored[key(i)]) for i, rid in zip(items, made, strict=True)]
 
     async def disconnect(
         self, who: Principal, keys: Sequence[models.RelationKey], ids: Sequence[str], *, exact: bool = False

@@ -200,7 +200,7 @@ class Search(Service):
             if doc is not None and doc in texts:
                 m = texts[doc]
                 match = Match(
-                    kind=m.kind,  # type: ignore[arg-type]
+                    kind=m.kind,
                     text=m.text,
                     snippet=m.snippet,
                     source=m.source,

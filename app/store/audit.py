@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 import asyncpg
@@ -73,10 +73,25 @@ async def tenant_count(conn: asyncpg.Connection) -> int:
 # --- administration, on an owner connection ------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class AdminAuditRow:
+    """An audit row with its tenant, as the operators' listing shows it."""
+
+    id: int
+    at: datetime
+    tenant: str
+    subject: str
+    client_id: str
+    tool: str
+    affected: list[str]
+    duration_ms: float
+    request_id: str
+
+
 @timed
 async def admin_page(
     conn: asyncpg.Connection, tenant_key: str | None, limit: int, since: datetime | None
-) -> list[asyncpg.Record]:
+) -> list[AdminAuditRow]:
     rows = await conn.fetch(
         """SELECT a.id, a.at, t.key AS tenant, a.subject, a.client_id, a.tool, a.affected, a.duration_ms, a.request_id
            FROM engram.audit a JOIN engram.tenants t ON t.id = a.tenant_id
@@ -86,7 +101,7 @@ async def admin_page(
         since,
         limit,
     )
-    return list(rows)
+    return [AdminAuditRow(*r) for r in rows]
 
 
 @timed
@@ -95,8 +110,19 @@ async def cleanup(conn: asyncpg.Connection, days: int) -> int:
     return int(done.split()[-1])
 
 
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    """One tenant's calls of one tool on one day."""
+
+    tenant: str
+    day: date
+    tool: str
+    calls: int
+    errors: int
+
+
 @timed
-async def usage(conn: asyncpg.Connection, tenant_key: str | None, days: int) -> list[asyncpg.Record]:
+async def usage(conn: asyncpg.Connection, tenant_key: str | None, days: int) -> list[UsageRow]:
     rows = await conn.fetch(
         """SELECT t.key AS tenant, u.day, u.tool, u.calls, u.errors
            FROM engram.usage u JOIN engram.tenants t ON t.id = u.tenant_id
@@ -105,4 +131,4 @@ async def usage(conn: asyncpg.Connection, tenant_key: str | None, days: int) -> 
         tenant_key,
         days,
     )
-    return list(rows)
+    return [UsageRow(*r) for r in rows]

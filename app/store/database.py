@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import asyncpg
@@ -51,6 +52,17 @@ class InvalidTenant(EngramError):
 
     def __init__(self, message: str) -> None:
         super().__init__("forbidden", message)
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKeyRecord:
+    """What checking an API key needs of it: its tenant, its secret's hash, scopes and times."""
+
+    tenant_key: str
+    secret_hash: bytes
+    scopes: list[str]
+    expires_at: datetime | None
+    revoked_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,7 +382,7 @@ class Database:
             try:
                 async with asyncio.timeout(seconds):
                     await pool.close()
-            except (TimeoutError, *OUTAGES):
+            except OUTAGES:  # TimeoutError among them
                 pool.terminate()
 
     @property
@@ -560,7 +572,12 @@ class Database:
             if call is not None:
                 call.committing = False
 
-    async def api_key(self, key_id: str) -> asyncpg.Record | None:
+    async def api_key(self, key_id: str) -> ApiKeyRecord | None:
         """An API key's record by its public id, looked up before any tenant is known."""
         async with self.connection() as lease:
-            return await lease.conn.fetchrow("SELECT * FROM engram.api_key($1)", key_id)
+            row = await lease.conn.fetchrow(
+                "SELECT tenant_key, secret_hash, scopes, expires_at, revoked_at FROM engram.api_key($1)", key_id
+            )
+        if row is None or row[0] is None:  # no such key (the function answers a row of nulls)
+            return None
+        return ApiKeyRecord(row[0], bytes(row[1]), list(row[2]), row[3], row[4])

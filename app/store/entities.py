@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -69,6 +69,22 @@ def is_uuid(value: str) -> bool:
     return _UUID.fullmatch(value) is not None
 
 
+@dataclass(frozen=True, slots=True)
+class Stamps:
+    """An entity's record as a file gives it; what is not given takes what a write makes (version 1,
+    now, the writer)."""
+
+    version: int = 1
+    created_at: datetime | None = None
+    updated_at: datetime | None = None  # None: created_at
+    created_by: str | None = None
+    updated_by: str | None = None  # None: created_by
+    deleted_at: datetime | None = None
+
+
+FRESH = Stamps()
+
+
 @dataclass(slots=True)
 class NewEntity:
     """An entity's id and the fields a caller may set: what `insert` and `write_fields` store."""
@@ -82,10 +98,11 @@ class NewEntity:
     subtopic: str | None = None
     certainty: int | None = None
     properties: dict[str, Any] | None = None
+    stamps: Stamps = FRESH  # `insert` only
 
 
 # The fields a caller may change, in the order `write_fields` sends them.
-FIELDS = tuple(f.name for f in fields(NewEntity) if f.name != "id")
+FIELDS = tuple(f.name for f in fields(NewEntity) if f.name not in ("id", "stamps"))
 
 
 @timed
@@ -207,12 +224,17 @@ def field_arrays(items: Sequence[Any]) -> list[list[Any]]:
 
 @timed
 async def insert(tx: Tx, items: Sequence[NewEntity], actor: str) -> None:
+    """Insert entities and their vertices, each with its stamps (a file's record, or a new one's)."""
+    if not items:
+        return
     await tx.execute(
         """
         WITH u AS (
             SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-                                 $7::text[], $8::text[], $9::smallint[], $10::jsonb[])
-                AS u(id, name, name_key, type, description, area, topic, subtopic, certainty, properties)
+                                 $7::text[], $8::text[], $9::smallint[], $10::jsonb[], $11::int[],
+                                 $12::timestamptz[], $13::timestamptz[], $14::text[], $15::text[], $16::timestamptz[])
+                AS u(id, name, name_key, type, description, area, topic, subtopic, certainty, properties,
+                     version, created_at, updated_at, created_by, updated_by, deleted_at)
         ), v AS (
             INSERT INTO {s}."Entity" (properties)
             SELECT ag_catalog.agtype_build_map('id', u.id::text, 'name', u.name, 'type', u.type) FROM u
@@ -220,16 +242,19 @@ async def insert(tx: Tx, items: Sequence[NewEntity], actor: str) -> None:
                 ag_catalog.agtype_access_operator(VARIADIC ARRAY[properties, '"id"'::ag_catalog.agtype])
                     ::text::uuid AS eid
         )
-        INSERT INTO {s}.entities (id, gid, name, name_key, type, description, area, topic, subtopic,
-                                  certainty, properties, created_by, updated_by)
-        SELECT u.id, v.gid, u.name, u.name_key, u.type, u.description, u.area, u.topic, u.subtopic,
-               u.certainty, coalesce(u.properties, '{}'), $11, $11
+        INSERT INTO {s}.entities (id, gid, name, name_key, type, description, area, topic, subtopic, certainty,
+                                  properties, version, created_at, updated_at, created_by, updated_by, deleted_at)
+        SELECT u.id, v.gid, u.name, u.name_key, u.type, u.description, u.area, u.topic, u.subtopic, u.certainty,
+               coalesce(u.properties, '{}'), u.version, coalesce(u.created_at, now()),
+               coalesce(u.updated_at, u.created_at, now()), coalesce(u.created_by, $17),
+               coalesce(u.updated_by, u.created_by, $17), u.deleted_at
         FROM u JOIN v ON v.eid = u.id
         """,
         *field_arrays(items),
+        *([getattr(i.stamps, f.name) for i in items] for f in fields(Stamps)),
         actor,
     )
-    tx.growth.entities += len(items)
+    tx.growth.entities += sum(1 for i in items if i.stamps.deleted_at is None)  # quotas count live ones
 
 
 @timed
@@ -334,41 +359,58 @@ class Provenance:
     valid_until: datetime | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class NewFact:
+    """An observation to write: its entity, text and provenance, and (from a file) its record."""
+
+    entity_id: str
+    text: str
+    provenance: Provenance = field(default_factory=Provenance)
+    created_at: datetime | None = None  # None: now
+    created_by: str | None = None  # None: the writer
+    live: bool = True  # its entity is live (what quotas count)
+
+
 @timed
 async def add_observations(
-    tx: Tx, pairs: Sequence[tuple[str, str]], actor: str, given: Sequence[Provenance] | None = None
+    tx: Tx, facts: Sequence[NewFact], actor: str, *, reopen: bool = True
 ) -> dict[str, list[str]]:
-    """Insert (entity id, text) pairs in order, each with its `given` provenance (default: no source,
-    always valid), skipping exact duplicates of facts the entity holds; a text whose stored fact has
-    ended (valid_until passed) is written again: it holds anew, with the new provenance. Returns
-    what each entity gained."""
-    if not pairs:
+    """Insert facts in order, skipping exact duplicates of texts the entity holds (the first of a
+    repeat wins). With `reopen`, a text whose stored fact has ended (valid_until passed) is written
+    again: it holds anew, with the new provenance. Returns what each entity gained."""
+    if not facts:
         return {}
-    if given is None:
-        given = [Provenance()] * len(pairs)
-    first = {p: g for p, g in reversed(list(zip(pairs, given, strict=True)))}  # the first of each repeat
-    kept = list(dict.fromkeys(pairs))
+    first: dict[tuple[str, str], NewFact] = {}
+    for f in facts:
+        first.setdefault((f.entity_id, f.text), f)
+    kept = list(first.values())
     rows = await tx.fetch(
         """
-        INSERT INTO {s}.observations AS o (entity_id, content, created_by, source, valid_from, valid_until)
-        SELECT p.entity_id, p.content, $3, p.source, p.valid_from, p.valid_until
-        FROM unnest($1::uuid[], $2::text[], $4::text[], $5::timestamptz[], $6::timestamptz[]) WITH ORDINALITY
-            AS p(entity_id, content, source, valid_from, valid_until, n)
+        INSERT INTO {s}.observations AS o (entity_id, content, created_at, created_by, source, valid_from, valid_until)
+        SELECT p.entity_id, p.content, coalesce(p.created_at, now()), coalesce(p.created_by, $3), p.source,
+               p.valid_from, p.valid_until
+        FROM unnest($1::uuid[], $2::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::timestamptz[],
+                    $8::text[]) WITH ORDINALITY
+            AS p(entity_id, content, source, valid_from, valid_until, created_at, created_by, n)
         ORDER BY p.n
         ON CONFLICT (entity_id, md5(content)) DO UPDATE
         SET source = excluded.source, valid_from = excluded.valid_from, valid_until = excluded.valid_until,
-            created_at = now(), created_by = excluded.created_by
-        WHERE o.valid_until IS NOT NULL AND o.valid_until <= now()
+            created_at = excluded.created_at, created_by = excluded.created_by
+        WHERE $9 AND o.valid_until IS NOT NULL AND o.valid_until <= now()
         RETURNING entity_id::text, content, xmax = 0 AS fresh
         """,
-        [p[0] for p in kept],
-        [p[1] for p in kept],
+        [f.entity_id for f in kept],
+        [f.text for f in kept],
         actor,
-        [first[p].source for p in kept],
-        [first[p].valid_from for p in kept],
-        [first[p].valid_until for p in kept],
+        [f.provenance.source for f in kept],
+        [f.provenance.valid_from for f in kept],
+        [f.provenance.valid_until for f in kept],
+        [f.created_at for f in kept],
+        [f.created_by for f in kept],
+        reopen,
     )
-    _count(tx, [r for r in rows if r["fresh"]], 1)  # a fact written again was counted already
+    dead = {f.entity_id for f in kept if not f.live}
+    _count(tx, [r for r in rows if r["fresh"] and r[0] not in dead], 1)  # a fact written again was counted already
     return _group(rows)
 
 

@@ -53,7 +53,7 @@ _COLUMNS = """p.id, p.content, p.at, p.source, p.created_by, p.created_at, p.val
 
 def _row(r: Sequence[object]) -> EpisodeRow:
     involved = [(End(i, n, t), role) for i, n, t, role in orjson.loads(str(r[9] or "[]"))]
-    return EpisodeRow(*r[:9], involved)  # type: ignore[arg-type]
+    return EpisodeRow(*r[:9], involved)  # type: ignore[arg-type, call-arg]
 
 
 @timed

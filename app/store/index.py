@@ -82,7 +82,7 @@ def vector_value(vector: Vector) -> Any:
     dimension."""
     from pgvector import Vector as PgVector
 
-    return PgVector(vector)
+    return PgVector(vector)  # type: ignore[arg-type]  # any sequence of floats; numpy's arrays pass as they are
 
 
 # --- keeping the documents in step with entities, relations and episodes ----------------------------

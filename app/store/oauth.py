@@ -510,17 +510,30 @@ async def event(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class AuthEvent:
+    """An outcome of an authorization flow, as `engram audit auth` lists it."""
+
+    at: datetime
+    event: str
+    outcome: str
+    username: str | None
+    client_id: str | None
+    tenant_key: str | None
+    detail: str
+    request_id: str
+
+
 @timed
-async def events(conn: asyncpg.Connection, limit: int, since: datetime | None) -> list[asyncpg.Record]:
-    return list(
-        await conn.fetch(
-            "SELECT e.at, e.event, e.outcome, u.username, e.client_id, e.tenant_key, e.detail, e.request_id"
-            " FROM engram.auth_events e LEFT JOIN engram.users u ON u.id = e.user_id"
-            " WHERE $2::timestamptz IS NULL OR e.at >= $2 ORDER BY e.id DESC LIMIT $1",
-            limit,
-            since,
-        )
+async def events(conn: asyncpg.Connection, limit: int, since: datetime | None) -> list[AuthEvent]:
+    rows = await conn.fetch(
+        "SELECT e.at, e.event, e.outcome, u.username, e.client_id, e.tenant_key, e.detail, e.request_id"
+        " FROM engram.auth_events e LEFT JOIN engram.users u ON u.id = e.user_id"
+        " WHERE $2::timestamptz IS NULL OR e.at >= $2 ORDER BY e.id DESC LIMIT $1",
+        limit,
+        since,
     )
+    return [AuthEvent(*r) for r in rows]
 
 
 @timed

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 import orjson
@@ -23,7 +23,6 @@ from app.store.entities import (
     CANDIDATES,
     COLUMNS,
     Candidate,
-    EntityRow,
     Provenance,
     candidate,
     candidate_args,
@@ -71,15 +70,31 @@ def _relation(row: asyncpg.Record) -> Relation:
     )
 
 
+class End(Protocol):
+    """A relation's end as a write needs it (a stored entity, or what an import looked up)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def gid(self) -> str: ...  # its vertex
+    @property
+    def name(self) -> str: ...
+
+
 @dataclass(frozen=True, slots=True)
 class NewRelation:
-    source: EntityRow  # resolved live entities
-    target: EntityRow
+    source: End
+    target: End
     type: str
     strength: float | None = None
     notes: str | None = None
     properties: dict[str, Any] | None = None
     provenance: Provenance = field(default_factory=Provenance)
+    id: str | None = None  # a file's id; None: a new one
+    created_by: str | None = None  # None: the writer
+    # A file's stamps as it wrote them (created_at, valid_from, valid_until: JSON text of times),
+    # kept over the ones a write makes so that an export gives them back unchanged.
+    written: dict[str, str] = field(default_factory=dict)
 
 
 # The write time and interval of a relation written now, as its properties hold them (JSON text of
@@ -87,25 +102,26 @@ class NewRelation:
 _STAMPS = "jsonb_strip_nulls(jsonb_build_object('created_at', now(), 'valid_from', u.vf, 'valid_until', u.vu))"
 
 
-@timed
-async def insert(tx: Tx, items: Sequence[NewRelation], actor: str) -> list[str | None]:
-    """Create edges; returns each item's new relation id, or None where (from, type, to) already existed.
+def _props(item: NewRelation, actor: str) -> dict[str, Any]:
+    p: dict[str, Any] = {"id": item.id or str(uuid.uuid4()), "type": item.type, "created_by": item.created_by or actor}
+    optional = (("strength", item.strength), ("notes", item.notes), ("properties", item.properties or None))
+    p.update((k, v) for k, v in optional if v is not None)
+    if item.provenance.source is not None:
+        p["source"] = item.provenance.source
+    return p | item.written
 
-    An edge with an interval is listed in ``rel_intervals`` too. An existing edge whose interval has
-    ended (valid_until passed) is written again instead: it holds anew with this write's fields,
-    source, interval, author and time, and its id is returned as for a new one."""
-    props = []
-    for i in items:
-        p: dict[str, Any] = {"id": str(uuid.uuid4()), "type": i.type, "created_by": actor}
-        if i.strength is not None:
-            p["strength"] = i.strength
-        if i.notes is not None:
-            p["notes"] = i.notes
-        if i.properties:
-            p["properties"] = i.properties
-        if i.provenance.source is not None:
-            p["source"] = i.provenance.source
-        props.append(p)
+
+@timed
+async def insert(tx: Tx, items: Sequence[NewRelation], actor: str, *, reopen: bool = True) -> list[str | None]:
+    """Create edges; returns each item's new relation id, or None where its id or (from, type, to)
+    already existed.
+
+    An edge with an interval is listed in ``rel_intervals`` too. With `reopen`, an existing edge
+    whose interval has ended (valid_until passed) is written again instead: it holds anew with this
+    write's fields, source, interval, author and time, and its id is returned as for a new one."""
+    if not items:
+        return []
+    props = [_props(i, actor) for i in items]
     args = (
         [i.source.gid for i in items],
         [i.target.gid for i in items],
@@ -121,7 +137,7 @@ async def insert(tx: Tx, items: Sequence[NewRelation], actor: str) -> list[str |
         f"""
         WITH u AS MATERIALIZED (SELECT * FROM {unnest}), ins AS (
             INSERT INTO {{s}}."REL" (start_id, end_id, properties)
-            SELECT a::ag_catalog.graphid, b::ag_catalog.graphid, (p::jsonb || {_STAMPS})::text::ag_catalog.agtype
+            SELECT a::ag_catalog.graphid, b::ag_catalog.graphid, ({_STAMPS} || p::jsonb)::text::ag_catalog.agtype
             FROM u ORDER BY u.n
             ON CONFLICT DO NOTHING
             RETURNING id, start_id, end_id, {REL_ID.replace("r.properties", "properties")} AS rid
@@ -135,6 +151,8 @@ async def insert(tx: Tx, items: Sequence[NewRelation], actor: str) -> list[str |
         *args,
     )
     created = {r[0] for r in rows}
+    if not reopen:
+        return [p["id"] if p["id"] in created else None for p in props]
     # Edges that were there already: those whose interval has ended hold again, as written now.
     rows = await tx.fetch(
         f"""

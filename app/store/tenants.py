@@ -9,63 +9,85 @@ from datetime import datetime
 
 import asyncpg
 
-from app.errors import EngramError
+from app.errors import Code, EngramError
 from app.store import limits
 from app.store.database import Tenant, Tx, timed
 
 
+@dataclass(frozen=True, slots=True)
+class TenantRecord:
+    """A tenant as the administration sees it."""
+
+    id: str
+    key: str
+    schema_name: str
+    created_at: datetime
+
+
 @timed
-async def create(conn: asyncpg.Connection, key: str) -> asyncpg.Record:
+async def create(conn: asyncpg.Connection, key: str) -> Tenant:
+    """The tenant `key`, created (with its schema and role) unless it exists."""
     row = await conn.fetchrow("SELECT tenant_id::text AS id, schema_name FROM engram.tenant_schema($1, true)", key)
     assert row is not None
-    return row
+    return Tenant(row["id"], key, row["schema_name"])
 
 
 @timed
-async def list_all(conn: asyncpg.Connection) -> list[asyncpg.Record]:
-    return list(await conn.fetch("SELECT id::text, key, schema_name, created_at FROM engram.tenants ORDER BY key"))
+async def list_all(conn: asyncpg.Connection) -> list[TenantRecord]:
+    rows = await conn.fetch("SELECT id::text, key, schema_name, created_at FROM engram.tenants ORDER BY key")
+    return [TenantRecord(*r) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class TenantView:
+    """What the administration shows of a tenant."""
+
+    record: TenantRecord
+    counts: dict[str, int]  # live and deleted entities, relations, observations, active API keys
+    limits: dict[str, object]  # the limits set for it (the others are the server's defaults)
+    usage: dict[str, int]  # its usage totals
 
 
 @timed
-async def show(conn: asyncpg.Connection, key: str) -> dict[str, object]:
+async def show(conn: asyncpg.Connection, key: str) -> TenantView:
     row = await _get(conn, key)
-    s = row["schema_name"]
+    s = row.schema_name
     counts = await conn.fetchrow(
         f"""SELECT (SELECT count(*) FROM {s}.entities WHERE deleted_at IS NULL) AS entities,
                    (SELECT count(*) FROM {s}.entities WHERE deleted_at IS NOT NULL) AS deleted_entities,
                    (SELECT count(*) FROM {s}."REL") AS relations,
                    (SELECT count(*) FROM {s}.observations) AS observations,
                    (SELECT count(*) FROM engram.api_keys WHERE tenant_id = $1 AND revoked_at IS NULL) AS api_keys""",
-        row["id"],
+        row.id,
     )
-    overrides, totals = await limits.admin_view(conn, str(row["id"]), s)
-    return {**dict(row), "id": str(row["id"]), **dict(counts or {}), "limits": overrides, "usage_totals": totals}
+    overrides, totals = await limits.admin_view(conn, row.id, s)
+    return TenantView(row, dict(counts or {}), overrides, totals)
 
 
 @timed
 async def set_limits(conn: asyncpg.Connection, key: str, values: Mapping[str, float | int | None]) -> None:
     """Set some of a tenant's own limits (None: back to the server's default)."""
     row = await _get(conn, key)
-    await limits.set_overrides(conn, str(row["id"]), values)
+    await limits.set_overrides(conn, row.id, values)
 
 
 @timed
 async def delete(conn: asyncpg.Connection, key: str) -> None:
     """Remove a tenant and everything it has: graph, tables, keys, its role."""
     row = await _get(conn, key)
-    s = row["schema_name"]
+    s = row.schema_name
     async with conn.transaction():
         await conn.execute("SELECT ag_catalog.drop_graph($1, true)", s)
-        await conn.execute("DELETE FROM engram.tenants WHERE id = $1", row["id"])  # api keys cascade
+        await conn.execute("DELETE FROM engram.tenants WHERE id = $1::uuid", row.id)  # api keys cascade
         await conn.execute(f"DROP ROLE IF EXISTS {s}")
 
 
-async def _get(conn: asyncpg.Connection, key: str) -> asyncpg.Record:
-    row = await conn.fetchrow("SELECT id, key, schema_name, created_at FROM engram.tenants WHERE key = $1", key)
+async def _get(conn: asyncpg.Connection, key: str) -> TenantRecord:
+    row = await conn.fetchrow("SELECT id::text, key, schema_name, created_at FROM engram.tenants WHERE key = $1", key)
     if row is None:
         raise EngramError("not_found", f"no tenant {key!r}")
-    Tenant(str(row["id"]), key, row["schema_name"])  # refuses any schema name but the server's own pattern
-    return row
+    Tenant(row["id"], key, row["schema_name"])  # refuses any schema name but the server's own pattern
+    return TenantRecord(*row)
 
 
 @timed
@@ -83,23 +105,11 @@ async def add_key(
         "INSERT INTO engram.api_keys (id, tenant_id, name, secret_hash, scopes, expires_at)"
         " VALUES ($1, $2::uuid, $3, $4, $5, $6)",
         key_id,
-        tenant["id"],
+        tenant.id,
         name,
         secret_hash,
         list(scopes),
         expires_at,
-    )
-
-
-@timed
-async def list_keys(conn: asyncpg.Connection, tenant_key: str | None) -> list[asyncpg.Record]:
-    return list(
-        await conn.fetch(
-            """SELECT k.id, t.key AS tenant, k.name, k.scopes, k.created_at, k.expires_at, k.revoked_at
-           FROM engram.api_keys k JOIN engram.tenants t ON t.id = k.tenant_id
-           WHERE $1::text IS NULL OR t.key = $1 ORDER BY t.key, k.created_at""",
-            tenant_key,
-        )
     )
 
 
@@ -121,6 +131,24 @@ class KeyRow:
     created_at: datetime
     expires_at: datetime | None
     revoked_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class TenantKeyRow(KeyRow):
+    """An API key with its tenant, as the operators' listing shows it."""
+
+    tenant: str
+
+
+@timed
+async def list_keys(conn: asyncpg.Connection, tenant_key: str | None) -> list[TenantKeyRow]:
+    rows = await conn.fetch(
+        """SELECT k.id, k.name, k.scopes, k.created_at, k.expires_at, k.revoked_at, t.key AS tenant
+           FROM engram.api_keys k JOIN engram.tenants t ON t.id = k.tenant_id
+           WHERE $1::text IS NULL OR t.key = $1 ORDER BY t.key, k.created_at""",
+        tenant_key,
+    )
+    return [TenantKeyRow(*r) for r in rows]
 
 
 @timed
@@ -150,7 +178,7 @@ class KeyAudit:
 
 
 # What the definer functions' refusals mean (sql/migrations/0015_tenant_api_keys.sql).
-_KEY_REFUSALS: dict[type[asyncpg.PostgresError], tuple[str, str]] = {
+_KEY_REFUSALS: dict[type[asyncpg.PostgresError], tuple[Code, str]] = {
     asyncpg.InvalidParameterValueError: ("invalid", "the key's name, scopes or expiry are out of bounds"),
     asyncpg.ProgramLimitExceededError: ("limit", "this tenant has 100 unrevoked API keys; revoke some first"),
     asyncpg.InsufficientPrivilegeError: ("forbidden", "API keys are made only inside a tenant's transaction"),

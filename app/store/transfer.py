@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from app.store.database import Database, Tenant, Tx, timed
-from app.store.entities import COLUMNS, EntityRow, NewEntity, field_arrays
+from app.store.entities import COLUMNS, EntityRow
 from app.store.history import Change
 from app.store.validity import edge_holds, valid_at
 
@@ -151,59 +151,6 @@ async def history_page(tx: Tx, after: int | None, limit: int, *, deleted: bool) 
 # --- import -----------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class ImportedEntity(NewEntity):
-    """An entity as a file gives it: its id and fields, and (engram format) its record."""
-
-    version: int = 1
-    created_at: datetime | None = None  # None: now
-    updated_at: datetime | None = None
-    created_by: str | None = None  # None: the importer
-    updated_by: str | None = None
-    deleted_at: datetime | None = None
-
-
-@timed
-async def insert_entities(tx: Tx, items: Sequence[ImportedEntity], actor: str) -> None:
-    """Insert entities (and their vertices) with every field as given; what is not given takes the
-    defaults a tool write would (now, the importer, version 1)."""
-    if not items:
-        return
-    await tx.execute(
-        """
-        WITH u AS (
-            SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-                                 $7::text[], $8::text[], $9::smallint[], $10::jsonb[], $11::int[],
-                                 $12::timestamptz[], $13::timestamptz[], $14::text[], $15::text[], $16::timestamptz[])
-                AS u(id, name, name_key, type, description, area, topic, subtopic, certainty, properties,
-                     version, created_at, updated_at, created_by, updated_by, deleted_at)
-        ), v AS (
-            INSERT INTO {s}."Entity" (properties)
-            SELECT ag_catalog.agtype_build_map('id', u.id::text, 'name', u.name, 'type', u.type) FROM u
-            RETURNING id AS gid,
-                ag_catalog.agtype_access_operator(VARIADIC ARRAY[properties, '"id"'::ag_catalog.agtype])
-                    ::text::uuid AS eid
-        )
-        INSERT INTO {s}.entities (id, gid, name, name_key, type, description, area, topic, subtopic, certainty,
-                                  properties, version, created_at, updated_at, created_by, updated_by, deleted_at)
-        SELECT u.id, v.gid, u.name, u.name_key, u.type, u.description, u.area, u.topic, u.subtopic, u.certainty,
-               coalesce(u.properties, '{}'), u.version, coalesce(u.created_at, now()),
-               coalesce(u.updated_at, u.created_at, now()), coalesce(u.created_by, $17),
-               coalesce(u.updated_by, u.created_by, $17), u.deleted_at
-        FROM u JOIN v ON v.eid = u.id
-        """,
-        *field_arrays(items),
-        [i.version for i in items],
-        [i.created_at for i in items],
-        [i.updated_at for i in items],
-        [i.created_by for i in items],
-        [i.updated_by for i in items],
-        [i.deleted_at for i in items],
-        actor,
-    )
-    tx.growth.entities += sum(1 for i in items if i.deleted_at is None)
-
-
 @timed
 async def set_merged_into(tx: Tx, pairs: Sequence[tuple[str, str]]) -> None:
     """Record (entity id, survivor id): what an engram file says a deleted entity was merged into."""
@@ -214,87 +161,6 @@ async def set_merged_into(tx: Tx, pairs: Sequence[tuple[str, str]]) -> None:
             [p[0] for p in pairs],
             [p[1] for p in pairs],
         )
-
-
-@dataclass(frozen=True, slots=True)
-class ImportedObservation:
-    entity_id: str
-    text: str
-    created_at: datetime | None = None  # None: now
-    created_by: str | None = None  # None: the importer
-    live: bool = True  # its entity is live (what quotas count)
-    source: str | None = None
-    valid_from: datetime | None = None
-    valid_until: datetime | None = None
-
-
-@timed
-async def insert_observations(tx: Tx, items: Sequence[ImportedObservation], actor: str) -> dict[str, list[str]]:
-    """Insert observations in order, skipping texts their entity holds already; returns what each
-    entity gained."""
-    if not items:
-        return {}
-    rows = await tx.fetch(
-        """
-        INSERT INTO {s}.observations (entity_id, content, created_at, created_by, source, valid_from, valid_until)
-        SELECT p.entity_id, p.content, coalesce(p.created_at, now()), coalesce(p.created_by, $5), p.source,
-               p.valid_from, p.valid_until
-        FROM unnest($1::uuid[], $2::text[], $3::timestamptz[], $4::text[], $6::text[], $7::timestamptz[],
-                    $8::timestamptz[]) WITH ORDINALITY
-            AS p(entity_id, content, created_at, created_by, source, valid_from, valid_until, n)
-        ORDER BY p.n
-        ON CONFLICT (entity_id, md5(content)) DO NOTHING
-        RETURNING entity_id::text, content
-        """,
-        [i.entity_id for i in items],
-        [i.text for i in items],
-        [i.created_at for i in items],
-        [i.created_by for i in items],
-        actor,
-        [i.source for i in items],
-        [i.valid_from for i in items],
-        [i.valid_until for i in items],
-    )
-    dead = {i.entity_id for i in items if not i.live}
-    out: dict[str, list[str]] = {}
-    for eid, text in rows:
-        out.setdefault(eid, []).append(text)
-        if eid not in dead:
-            tx.growth.observations += 1
-            tx.growth.text_bytes += len(text.encode())
-    return out
-
-
-@timed
-async def insert_relations(tx: Tx, items: Sequence[tuple[str, str, dict[str, Any]]]) -> set[str]:
-    """Insert edges (source gid, target gid, properties with `id` and `type`); an edge whose id or
-    (source, target, type) is taken already is skipped. Returns the ids inserted. Properties without
-    `created_at` get the transaction's time, as JSON writes it (as a tool's relation has it). An
-    edge whose properties give `valid_from` or `valid_until` (times) is listed in ``rel_intervals``."""
-    if not items:
-        return set()
-    now = orjson.loads(await tx.fetchval("SELECT to_json(now())::text"))
-    rows = await tx.fetch(
-        """
-        WITH ins AS (
-            INSERT INTO {s}."REL" (start_id, end_id, properties)
-            SELECT a::ag_catalog.graphid, b::ag_catalog.graphid, p::ag_catalog.agtype
-            FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS u(a, b, p, n)
-            ORDER BY u.n
-            ON CONFLICT DO NOTHING
-            RETURNING id, start_id, end_id, ag_catalog.agtype_out(properties)::text::jsonb AS p
-        ), iv AS (
-            INSERT INTO {s}.rel_intervals (edge, start_id, end_id, valid_from, valid_until)
-            SELECT id, start_id, end_id, (p->>'valid_from')::timestamptz, (p->>'valid_until')::timestamptz
-            FROM ins WHERE p ? 'valid_from' OR p ? 'valid_until'
-        )
-        SELECT p->>'id' FROM ins
-        """,
-        [i[0] for i in items],
-        [i[1] for i in items],
-        [orjson.dumps(i[2] if "created_at" in i[2] else {**i[2], "created_at": now}).decode() for i in items],
-    )
-    return {r[0] for r in rows}
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,13 +204,6 @@ async def insert_history(tx: Tx, items: Sequence[ImportedChange]) -> int:
         [i.at for i in items],
     )
     return int(done.split()[-1])
-
-
-@timed
-async def analyze(tx: Tx) -> None:
-    """Fresh planner statistics for the tenant's tables that outgrew theirs (migration 0010's
-    `engram.analyze_outgrown_tables`, run as the owner: the tenant role may not ANALYZE)."""
-    await tx.fetchval("SELECT engram.analyze_outgrown_tables()")
 
 
 @timed

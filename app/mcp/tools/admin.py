@@ -11,14 +11,12 @@ from app.services import Services, models
 
 
 def register(tool: ToolSet, services: Services) -> None:
-    @tool(ADMIN, READ_ONLY)
+    @tool(ADMIN, READ_ONLY, title="Audit log")
     async def audit_log(
         who: Principal,
         tool_name: Annotated[models.TypeName | None, Field(description="Only calls of this tool.")] = None,
         limit: Annotated[int, Field(ge=1, le=services.limits.max_results)] = 50,
         cursor: models.Cursor | None = None,
     ) -> models.AuditPage:
-        """Who changed this tenant's memory: one entry per successful write call, newest first, with
-        caller, tool, ids changed, duration and request id.
-        """
+        """Who changed this tenant's memory: each write call, newest first, with caller, tool, ids changed."""
         return await services.entities.audit(who, tool_name, limit, cursor)

@@ -16,10 +16,10 @@ RelationTypes = Annotated[list[models.TypeName] | None, Field(max_length=20, des
 def register(tool: ToolSet, services: Services) -> None:
     cap = services.limits.max_results
 
-    @tool(READ, READ_ONLY)
+    @tool(READ, READ_ONLY, title="Neighbours")
     async def neighbors(
         who: Principal,
-        entity: Annotated[models.Ref, Field(description="Start entity: id or name.")],
+        entity: Annotated[models.Ref, Field(description="Id or name.")],
         depth: Annotated[int, Field(ge=1, le=5)] = 2,
         direction: models.Direction = "both",
         relation_types: RelationTypes = None,
@@ -27,11 +27,8 @@ def register(tool: ToolSet, services: Services) -> None:
         as_of: models.AsOf = None,
         include_invalid: models.IncludeInvalid = False,
     ) -> models.NeighborsResult:
-        """Entities around one entity, breadth first, up to `depth` relations away.
-
-        Each appears once, at its shortest distance, with the relation that reached it (`via`, in
-        its real direction). Filter by `direction` and exact `relation_types`. Walks relations
-        valid now (see `as_of`, `include_invalid`).
+        """Entities within `depth` relations of one, each once at its shortest distance with the relation
+        that reached it (`via`).
         """
         return await services.graph.neighbors(
             who,
@@ -43,22 +40,19 @@ def register(tool: ToolSet, services: Services) -> None:
             when=moment(as_of, include_invalid),
         )
 
-    @tool(READ, READ_ONLY)
+    @tool(READ, READ_ONLY, title="Shortest path")
     async def shortest_path(
         who: Principal,
-        from_: Annotated[models.Ref, Field(alias="from", description="Start entity: id or name.")],
-        to: Annotated[models.Ref, Field(description="End entity: id or name.")],
+        from_: Annotated[models.Ref, Field(alias="from", description="Id or name.")],
+        to: Annotated[models.Ref, Field(description="Id or name.")],
         max_depth: Annotated[int, Field(ge=1, le=10)] = 5,
         direction: models.Direction = "both",
         relation_types: RelationTypes = None,
         as_of: models.AsOf = None,
         include_invalid: models.IncludeInvalid = False,
     ) -> models.PathResult:
-        """How two entities connect: a shortest chain of relations, up to `max_depth` long.
-
-        `nodes` run from start to end; `relations[i]` joins `nodes[i]` and `nodes[i+1]`, in its real
-        direction. No path is `found: false`, not an error. Uses relations valid now (see `as_of`,
-        `include_invalid`).
+        """How two entities connect: a shortest chain of relations; `relations[i]` joins `nodes[i]` and
+        `nodes[i+1]`. No path is `found: false`.
         """
         return await services.graph.path(
             who,
@@ -70,17 +64,17 @@ def register(tool: ToolSet, services: Services) -> None:
             when=moment(as_of, include_invalid),
         )
 
-    @tool(READ, READ_ONLY)
+    @tool(READ, READ_ONLY, title="Relation chain")
     async def relation_chain(
         who: Principal,
-        entity: Annotated[models.Ref, Field(description="Start entity: id or name.")],
+        entity: Annotated[models.Ref, Field(description="Id or name.")],
         relation_type: models.TypeName,
         direction: models.Direction = "out",
         depth: Annotated[int, Field(ge=1, le=10)] = 5,
         as_of: models.AsOf = None,
         include_invalid: models.IncludeInvalid = False,
     ) -> models.NeighborsResult:
-        """Follow one relation type transitively, e.g. every prerequisite of a course; nearest first."""
+        """Follow one relation type transitively (e.g. every prerequisite), nearest first."""
         return await services.graph.chain(
             who,
             entity,
@@ -90,7 +84,7 @@ def register(tool: ToolSet, services: Services) -> None:
             when=moment(as_of, include_invalid),
         )
 
-    @tool(READ, READ_ONLY)
+    @tool(READ, READ_ONLY, title="Subgraph")
     async def subgraph(
         who: Principal,
         entities: Annotated[list[models.Ref], Field(min_length=1, max_length=20, description="Ids or names.")],
@@ -100,8 +94,8 @@ def register(tool: ToolSet, services: Services) -> None:
         as_of: models.AsOf = None,
         include_invalid: models.IncludeInvalid = False,
     ) -> models.SubgraphResult:
-        """Context in one call: the given entities, everything within `depth` relations of them, and
-        the relations among all of those (valid now; see `as_of`, `include_invalid`).
+        """Context in one call: the given entities, all within `depth` relations of them, and the
+        relations among them.
         """
         return await services.graph.subgraph(
             who,
@@ -112,23 +106,17 @@ def register(tool: ToolSet, services: Services) -> None:
             when=moment(as_of, include_invalid),
         )
 
-    @tool(READ, READ_ONLY)
+    @tool(READ, READ_ONLY, title="Category tree")
     async def hierarchy(who: Principal) -> models.HierarchyResult:
-        """The area → topic → subtopic tree with entity counts; `name: null` groups entities without a
-        value. A large tree is cut (`truncated`): list one area or topic with find_entities.
-        """
+        """The area → topic → subtopic tree with entity counts (`name: null`: no value)."""
         return await services.graph.hierarchy(who)
 
-    @tool(READ, READ_ONLY)
+    @tool(READ, READ_ONLY, title="Graph statistics")
     async def graph_stats(who: Principal) -> models.StatsResult:
-        """Overview: counts of entities, relations and observations, the commonest types, the most
-        connected entities, the latest changes.
-        """
+        """Counts, top types, most connected entities, latest changes."""
         return await services.graph.stats(who)
 
-    @tool(READ, READ_ONLY, answers_offline=True)
+    @tool(READ, READ_ONLY, answers_offline=True, title="Server status")
     async def server_status(who: Principal) -> models.StatusResult:
-        """Whether the memory works now: the database, this tenant's graph, the embedding provider, the
-        usable tools. Answers even when the database is down.
-        """
+        """Whether the memory works now, and which tools are usable."""
         return await services.status.check(who, list(tool.scopes))

@@ -22,7 +22,9 @@ from app.services.graph import Slice
 _WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
 _DELETE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
 _READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
-Observations = Annotated[list[models.Observation], Field(max_length=100)]
+# Names, types and facts exactly as the reference keeps them (models.ExactName: nothing trimmed,
+# longer bounds); an empty fact is accepted and left out.
+Observations = Annotated[list[models.ExactObservation], Field(max_length=100)]
 
 
 # Outputs carry no input bounds: whatever the graph holds (written by any tool set) can be returned.
@@ -41,27 +43,27 @@ class Relation(BaseModel):
 
 class EntityIn(Entity):
     model_config = ConfigDict(extra="forbid")
-    name: models.Name = Field(description="The name of the entity")
-    entityType: models.TypeName = Field(description="The type of the entity")
+    name: models.ExactName = Field(description="The name of the entity")
+    entityType: models.ExactType = Field(description="The type of the entity")
     observations: Observations = Field(description="An array of observation contents associated with the entity")
 
 
 class RelationIn(Relation):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    from_: models.Name = Field(alias="from", description="The name of the entity where the relation starts")
-    to: models.Name = Field(description="The name of the entity where the relation ends")
-    relationType: models.TypeName = Field(description="The type of the relation")
+    from_: models.ExactName = Field(alias="from", description="The name of the entity where the relation starts")
+    to: models.ExactName = Field(description="The name of the entity where the relation ends")
+    relationType: models.ExactType = Field(description="The type of the relation")
 
 
 class ObservationAddition(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    entityName: models.Name = Field(description="The name of the entity to add the observations to")
+    entityName: models.ExactName = Field(description="The name of the entity to add the observations to")
     contents: Observations = Field(description="An array of observation contents to add")
 
 
 class ObservationDeletion(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    entityName: models.Name = Field(description="The name of the entity containing the observations")
+    entityName: models.ExactName = Field(description="The name of the entity containing the observations")
     observations: Observations = Field(description="An array of observations to delete")
 
 
@@ -143,13 +145,26 @@ def _graph(graph: Slice, read_graph: str) -> dict[str, Any]:
 
 
 def _fold(entities: list[EntityIn]) -> list[Entity]:
-    """The first entry of each name, its observations without repeats: what a batch stores."""
+    """The first entry of each name, its observations without repeats or empty ones: what a batch stores."""
     first: dict[str, Entity] = {}
     for e in entities:
-        first.setdefault(
-            e.name, Entity(name=e.name, entityType=e.entityType, observations=list(dict.fromkeys(e.observations)))
-        )
+        kept = [o for o in dict.fromkeys(e.observations) if o]
+        first.setdefault(e.name, Entity(name=e.name, entityType=e.entityType, observations=kept))
     return list(first.values())
+
+
+# The native models trim names; these were checked as the reference takes them (above) and are
+# built without a second check, so that " Ada" stays " Ada".
+def _native_entity(e: Entity) -> models.EntityIn:
+    return models.EntityIn.model_construct(name=e.name, type=e.entityType, observations=e.observations)
+
+
+def _native_relation(r: RelationIn) -> models.RelationIn:
+    return models.RelationIn.model_construct(from_=r.from_, to=r.to, type=r.relationType)
+
+
+def _native_key(r: RelationIn) -> models.RelationKey:
+    return models.RelationKey.model_construct(from_=r.from_, to=r.to, type=r.relationType)
 
 
 def register(tool: ToolSet, services: Services) -> None:
@@ -162,9 +177,7 @@ def register(tool: ToolSet, services: Services) -> None:
     ) -> Annotated[CallToolResult, Entities]:
         """Create multiple new entities in the knowledge graph"""
         folded = _fold(entities)
-        done = await services.entities.upsert(
-            who, [models.EntityIn(name=e.name, type=e.entityType, observations=e.observations) for e in folded], "skip"
-        )
+        done = await services.entities.upsert(who, [_native_entity(e) for e in folded], "skip")
         created = {r.name for r in done.results if r.status == "created"}
         return _reply(
             {"entities": [_entity(e.name, e.entityType, e.observations) for e in folded if e.name in created]},
@@ -178,9 +191,7 @@ def register(tool: ToolSet, services: Services) -> None:
         """Create multiple new relations between entities in the knowledge graph. Relations should be in active voice"""
         new: list[dict[str, str]] = []
         if relations:
-            done = await services.relations.connect(
-                who, [models.RelationIn(from_=r.from_, to=r.to, type=r.relationType) for r in relations], exact=True
-            )
+            done = await services.relations.connect(who, [_native_relation(r) for r in relations], exact=True)
             new = [_relation(item.relation) for item in done.results if item.status == "created"]
         return _reply({"relations": new}, "relations")
 
@@ -190,7 +201,7 @@ def register(tool: ToolSet, services: Services) -> None:
     ) -> Annotated[CallToolResult, AddedResults]:
         """Add new observations to existing entities in the knowledge graph"""
         changed = await services.entities.change_observations_by_name(
-            who, [(o.entityName, o.contents) for o in observations], add=True, missing_ok=False
+            who, [(o.entityName, [t for t in o.contents if t]) for o in observations], add=True, missing_ok=False
         )
         pairs = zip(observations, changed, strict=True)
         results = [{"entityName": o.entityName, "addedObservations": c or []} for o, c in pairs]
@@ -200,7 +211,7 @@ def register(tool: ToolSet, services: Services) -> None:
     async def delete_entities(
         who: Principal,
         entityNames: Annotated[
-            list[models.Name], Field(max_length=batch, description="An array of entity names to delete")
+            list[models.ExactName], Field(max_length=batch, description="An array of entity names to delete")
         ],
     ) -> Annotated[CallToolResult, Done]:
         """Delete multiple entities and their associated relations from the knowledge graph"""
@@ -223,7 +234,7 @@ def register(tool: ToolSet, services: Services) -> None:
         relations: Annotated[list[RelationIn], Field(max_length=batch, description="An array of relations to delete")],
     ) -> Annotated[CallToolResult, Done]:
         """Delete multiple relations from the knowledge graph"""
-        keys = [models.RelationKey(from_=r.from_, to=r.to, type=r.relationType) for r in relations]
+        keys = [_native_key(r) for r in relations]
         if keys:
             await services.relations.disconnect(who, keys, [], exact=True)
         return _done("Relations deleted successfully")
@@ -255,7 +266,7 @@ def register(tool: ToolSet, services: Services) -> None:
     async def open_nodes(
         who: Principal,
         names: Annotated[
-            list[models.Name], Field(max_length=batch, description="An array of entity names to retrieve")
+            list[models.ExactName], Field(max_length=batch, description="An array of entity names to retrieve")
         ],
     ) -> Annotated[CallToolResult, KnowledgeGraph]:
         """Open specific nodes in the knowledge graph by their names"""

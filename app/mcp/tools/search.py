@@ -26,11 +26,11 @@ from app.services.models import (
 from app.services.search import Query
 from app.services.search_models import Mode, SearchResult
 
-QueryText = Annotated[LongText, Field(min_length=1, description="What to look for, in any words.")]
+QueryText = Annotated[LongText, Field(min_length=1, description="Any words.")]
 
 
 def register(tool: ToolSet, services: Services) -> None:
-    @tool(READ, READ_ONLY, name="search")
+    @tool(READ, READ_ONLY, name="search", title="Search memory")
     async def search_tool(
         who: Principal,
         query: QueryText,
@@ -42,7 +42,7 @@ def register(tool: ToolSet, services: Services) -> None:
         max_certainty: Certainty | None = None,
         min_score: Annotated[
             float | None,
-            Field(ge=0, le=1, allow_inf_nan=False, description="Drop hits whose best score is below this."),
+            Field(ge=0, le=1, allow_inf_nan=False, description="Drop hits scoring below this."),
         ] = None,
         sources: Sources = None,
         since: Since = None,
@@ -50,16 +50,10 @@ def register(tool: ToolSet, services: Services) -> None:
         as_of: AsOf = None,
         include_invalid: IncludeInvalid = False,
         limit: Annotated[int, Field(ge=1, le=50)] = 10,
-        cursor: Annotated[Cursor | None, Field(description="`next_cursor` of the previous page.")] = None,
+        cursor: Annotated[Cursor | None, Field(description="From `next_cursor`.")] = None,
     ) -> SearchResult:
-        """Find entities by meaning and by words: "what do I know about X?" Use it before answering
-        from memory, with the question in plain words.
-
-        `mode`: `hybrid` (default; meaning, words and names), `semantic`, or `keyword` ("a phrase",
-        `or`, `-word`). Each hit gives the entity, what matched (a **marked** snippet when words
-        matched, with its source and time) and its scores. `sources`, `since`, `until` keep only
-        observations from those sources written in that range; only facts valid now count (see
-        `as_of`, `include_invalid`). Paged: pass `next_cursor` back as `cursor`.
+        """Find entities by meaning and words ("what do I know about X?"); keyword `mode` takes "a phrase",
+        `or`, `-word`. Hits carry a **marked** snippet and scores.
         """
         time_range(since, until)
         if min_certainty is not None and max_certainty is not None and min_certainty > max_certainty:

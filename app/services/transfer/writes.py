@@ -1,0 +1,120 @@
+"""The writes of one import batch, each through the same code as the tools' writes (the writer,
+the store's episode insert); what they did goes into the batch's `Done`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.services.transfer.format import Format
+from app.services.transfer.records import EntityRecord, EpisodeRecord, HistoryRecord, RelationRecord
+from app.services.transfer.summary import Done
+from app.services.writer import OnExisting, Writer
+from app.store import episodes, transfer
+from app.store.database import Tx
+from app.store.episodes import NewEpisode
+from app.store.relations import NewRelation
+
+_TALLIED = {"created": "created", "updated": "merged", "unchanged": "unchanged"}
+
+
+@dataclass(frozen=True, slots=True)
+class BatchWrites:
+    actor: str
+    on_existing: OnExisting
+    fmt: Format
+    dry_run: bool
+
+    def _writer(self, tx: Tx) -> Writer:
+        # A dry run commits nothing, so it races no one (and its name locks would pile up).
+        return Writer(tx, self.actor, self.on_existing, origin=self.fmt, lock_names=not self.dry_run)
+
+    async def entities(self, tx: Tx, batch: list[EntityRecord], done: Done) -> None:
+        written = await self._writer(tx).entities([r.entity for r in batch])
+        for r, w in zip(batch, written, strict=True):
+            if w.status == "conflict":
+                done.refuse(r.line, "conflict", w.why, done.entities)
+            elif w.status == "skipped":
+                done.skip(done.entities, "entities", w.why)
+            else:
+                tally = done.entities
+                setattr(tally, _TALLIED[w.status], getattr(tally, _TALLIED[w.status]) + 1)
+                done.observations_added += w.observations_added
+                done.aliases_added += w.aliases_added
+                if w.aliases_held:
+                    done.skipped_because["aliases held already"] += w.aliases_held
+
+    async def relations(self, tx: Tx, batch: list[RelationRecord], done: Done) -> None:
+        """Ends by id where the file gives ids (engram), by name for the rest and for ids not found here."""
+        ids = {i for r in batch for i in (r.source_id, r.target_id) if i}
+        names = {n for r in batch for n, i in ((r.source, r.source_id), (r.target, r.target_id)) if not i}
+        by_id, by_name = await transfer.ends(tx, sorted(ids), sorted(names))
+        names = {
+            n for r in batch for n, i in ((r.source, r.source_id), (r.target, r.target_id)) if i and i not in by_id
+        }
+        if names:
+            by_name |= (await transfer.ends(tx, (), sorted(names)))[1]
+        found: list[tuple[RelationRecord, NewRelation]] = []
+        for r in batch:
+            source = (by_id.get(r.source_id) if r.source_id else None) or by_name.get(r.source)
+            target = (by_id.get(r.target_id) if r.target_id else None) or by_name.get(r.target)
+            if source is None or target is None:
+                missing = r.source if source is None else r.target
+                done.refuse(r.line, "dangling", f"no entity named {missing!r}", done.relations)
+                continue
+            found.append((r, r.between(source, target)))
+        made = await self._writer(tx).relations([n for _, n in found])
+        for (r, _), rid in zip(found, made, strict=True):
+            if rid is not None:
+                done.relations.created += 1
+            elif self.on_existing == "error":
+                done.refuse(r.line, "conflict", "the relation exists", done.relations)
+            elif self.on_existing == "skip":
+                done.skip(done.relations, "relations", "exist")
+            else:
+                done.relations.unchanged += 1
+
+    async def episodes(self, tx: Tx, batch: list[EpisodeRecord], done: Done) -> None:
+        """Episodes as the file gives them, each once (by when, text and source); their entities by
+        id, else by name; an entity the tenant does not hold is left out of the episode's links."""
+        held = await episodes.existing(tx, [(r.at, r.text, r.source) for r in batch])
+        ids = sorted({i for r in batch for i, _, _ in r.entities if i})
+        names = sorted({n for r in batch for _, n, _ in r.entities})
+        by_id, by_name = await transfer.ends(tx, ids, names)
+        new, seen = [], set(held)
+        for r in batch:
+            key = (r.at, r.text, r.source)
+            if key in seen:
+                if self.on_existing == "error":
+                    done.refuse(r.line, "conflict", "the episode exists", done.episodes)
+                else:
+                    done.skip(done.episodes, "episodes", "exist")
+                continue
+            seen.add(key)
+            involved: dict[str, str] = {}
+            for ref, name, role in r.entities:
+                end = (by_id.get(ref) if ref else None) or by_name.get(name)
+                if end is None or end.deleted:
+                    done.skipped_because["episode entities not held"] += 1
+                    continue
+                involved.setdefault(end.id, role)
+            new.append(
+                NewEpisode(
+                    content=r.text,
+                    at=r.at,
+                    source=r.source,
+                    valid_from=r.valid_from,
+                    valid_until=r.valid_until,
+                    involved=tuple(involved.items()),
+                    created_by=r.created_by,
+                    created_at=r.created_at,
+                    ended_why=r.ended_why,
+                )
+            )
+        if new:
+            await episodes.insert(tx, new, self.actor)
+        done.episodes.added += len(new)
+
+    async def history(self, tx: Tx, batch: list[HistoryRecord], done: Done) -> None:
+        added = await transfer.insert_history(tx, [h.change for h in batch])
+        done.history.added += added
+        done.history.skipped += len(batch) - added

@@ -84,8 +84,16 @@ lint: install-dev
 system-deps:
 	scripts/system-deps.sh
 
+# Then the tests of every tool of every tool set, tenant isolation and live memory again, with every
+# server reaching PostgreSQL through PgBouncer in transaction mode (docs/scaling.md, "Connections"):
+# a selection, not the whole suite twice.
+PGBOUNCER_TESTS := tests/test_native_tools.py tests/test_memory_dialect.py tests/test_neo4j_dialect.py \
+  tests/test_graph_tools.py tests/test_query_graph.py tests/test_search.py tests/test_recall.py \
+  tests/test_merges.py tests/test_validity.py tests/test_isolation.py tests/test_live.py
+
 test: system-deps install-dev db lint
 	$(BIN)/pytest  # the whole suite, the benchmarks in quick mode among it (tests/test_bench.py)
+	ENGRAM_TEST_PGBOUNCER=1 $(BIN)/pytest -p no:cacheprovider $(PGBOUNCER_TESTS)
 
 # The benchmarks: figures for docs/benchmarks.md. `make test` runs both with --quick (tests/test_bench.py),
 # in a scratch database of their own; BENCH_ARGS=--quick does the same here.

@@ -96,10 +96,35 @@ def cmd_migrate(args: argparse.Namespace) -> None:
 
     settings = _with_database(_settings())
     try:
-        done = asyncio.run(migrate.migrate(settings.admin_dsn(), settings.migrations_dir))
+        if args.status or args.dry_run:
+            _print_plan(asyncio.run(migrate.plan(settings.admin_dsn(), settings.migrations_dir)), dry_run=args.dry_run)
+            return
+        run = migrate.migrate(settings.admin_dsn(), settings.migrations_dir, on_tenant=_tenant_progress, jobs=args.jobs)
+        done = asyncio.run(run)
     except migrate.MigrationError as exc:
         sys.exit(f"migration error: {exc}")
     print("applied: " + ", ".join(done) if done else "database schema is up to date")
+
+
+def _tenant_progress(done: int, waiting: int) -> None:
+    """One line per 100 tenants brought up to date (and the last), on stderr."""
+    if done % 100 == 0 or done == waiting:
+        print(f"tenant steps: {done}/{waiting} tenants brought up to date", file=sys.stderr, flush=True)
+
+
+def _print_plan(plan: Any, *, dry_run: bool) -> None:
+    steps = plan.steps
+    print(f"migrations: {len(plan.applied)} applied, {len(plan.pending)} pending")
+    for m in plan.pending:
+        note = " (registers a tenant step)" if m.registers_step else ""
+        print(f"  {'would apply' if dry_run else 'pending'}: {m.name}{note}")
+    print(f"tenants: {steps.tenants}; newest tenant step {steps.newest or '(none)'}; {steps.waiting} waiting for steps")
+    for version, count in steps.by_version:
+        print(f"  last step {version or '(none)'}: {count} tenants")
+    if dry_run:
+        with_steps = any(m.registers_step for m in plan.pending)
+        upgrade = steps.tenants if with_steps else steps.waiting
+        print(f"would bring {upgrade} tenants up to date, each in a transaction of its own; nothing was changed")
 
 
 def cmd_db(args: argparse.Namespace) -> None:
@@ -555,7 +580,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("serve", help="run the HTTP server").set_defaults(func=cmd_serve)
-    sub.add_parser("migrate", help="apply pending database migrations").set_defaults(func=cmd_migrate)
+    mig = sub.add_parser("migrate", help="apply pending database migrations, then the tenant steps they add")
+    mig.add_argument("--status", action="store_true", help="show what is applied and which tenants wait for steps")
+    mig.add_argument("--dry-run", action="store_true", help="show what would be applied; change nothing")
+    mig.add_argument(
+        "--jobs", type=int, choices=range(1, 17), default=1, metavar="1-16",
+        help="tenants brought up to date at once, each on a connection of its own (default 1)",
+    )  # fmt: skip
+    mig.set_defaults(func=cmd_migrate)
     db = sub.add_parser("db", help="the local development database")
     db.add_argument("action", choices=["up", "down", "status", "url"])
     db.add_argument("--admin", action="store_true", help="with url: the owner's URL, used for migrations")

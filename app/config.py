@@ -72,6 +72,14 @@ class Settings(BaseSettings):
         description="A tool call's database work ends by then, answered or not. Unset: the statement timeout + 3 s.",
     )
     pool_acquire_seconds: float = Field(5, gt=0, le=600, description="Longest wait for a pooled connection.")
+    pool_statement_cache_size: int = Field(
+        100, ge=0, le=10_000, description="Prepared statements kept per connection (docs/scaling.md)."
+    )
+    pool_max_queries: int = Field(10_000, ge=100, le=10_000_000, description="Queries before a connection is recycled.")
+    pool_max_idle_seconds: float = Field(300, ge=0, le=86_400, description="Idle time before a connection is closed.")
+    listen_database_url: SecretStr | None = Field(
+        None, description="A direct (not transaction-pooled) connection for LISTEN. Unset: ENGRAM_DATABASE_URL."
+    )
     migrations_dir: Path = _DEFAULT_MIGRATIONS
 
     # HTTP
@@ -195,6 +203,10 @@ class Settings(BaseSettings):
 
     # fair sharing (docs/security.md); 0 switches a rate or a quota off
     tenant_rate: float = Field(50, ge=0, le=1_000_000, description="Tool calls per second per tenant (refill).")
+    tenant_rate_shared: bool = Field(True, description="Count a tenant's rate across replicas, in the database.")
+    tenant_rate_lease_seconds: float = Field(
+        0.1, gt=0, le=10, description="Each replica takes this many seconds' worth of a tenant's rate at a time."
+    )
     tenant_burst: int = Field(200, ge=1, le=1_000_000, description="Tool calls a tenant may make at once.")
     tenant_max_concurrent: int = Field(4, ge=1, le=1000, description="Tool calls of one tenant running at once.")
     tenant_queue_seconds: float = Field(10, ge=0, le=600, description="Wait for a free slot before refusing.")
@@ -378,6 +390,9 @@ class Settings(BaseSettings):
         if self.database_url is None:
             raise ValueError("ENGRAM_DATABASE_URL is not set (run `engram db up` for a local database)")
         return self.database_url.get_secret_value()
+
+    def listen_dsn(self) -> str:
+        return self.listen_database_url.get_secret_value() if self.listen_database_url else self.runtime_dsn()
 
     def admin_dsn(self) -> str:
         return (self.admin_database_url or self.database_url or SecretStr(self.runtime_dsn())).get_secret_value()

@@ -13,7 +13,7 @@ from starlette.routing import Route
 from app.observability.context import deadline
 from app.services.indexing import Indexer
 from app.store import migrate
-from app.store.database import Database
+from app.store.database import Database, wrong_settings
 from app.store.errors import Unavailable
 
 logger = logging.getLogger("engram")
@@ -23,7 +23,8 @@ READY_BUDGET = 2.5
 
 
 async def readiness(db: Database, migrations_dir: Path) -> str | None:
-    """None when the database answers and its schema is current; otherwise why not.
+    """None when the database answers, its schema is current and the run-time role's session
+    settings are Engram's (migration 0022); otherwise why not.
 
     Raises MigrationError when the database's schema is one this code does not know.
     """
@@ -31,11 +32,14 @@ async def readiness(db: Database, migrations_dir: Path) -> str | None:
         with deadline(READY_BUDGET):
             async with db.connection() as lease:
                 todo = await migrate.pending(lease.conn, migrations_dir)
+                wrong = [] if todo else await wrong_settings(lease.conn)
     except Unavailable as exc:
         return f"database unreachable: {exc.message}"
     except asyncpg.PostgresError as exc:
         return f"database unreachable: {type(exc).__name__}"
-    return f"migrations pending: {', '.join(todo)}" if todo else None
+    if todo:
+        return f"migrations pending: {', '.join(todo)}"
+    return f"session settings wrong: {'; '.join(wrong)}" if wrong else None
 
 
 async def serving_problem(db: Database, migrations_dir: Path) -> str | None:

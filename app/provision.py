@@ -120,7 +120,7 @@ class Chroot:
     def possible() -> bool:
         return sys.platform == "linux" and os.geteuid() == 0 and Path("/etc/debian_version").exists()
 
-    def _in_root(self, *cmd: str, user: str | None = None) -> list[str]:
+    def in_root(self, *cmd: str, user: str | None = None) -> list[str]:
         prefix = ["chroot", str(self.root)]
         if user:
             prefix += ["runuser", "-u", user, "--"]
@@ -160,14 +160,25 @@ class Chroot:
         policy.chmod(0o755)
         shutil.copy("/etc/resolv.conf", partial / "etc/resolv.conf")
         self.say("installing postgresql-17, postgresql-17-age, postgresql-17-pgvector ...")
-        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
-        _run(["chroot", str(partial), "apt-get", "update", "-qq"], env=env)
-        packages = ["postgresql-17", "postgresql-17-age", "postgresql-17-pgvector", "locales-all"]
-        _run(["chroot", str(partial), "apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages], env=env)
-        _run(["chroot", str(partial), "apt-get", "clean"], env=env)
+        _run(["chroot", str(partial), "apt-get", "update", "-qq"], env=self._ENV)
+        packages = ["postgresql-17", "postgresql-17-age", "postgresql-17-pgvector", "locales-all", "pgbouncer"]
+        self._apt(partial, *packages)
         (partial / ".engram-ready").touch()
         shutil.rmtree(self.root, ignore_errors=True)
         partial.rename(self.root)
+
+    _ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
+
+    def _apt(self, root: Path, *packages: str) -> None:
+        install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages]
+        _run(["chroot", str(root), *install], env=self._ENV)
+        _run(["chroot", str(root), "apt-get", "clean"], env=self._ENV)
+
+    def install(self, *packages: str) -> None:
+        """Add packages to a root built before they were part of it (PgBouncer for the pooled tests)."""
+        self.say(f"installing {' '.join(packages)} in {self.root} ...")
+        _run(["chroot", str(self.root), "apt-get", "update", "-qq"], env=self._ENV)
+        self._apt(self.root, *packages)
 
     def _data(self) -> Path:
         return self.root / PG_DATA.lstrip("/")
@@ -183,7 +194,7 @@ class Chroot:
         try:
             _run(["chroot", str(self.root), "chown", "-R", "postgres:postgres", "/var/lib/engram", "/tmp/engram-pw"])  # noqa: S108 (inside the chroot)
             _run(
-                self._in_root(
+                self.in_root(
                     f"{PG_BIN}/initdb",
                     "-D",
                     PG_DATA,
@@ -216,7 +227,7 @@ class Chroot:
         if not (self._data() / "PG_VERSION").exists():
             return False
         result = subprocess.run(
-            self._in_root(f"{PG_BIN}/pg_ctl", "-D", PG_DATA, "status", user="postgres"), capture_output=True, text=True
+            self.in_root(f"{PG_BIN}/pg_ctl", "-D", PG_DATA, "status", user="postgres"), capture_output=True, text=True
         )
         return result.returncode == 0
 
@@ -226,7 +237,7 @@ class Chroot:
         self.say(f"starting PostgreSQL on 127.0.0.1:{state.port} ...")
         log = "/var/lib/engram/postgres.log"
         _run(
-            self._in_root(
+            self.in_root(
                 f"{PG_BIN}/pg_ctl",
                 "-D",
                 PG_DATA,
@@ -245,7 +256,7 @@ class Chroot:
 
     def stop(self) -> None:
         if self.running():
-            _run(self._in_root(f"{PG_BIN}/pg_ctl", "-D", PG_DATA, "-m", "fast", "-w", "stop", user="postgres"))
+            _run(self.in_root(f"{PG_BIN}/pg_ctl", "-D", PG_DATA, "-m", "fast", "-w", "stop", user="postgres"))
 
 
 # --- Docker -------------------------------------------------------------------------------
@@ -442,24 +453,34 @@ def on_database(url: str, name: str) -> str:
 async def recreate_database(admin_url: str, name: str) -> None:
     """Drop database `name` (and the tenant roles it made) if it exists, then create it empty.
 
-    For throw-away databases of tests and benchmarks; a database a killed DROP left invalid
-    (``datconnlimit = -2``, which only accepts DROP) is dropped without reading its tenants.
+    For throw-away databases of tests and benchmarks.
     """
+    await drop_database(admin_url, name)
+    server = await asyncpg.connect(on_database(admin_url, "postgres"))
+    try:
+        await server.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await server.close()
+
+
+async def drop_database(admin_url: str, name: str) -> None:
+    """Drop database `name` and the tenant roles it made, if it exists; a database a killed DROP
+    left invalid (``datconnlimit = -2``, which only accepts DROP) is dropped without reading its tenants."""
     server = await asyncpg.connect(on_database(admin_url, "postgres"))
     try:
         roles: list[str] = []
         limit = await server.fetchval("SELECT datconnlimit FROM pg_database WHERE datname = $1", name)
-        if limit is not None:
-            if limit != -2:
-                old = await asyncpg.connect(on_database(admin_url, name))
-                try:
-                    if await old.fetchval("SELECT to_regclass('engram.tenants') IS NOT NULL"):
-                        roles = [r[0] for r in await old.fetch("SELECT schema_name FROM engram.tenants")]
-                finally:
-                    await old.close()
-            await server.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-        for role in roles:
-            await server.execute(f'DROP ROLE IF EXISTS "{role}"')
-        await server.execute(f'CREATE DATABASE "{name}"')
+        if limit is None:
+            return
+        if limit != -2:
+            old = await asyncpg.connect(on_database(admin_url, name))
+            try:
+                if await old.fetchval("SELECT to_regclass('engram.tenants') IS NOT NULL"):
+                    roles = [r[0] for r in await old.fetch("SELECT schema_name FROM engram.tenants")]
+            finally:
+                await old.close()
+        await server.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        for i in range(0, len(roles), 200):  # a statement per 200: thousands of tenants drop in seconds
+            await server.execute("DROP ROLE IF EXISTS " + ", ".join(f'"{r}"' for r in roles[i : i + 200]))
     finally:
         await server.close()

@@ -34,14 +34,36 @@ from tests.helpers import (  # noqa: F401 (re-exported for the tests that import
 
 # Its own database per checkout, so two suites can run side by side on one PostgreSQL.
 TEST_DB = os.environ.get("ENGRAM_TEST_DB", "engram_test")
+# Set: the servers the tests start reach the database through PgBouncer in transaction mode
+# (`make test` runs a selection of the suite so, docs/scaling.md).
+THROUGH_PGBOUNCER = os.environ.get("ENGRAM_TEST_PGBOUNCER", "") not in ("", "0")
 
 
 @pytest.fixture(scope="session")
-def db_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+def pgbouncer() -> Iterator[Any]:
+    """A PgBouncer in transaction mode in front of the local database, with three server connections
+    per database and user, so clients' transactions interleave on them; skipped where none runs."""
+    from app.pooler import PgBouncer
+
+    state = provision.LocalState.load()
+    if state is None or os.environ.get("ENGRAM_DATABASE_URL"):
+        pytest.skip("PgBouncer runs in front of the local `engram db` database only")
+    bouncer = PgBouncer(free_port(), state.port, {provision.APP_ROLE: state.app_password}, pool_size=3)
+    try:
+        bouncer.start()
+    except provision.ProvisionError as exc:
+        pytest.skip(str(exc))
+    yield bouncer
+    bouncer.stop()
+
+
+@pytest.fixture(scope="session")
+def db_settings(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Settings:
     """A database provisioned by the same code as `engram db up`, migrated to the latest schema.
 
     On the local database the suite gets a database of its own, made afresh each run; with
-    ENGRAM_DATABASE_URL set, it uses that database as it is.
+    ENGRAM_DATABASE_URL set, it uses that database as it is. With ENGRAM_TEST_PGBOUNCER, the
+    run-time URL goes through PgBouncer (LISTEN keeps a direct one).
     """
     provision.up()
     key_file = tmp_path_factory.mktemp("keys") / "dev-key.json"
@@ -55,6 +77,14 @@ def db_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
             }
         )
     asyncio.run(migrate.migrate(settings.admin_dsn(), settings.migrations_dir))
+    if THROUGH_PGBOUNCER:
+        bouncer = request.getfixturevalue("pgbouncer")
+        settings = settings.model_copy(
+            update={
+                "listen_database_url": settings.database_url,
+                "database_url": SecretStr(bouncer.url(provision.APP_ROLE, TEST_DB)),
+            }
+        )
     return settings
 
 

@@ -24,6 +24,7 @@ from mcp.types import CallToolResult
 from app.auth.devkeys import mint_token
 from app.auth.principal import READ, WRITE
 from app.config import ENDPOINT_PATHS, Settings
+from app.store.database import Database, Recycling
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,6 +61,7 @@ def server_env(settings: Settings, port: int, **extra: str) -> dict[str, str]:
         **os.environ,
         "ENGRAM_DATABASE_URL": settings.database_url.get_secret_value(),
         "ENGRAM_ADMIN_DATABASE_URL": settings.admin_database_url.get_secret_value(),
+        "ENGRAM_LISTEN_DATABASE_URL": settings.listen_dsn(),
         "ENGRAM_PORT": str(port),
         "ENGRAM_METRICS_PORT": str(free_port()),
         "ENGRAM_DEV_KEY_FILE": str(settings.dev_key_file),
@@ -110,6 +112,28 @@ def serve_builtin(db_settings: Settings, **extra: str) -> AbstractContextManager
     limits raised for a suite that signs in many times (`extra` overrides any of them)."""
     limits = {f"ENGRAM_{what}_PER_MINUTE": "1000" for what in ("REGISTER", "TOKEN", "AUTHORIZE")}
     return serve(db_settings, ENGRAM_AUTH_MODE="builtin", ENGRAM_EMBEDDING_PROVIDER="none", **(limits | extra))
+
+
+@asynccontextmanager
+async def open_database(
+    dsn: str, *, min_size: int = 0, max_size: int = 4, create_tenants: bool = True, recycling: Recycling | None = None
+) -> AsyncIterator[Database]:
+    """A pool on `dsn` with test-sized bounds (5 s statements, 30 s deadline), open for the block."""
+    db = Database(
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        statement_timeout_ms=5000,
+        acquire_seconds=10,
+        call_deadline=30,
+        create_tenants=create_tenants,
+        recycling=recycling,
+    )
+    await db.open()
+    try:
+        yield db
+    finally:
+        await db.close()
 
 
 @asynccontextmanager

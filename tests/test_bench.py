@@ -91,3 +91,16 @@ def test_recall_benchmark_runs_quick(tmp_path: Path) -> None:
         and bulk["found_by_words_at_once"].split("/")[0] == bulk["found_by_words_at_once"].split("/")[1]
     )
     assert "## Recall" in done.stdout
+
+
+def test_scaling_benchmark_runs_quick(tmp_path: Path) -> None:
+    results = tmp_path / "scaling.json"
+    done = _run("bench.scaling", "--quick", "--results", str(results))
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    r = orjson.loads(results.read_bytes())
+    assert r["machine"]["quick"] is True
+    assert r["tenants"]["tenants"] == 10 and r["tenants"]["bytes_per_tenant"] > 0
+    assert r["tenants"]["backend"]["tenants_touched"] == 10
+    assert set(r["rates"]) == {"take_tokens", "select_1"} and r["rates"]["take_tokens"]["n"] == 50
+    pooler = r["pooler"]
+    assert "skipped" in pooler or (pooler["summary"]["pgbouncer"]["errors"] == 0 and pooler["ratio"] > 0), pooler

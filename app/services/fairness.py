@@ -1,9 +1,10 @@
 """Fair sharing between tenants: call rates, concurrent calls, and quotas on what a tenant stores.
 
-Rates and concurrency are counted in this process: with N replicas behind a load balancer a
-tenant may reach up to N times its rate and N times its concurrent calls cluster-wide (each
-replica's database pool is what the concurrency cap protects). Quotas are exact: every write adds
-its growth to the tenant's totals in its own transaction and fails if that passes a quota.
+A tenant's rate holds across replicas: its token bucket is in the database, and each replica takes
+a few calls' worth of tokens at a time (`SharedBuckets`; docs/scaling.md, "Rate limits"). While
+the database does not answer, each replica counts on its own. Concurrent calls are counted in
+this process (each replica's database pool is what that cap protects). Quotas are exact: every
+write adds its growth to the tenant's totals in its own transaction and fails if that passes a quota.
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
+
+from cachetools import TTLCache
 
 from app.auth.principal import Principal
 from app.config import Settings
@@ -70,6 +74,48 @@ class Buckets:
         return 0.0 if tokens >= 1 else (1 - tokens) / rate
 
 
+class SharedBuckets:
+    """Each tenant's token bucket kept in the database, so that its rate holds whichever replicas
+    serve it. A replica takes `lease_seconds` of the rate at a time (at least one call's worth) and
+    spends it locally until it is used up or that time has passed: at a high rate most calls do
+    not ask the database, at a low one each does (one short statement). Tokens never come from
+    anywhere but the shared bucket, so replicas together never exceed it; a lease one replica
+    holds and does not use is lost to the others for at most `lease_seconds`.
+    """
+
+    def __init__(self, db: Database, *, lease_seconds: float, size: int = 100_000) -> None:
+        self.db = db
+        self.lease_seconds = lease_seconds
+        # tenant id -> (tokens left, monotonic time the lease ends); entries go soon after they end
+        self._leases: TTLCache[str, tuple[int, float]] = TTLCache(maxsize=size, ttl=lease_seconds)
+        # One lease asked for at a time per tenant: calls arriving meanwhile share it, not take more.
+        self._asking: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    def _spend(self, tenant_id: str) -> bool:
+        left, ends = self._leases.get(tenant_id, (0, 0.0))
+        if left > 0 and ends > time.monotonic():
+            self._leases[tenant_id] = (left - 1, ends)
+            return True
+        return False
+
+    async def take(self, tenant_id: str, rate: float, burst: int) -> float:
+        """0 when a call may run; otherwise the seconds until the tenant has a token again."""
+        if self._spend(tenant_id):
+            return 0.0
+        asking = self._asking.get(tenant_id)
+        if asking is None:
+            asking = self._asking[tenant_id] = asyncio.Lock()
+        async with asking:
+            if self._spend(tenant_id):  # another call's lease came meanwhile
+                return 0.0
+            want = max(1, min(burst, int(rate * self.lease_seconds)))
+            granted, wait = await store.take_tokens(self.db, tenant_id, want, rate, burst)
+            if granted == 0:
+                return wait
+            self._leases[tenant_id] = (granted - 1, time.monotonic() + self.lease_seconds)
+            return 0.0
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
     """One tenant's limits: the server's defaults with its overrides. 0 switches a rate or quota off."""
@@ -91,8 +137,17 @@ def refuse(reason: str, message: str, retry_after: float | None = None, **detail
 
 
 class Fairness:
-    def __init__(self, db: Database, defaults: Policy, *, cache_seconds: float, queue_seconds: float) -> None:
+    def __init__(
+        self,
+        db: Database,
+        defaults: Policy,
+        *,
+        cache_seconds: float,
+        queue_seconds: float,
+        shared: SharedBuckets | None = None,
+    ) -> None:
         self.db = db
+        self._shared = shared  # None: rates counted in this process only
         self.defaults = defaults
         self._cache_seconds = cache_seconds
         self._queue_seconds = queue_seconds
@@ -128,15 +183,17 @@ class Fairness:
         The tenant's limits are read within ADMIT_SECONDS; with `read=False`, or while the database
         is known to be down, the last limits read (or the defaults) apply without asking it.
         """
+        tenant = None
         try:
             if read and not self.db.unreachable:
                 with deadline(ADMIT_SECONDS):
-                    policy = await self.policy(await self.db.tenant(who.tenant))
+                    tenant = await self.db.tenant(who.tenant)
+                    policy = await self.policy(tenant)
             else:
                 policy = self._known(who.tenant)
         except _ADMIT_ERRORS:
             policy = self.defaults  # the call itself reports what is wrong
-        wait = self._buckets.take(who.tenant, policy.rate, policy.burst)
+        wait = await self._rate(who.tenant, tenant, policy)
         if wait:
             raise refuse(
                 "tenant_rate", f"this tenant is over its rate of {policy.rate:g} calls per second", retry_after=wait
@@ -158,6 +215,16 @@ class Fairness:
             yield
         finally:
             slots.release()
+
+    async def _rate(self, key: str, tenant: Tenant | None, policy: Policy) -> float:
+        """The tenant's shared bucket when it is known and the database answers; else this process's."""
+        if self._shared is not None and tenant is not None and policy.rate > 0 and not self.db.unreachable:
+            try:
+                with deadline(ADMIT_SECONDS):
+                    return await self._shared.take(tenant.id, policy.rate, policy.burst)
+            except _DB_ERRORS as exc:
+                logger.warning("shared rate bucket not reachable (%s); counting here", type(exc).__name__)
+        return self._buckets.take(key, policy.rate, policy.burst)
 
     def _known(self, key: str) -> Policy:
         """The limits last read for a tenant whose id this server already knows, or the defaults."""
@@ -199,6 +266,13 @@ def fairness_from_settings(db: Database, settings: Settings) -> Fairness:
         max_observations=settings.quota_observations,
         max_text_bytes=settings.quota_text_bytes,
     )
+    shared = None
+    if settings.tenant_rate_shared:
+        shared = SharedBuckets(db, lease_seconds=settings.tenant_rate_lease_seconds)
     return Fairness(
-        db, defaults, cache_seconds=settings.limits_cache_seconds, queue_seconds=settings.tenant_queue_seconds
+        db,
+        defaults,
+        cache_seconds=settings.limits_cache_seconds,
+        queue_seconds=settings.tenant_queue_seconds,
+        shared=shared,
     )

@@ -72,7 +72,7 @@ class Live:
     def from_settings(cls, settings: Settings, db: Database) -> Live:
         return cls(
             db,
-            settings.runtime_dsn(),
+            settings.listen_dsn(),  # LISTEN needs a session of its own: not through a transaction pooler
             per_principal=settings.subscriptions_per_principal,
             per_process=settings.subscriptions_per_process,
             idle_seconds=settings.subscription_idle_seconds,

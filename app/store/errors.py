@@ -15,7 +15,7 @@ RETRYABLE: tuple[type[BaseException], ...] = (asyncpg.DeadlockDetectedError, asy
 
 
 # Seconds a client is asked to wait before calling again, by why the database was not there.
-RETRY_AFTER = {"pool_exhausted": 1.0, "database_unreachable": 5.0, "deadline": 5.0}
+RETRY_AFTER = {"pool_exhausted": 1.0, "database_unreachable": 5.0, "deadline": 5.0, "tenant_upgrading": 30.0}
 
 # Errors that mean the database is not there for this call: down, stalled, restarting, refusing
 # connections, or the connection was dropped (by the server, the network, or a missed deadline).

@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 
 import asyncpg
 
-from app.store.database import Growth, Tx, timed
+from app.store.database import Database, Growth, Tx, timed
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +58,18 @@ async def grow(tx: Tx, growth: Growth) -> UsageTotals:
     )
     assert row is not None
     return UsageTotals(*row)
+
+
+@timed
+async def take_tokens(db: Database, tenant_id: str, want: int, rate: float, burst: int) -> tuple[int, float]:
+    """Up to `want` calls' worth of the tenant's shared rate bucket (one statement, outside any
+    tenant transaction): how many were granted, and when none, the seconds until one is there."""
+    async with db.connection() as lease:
+        row = await lease.conn.fetchrow(
+            "SELECT granted, wait_seconds FROM engram.take_tokens($1::uuid, $2, $3, $4)", tenant_id, want, rate, burst
+        )
+    assert row is not None
+    return row[0], row[1]
 
 
 @timed

@@ -1,13 +1,18 @@
-"""Plain SQL migrations: applied in file-name order, each once, recorded with a checksum.
+"""Plain SQL migrations: applied in file-name order, each once, recorded with a checksum; then the
+tenant steps they registered, one tenant per transaction.
 
 A session advisory lock serialises concurrent runners (two replicas starting together); each
-file runs in its own transaction with its record, so a failed file leaves nothing behind.
+file runs in its own transaction with its record, so a failed file leaves nothing behind. Each
+tenant records the last step it has, so an interrupted run resumes where it stopped, and the
+locks a transaction takes are those of one tenant's objects, whatever the number of tenants.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +20,7 @@ import asyncpg
 
 _LOCK_KEY = 0x656E6772616D  # "engram"
 _FILE = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+_REGISTERS_STEP = re.compile(r"engram\.add_tenant_step\(")
 
 
 class MigrationError(RuntimeError):
@@ -34,6 +40,10 @@ class Migration:
     @property
     def checksum(self) -> str:
         return hashlib.sha256(self.sql.encode()).hexdigest()
+
+    @property
+    def registers_step(self) -> bool:
+        return bool(_REGISTERS_STEP.search(self.sql))
 
 
 def load(directory: Path) -> list[Migration]:
@@ -62,8 +72,12 @@ CREATE TABLE IF NOT EXISTS engram.schema_migrations (
 """
 
 
-async def migrate(dsn: str, directory: Path) -> list[str]:
-    """Apply what is pending; returns the names applied (empty when up to date)."""
+async def migrate(
+    dsn: str, directory: Path, *, on_tenant: Callable[[int, int], None] | None = None, jobs: int = 1
+) -> list[str]:
+    """Apply what is pending, then the tenant steps on `jobs` connections; returns the file names
+    applied (empty when up to date). `on_tenant(done, waiting)` is told after each tenant brought
+    up to date."""
     migrations = load(directory)
     conn = await asyncpg.connect(dsn)
     try:
@@ -89,9 +103,118 @@ async def migrate(dsn: str, directory: Path) -> list[str]:
                     )
                 done.append(m.name)
             await conn.execute("GRANT SELECT ON engram.schema_migrations TO engram_app")
+            await apply_tenant_steps(conn, on_tenant, dsn=dsn, jobs=jobs)
             return done
         finally:
             await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_KEY)
+    finally:
+        await conn.close()
+
+
+_BEHIND = """
+SELECT schema_name FROM engram.tenants
+WHERE steps_version < (SELECT coalesce(max(version), '') FROM engram.tenant_steps)
+ORDER BY schema_name
+"""
+
+
+async def apply_tenant_steps(
+    conn: asyncpg.Connection,
+    on_tenant: Callable[[int, int], None] | None = None,
+    *,
+    dsn: str | None = None,
+    jobs: int = 1,
+) -> int:
+    """Bring every tenant up to the newest step, each in a transaction of its own, on `jobs`
+    connections at once (`conn` and, past one, new ones to `dsn`); returns how many were brought
+    up. Passes repeat until none is behind (a tenant made during a pass may have missed a step
+    registered meanwhile)."""
+    if not await _has_step_versions(conn):
+        return 0
+    workers = [conn] + [await asyncpg.connect(dsn) for _ in range(jobs - 1 if dsn else 0)]
+    total = 0
+
+    async def work(c: asyncpg.Connection, queue: list[str], waiting: int) -> None:
+        nonlocal total
+        while queue:
+            schema = queue.pop()
+            async with c.transaction():
+                try:
+                    await c.fetchval("SELECT engram.apply_tenant_steps($1)", schema)
+                except asyncpg.PostgresError as exc:
+                    raise MigrationError(f"tenant steps for {schema} failed: {exc}") from exc
+            total += 1
+            if on_tenant is not None:
+                on_tenant(total, waiting)
+
+    try:
+        while behind := [r[0] for r in await conn.fetch(_BEHIND)]:
+            behind.reverse()  # popped from the end: in name order
+            try:
+                async with asyncio.TaskGroup() as group:
+                    for c in workers:
+                        group.create_task(work(c, behind, total + len(behind)))
+            except BaseExceptionGroup as failed:
+                raise failed.exceptions[0] from None
+        return total
+    finally:
+        for c in workers[1:]:
+            await c.close()
+
+
+@dataclass(frozen=True, slots=True)
+class StepsStatus:
+    """Where the tenants are with their steps: the newest step registered, how many tenants there
+    are and how many lack it, and how many have each last step."""
+
+    newest: str
+    tenants: int
+    waiting: int
+    by_version: tuple[tuple[str, int], ...]
+
+
+async def _has_step_versions(conn: asyncpg.Connection) -> bool:
+    return bool(
+        await conn.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('engram.tenants')"
+            " AND attname = 'steps_version' AND NOT attisdropped)"
+        )
+    )
+
+
+async def steps_status(conn: asyncpg.Connection) -> StepsStatus:
+    if not await _has_step_versions(conn):
+        return StepsStatus("", 0, 0, ())
+    newest = await conn.fetchval("SELECT coalesce(max(version), '') FROM engram.tenant_steps")
+    rows = await conn.fetch(
+        "SELECT steps_version, count(*)::int FROM engram.tenants GROUP BY steps_version ORDER BY steps_version"
+    )
+    waiting = sum(n for version, n in rows if version < newest)
+    return StepsStatus(newest, sum(n for _, n in rows), waiting, tuple((v, n) for v, n in rows))
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What `migrate` would do, and what it has done: files applied and pending (with whether each
+    registers a tenant step), and the tenants' steps."""
+
+    applied: tuple[str, ...]
+    pending: tuple[Migration, ...]
+    steps: StepsStatus
+
+
+async def plan(dsn: str, directory: Path) -> Plan:
+    """`engram migrate --status` and `--dry-run`: reads only."""
+    migrations = load(directory)
+    conn = await asyncpg.connect(dsn)
+    try:
+        applied = await _applied(conn)
+        _check_known(migrations, applied)
+        return Plan(
+            tuple(m.name for m in migrations if m.version in applied),
+            tuple(m for m in migrations if m.version not in applied),
+            await steps_status(conn),
+        )
     finally:
         await conn.close()
 
@@ -106,10 +229,15 @@ def _check_known(migrations: list[Migration], applied: dict[str, asyncpg.Record]
             raise MigrationError(f"{m.name} changed after it was applied (checksum mismatch)")
 
 
+async def _applied(conn: asyncpg.Connection) -> dict[str, asyncpg.Record]:
+    if not await conn.fetchval("SELECT to_regclass('engram.schema_migrations') IS NOT NULL"):
+        return {}
+    return {r["version"]: r for r in await conn.fetch("SELECT * FROM engram.schema_migrations")}
+
+
 async def pending(conn: asyncpg.Connection, directory: Path) -> list[str]:
     """What `migrate` would still apply; raises if the database is ahead of or differs from the code."""
     migrations = load(directory)
-    exists = await conn.fetchval("SELECT to_regclass('engram.schema_migrations') IS NOT NULL")
-    applied = {r["version"]: r for r in await conn.fetch("SELECT * FROM engram.schema_migrations")} if exists else {}
+    applied = await _applied(conn)
     _check_known(migrations, applied)
     return [m.name for m in migrations if m.version not in applied]

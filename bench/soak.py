@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import orjson
 from mcp import Client
 
@@ -52,6 +53,7 @@ MIX = {
 }
 _CHECKED_WRITES = 200  # upserted names read back afterwards ("nothing lost")
 _BACKLOG_SECONDS = 300  # how long to wait for the pending texts once the load stops
+_CACHE_KB = 1.77  # one cached vector of 384 dimensions with its key (measured with tracemalloc)
 
 
 def _sentence(rng: random.Random) -> str:
@@ -160,6 +162,16 @@ async def _sample_rss(pid: int, every: float, into: list[tuple[float, float]], s
             await asyncio.wait_for(stop.wait(), every)
 
 
+def cached_vectors(metrics_port: str) -> float | None:
+    """The server's `engram_embedding_cache_vectors`: the bounded cache that grows with new texts."""
+    try:
+        text = httpx2.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
+    except httpx2.TransportError:
+        return None
+    found = [line.split()[-1] for line in text.splitlines() if line.startswith("engram_embedding_cache_vectors ")]
+    return float(found[0]) if found else 0.0
+
+
 def rss_summary(series: list[tuple[float, float]], warmup: float) -> dict[str, Any]:
     """Resident memory at the end of the warm-up and at the end (each the median of its last few
     samples, so one sample's noise is not growth), and the growth between."""
@@ -225,11 +237,13 @@ async def run(
             sampler = asyncio.create_task(_sample_rss(engram.pid, rss_every, series, rss_stop))
             loops = [asyncio.create_task(_loop(c, k, lambda: tally, stop)) for c, k in zip(conns, callers, strict=True)]
             await asyncio.sleep(warmup)
+            cached = [cached_vectors(engram_env["ENGRAM_METRICS_PORT"])]
             with over_http.py_spy(engram.pid, profile), procs.CpuWindow(engram.pid, database) as cpu:
                 tally, started = Tally(), time.monotonic()
                 await asyncio.sleep(seconds)
                 measured, tally = tally, None
                 elapsed = time.monotonic() - started
+            cached.append(cached_vectors(engram_env["ENGRAM_METRICS_PORT"]))
             stop.set()
             await asyncio.gather(*loops)
             rss_stop.set()
@@ -250,6 +264,8 @@ async def run(
         "cores": cpu.cores,
         "cpu_ms_per_call": over_http._per_call(cpu.seconds, out["calls"]),
         "rss": {**rss_summary(series, warmup), "series": series},
+        # The embedding cache's vectors after the warm-up and at the end: growth the bound explains.
+        "cache_vectors": cached,
         "lost_writes": lost,
         "checked_writes": min(_CHECKED_WRITES, sum(len(c.created) for c in callers)),
         "backlog_embedded_after_s": backlog,
@@ -301,7 +317,8 @@ def report(r: dict[str, Any]) -> str:
             f"RSS: {rss['after_warmup_mb']:.0f} MB after warm-up, {rss['end_mb']:.0f} MB at the end "
             f"(**{rss['growth_mb']:+.1f} MB**), highest {rss['max_mb']:.0f} MB; over time: "
             + ", ".join(f"{mb:.0f}" for mb in minutes)
-            + ".",
+            + f". Embedding cache: {r['cache_vectors'][0]:,.0f} → {r['cache_vectors'][1]:,.0f} vectors "
+            f"(about {_CACHE_KB * (r['cache_vectors'][1] - r['cache_vectors'][0]) / 1024:+.1f} MB of that growth).",
             f"Writes: {r['embeddings_pending_reported']:,} texts left pending by the calls; the last embedded "
             f"{r['backlog_embedded_after_s']} s after the load stopped; {r['lost_writes']} of "
             f"{r['checked_writes']} upserted entities missing afterwards.",

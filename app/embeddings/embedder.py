@@ -158,6 +158,7 @@ class Embedder:
             self._cache[key] = array("f", vector).tobytes()  # 4 bytes a number, not a float object's 24 + 8
             if len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
+            metrics.EMBED_CACHED.set(len(self._cache))
 
     async def close(self) -> None:
         await self.pool.close()

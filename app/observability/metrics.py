@@ -118,6 +118,11 @@ EMBED_WAIT = Histogram(
     buckets=_LATENCY,
     registry=REGISTRY,
 )
+EMBED_CACHED = Gauge(
+    "engram_embedding_cache_vectors",
+    "Vectors in the embedding cache (at most ENGRAM_EMBEDDING_CACHE_SIZE; about 1.8 KB each at 384 dimensions).",
+    registry=REGISTRY,
+)
 EMBED_DEFERRED = Counter(
     "engram_embedding_deferred_texts_total",
     "Texts a write did not embed before its transaction (budget spent, pool full, provider down).",

@@ -5,7 +5,9 @@ time after a warm-up; then the bare SDK's trivial tool with the same clients, in
 Reports calls/s, p50/p99 per tool, the server's and the database's CPU, the server's resident
 memory over time (its growth after the warm-up is what a leak or an unbounded cache would show),
 whether every write is still there afterwards, and how long after the load stops the last pending
-text has its embedding (docs/search.md, "When a fresh text is found by meaning").
+text has its embedding (docs/search.md, "When a fresh text is found by meaning"). Then, with the
+mixed load stopped, `upsert_entities` of 100 new entities alone, call after call, and one call of
+the largest batch the limits allow.
 
 `--profile FILE` attaches py-spy to the server for the measured window (a flame graph, SVG).
 `--quick` checks that the benchmark runs (a scratch database, a small graph, seconds); the test
@@ -193,6 +195,34 @@ async def _backlog_seconds(client: Client) -> float | None:
     return None
 
 
+async def bulk_upserts(client: Client, run: str, calls: int, rng: random.Random) -> dict[str, Any]:
+    """`upsert_entities` alone, one call after another: `calls` of 100 new entities with one
+    observation each, then one of the largest batch the limits allow (100 entities, 1,000
+    observations over all)."""
+
+    async def upsert(label: str, per_entity: int) -> tuple[int, int]:
+        observations = [[_sentence(rng) for _ in range(per_entity)] for _ in range(100)]
+        entities = [
+            {"name": f"Bulk {run} {label} {i}", "type": "note", "observations": o} for i, o in enumerate(observations)
+        ]
+        started = time.perf_counter_ns()
+        result = await client.call_tool("upsert_entities", {"entities": entities})
+        took = time.perf_counter_ns() - started
+        if result.is_error:
+            raise RuntimeError(f"bulk upsert failed: {result.content}")
+        return took, int((result.structured_content or {}).get("embeddings_pending", 0))
+
+    done = [await upsert(str(k), 1) for k in range(calls)]
+    largest, largest_pending = await upsert("largest", 10)
+    return {
+        "entities_per_call": 100,
+        "latency": Latency.of([ns for ns, _ in done]).as_dict(),
+        "embeddings_pending_mean": statistics.fmean(p for _, p in done),
+        "largest_batch_ms": round(largest / 1e6, 1),
+        "largest_batch_pending": largest_pending,
+    }
+
+
 async def _lost(client: Client, callers: list[Caller]) -> int:
     """Upserted entities that a read no longer finds (a sample of them)."""
     made = [n for c in callers for n in c.created]
@@ -212,6 +242,7 @@ async def run(
     warmup: float,
     floor_seconds: float,
     rss_every: float,
+    bulk_calls: int = 16,
     profile: Path | None = None,
     say: Any = print,
 ) -> dict[str, Any]:
@@ -249,6 +280,8 @@ async def run(
             rss_stop.set()
             await sampler
             backlog = await _backlog_seconds(conns[0])
+            say(f"  upsert_entities alone: {bulk_calls} calls of 100 new entities, then the largest batch ...")
+            bulk = await bulk_upserts(conns[0], run_id, bulk_calls, random.Random(11))
             lost = await _lost(conns[0], callers)
         say(f"  the floor: the bare SDK's trivial tool, {clients} clients, {floor_seconds:g} s ...")
         async with over_http.mcp_calls(f"http://127.0.0.1:{mcp_port}/mcp", None, MODE, clients, "ping", dict) as calls:
@@ -269,6 +302,7 @@ async def run(
         "lost_writes": lost,
         "checked_writes": min(_CHECKED_WRITES, sum(len(c.created) for c in callers)),
         "backlog_embedded_after_s": backlog,
+        "bulk_alone": bulk,
         "floor": {
             **floor.as_dict(),
             "cores": floor_cpu.cores,
@@ -299,7 +333,7 @@ def report(r: dict[str, Any]) -> str:
         f"| {x['errors']} |"
         for t, x in sorted(r["tools"].items(), key=lambda kv: -kv[1]["p99"])
     ]
-    f, rss, cores, cpu = r["floor"], r["rss"], r["cores"], r["cpu_ms_per_call"]
+    f, rss, cores, cpu, b = r["floor"], r["rss"], r["cores"], r["cpu_ms_per_call"], r["bulk_alone"]
     minutes = [mb for t, mb in r["rss"]["series"] if t >= r["warmup_seconds"]][:: max(1, len(rss["series"]) // 12)]
     return "\n".join(
         [
@@ -322,6 +356,12 @@ def report(r: dict[str, Any]) -> str:
             f"Writes: {r['embeddings_pending_reported']:,} texts left pending by the calls; the last embedded "
             f"{r['backlog_embedded_after_s']} s after the load stopped; {r['lost_writes']} of "
             f"{r['checked_writes']} upserted entities missing afterwards.",
+            "",
+            f"`upsert_entities` alone, {b['latency']['n']} calls of 100 new entities with one observation each: "
+            f"p50 **{b['latency']['p50']:.0f} ms**, max {b['latency']['max']:.0f} ms, "
+            f"{b['embeddings_pending_mean']:.0f} texts pending per call on average; the largest batch the limits "
+            f"allow (100 entities, 1,000 observations): {b['largest_batch_ms']:.0f} ms, "
+            f"{b['largest_batch_pending']:,} texts pending.",
         ]
     )
 
@@ -342,6 +382,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         warmup=args.warmup,
         floor_seconds=args.floor_seconds,
         rss_every=args.rss_every,
+        bulk_calls=args.bulk_calls,
         profile=args.profile,
     )
     results["soak"]["load_average"] = [round(x, 2) for x in os.getloadavg()]
@@ -357,6 +398,7 @@ def cli() -> None:
     parser.add_argument("--warmup", type=float, help="seconds of load before measuring (default 60; quick 2)")
     parser.add_argument("--floor-seconds", type=float, help="seconds of the bare SDK floor (default 30; quick 2)")
     parser.add_argument("--rss-every", type=float, help="seconds between RSS samples (default 5; quick 0.5)")
+    parser.add_argument("--bulk-calls", type=int, help="upserts of 100 entities alone afterwards (default 16; quick 2)")
     parser.add_argument("--entities", type=int, help="entities in the graph (default 100,000; quick 1,500)")
     parser.add_argument("--relations", type=int, help="relations in the graph (default 500,000; quick 6,000)")
     parser.add_argument("--profile", type=Path, help="a py-spy flame graph (SVG) of the server, measured window")
@@ -368,6 +410,7 @@ def cli() -> None:
         "warmup": (2, 60),
         "floor_seconds": (2, 30),
         "rss_every": (0.5, 5),
+        "bulk_calls": (2, 16),
         "entities": (1_500, 100_000),
         "relations": (6_000, 500_000),
     }

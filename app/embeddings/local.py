@@ -7,10 +7,11 @@ name in the database. Its weights are the model.safetensors of the `gt-all-minil
 handed to ONNX Runtime from the mapped file. The tokenizer is the model's own (`tokenizers`).
 Nothing is fetched at load or run time, and no torch is involved.
 
-Encoding runs on worker threads (one per worker of the embedding pool, ENGRAM_EMBEDDING_WORKERS),
-so the event loop keeps serving while a batch is encoded. The pool (queue.py) hands the model jobs
-of a few texts in priority order; the texts of a job are sorted by length and run in batches of
-similar lengths (padding is work), each bounded in texts and tokens.
+Encoding runs on worker threads (two per worker of the embedding pool, ENGRAM_EMBEDDING_WORKERS:
+its query and its bulk lane), so the event loop keeps serving while a batch is encoded. The pool
+(queue.py) hands the model jobs of a few texts in priority order; the texts of a job are sorted
+by length and run in batches of similar lengths (padding is work), each bounded in texts and
+tokens.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ MAX_TOKENS = 256  # the model's max_seq_length (sentence_bert_config.json): long
 # (docs/benchmarks.md). It also bounds a run's memory and how long a query waits behind one.
 _TOKENS_PER_RUN = 256
 # Texts per job of the embedding pool: a job of short texts takes tens of milliseconds, which is
-# what a query may wait behind (per worker) when bulk work keeps the pool busy.
+# what a write waits behind (per worker) when the filler keeps the pool busy.
 _JOB_TEXTS = 8
 
 
@@ -150,13 +151,13 @@ class LocalModel(Provider):
         architecture (model.safetensors, tokenizer.json: a fine-tuned copy, say), named by its path;
         other models run on the `sentence-transformers` provider. `dimensions`, when given, is
         checked against the model's; `threads`: CPU threads of the model; `batch_size`: texts
-        encoded at once; `workers`: batches encoded at the same time."""
+        encoded at once; `workers`: the embedding pool's workers per lane (queue.py)."""
         self.model = DEFAULT_LOCAL_MODEL if model in BUNDLED_NAMES else model
         self.dimensions = dimensions or 0  # known once loaded
         self._expected_dimensions = dimensions
         self._threads = threads
         self._batch_size = batch_size
-        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="embed")
+        self._executor = ThreadPoolExecutor(max_workers=2 * workers, thread_name_prefix="embed")
         self._loading: Future[Session] | None = None
         self._session: Session | None = None
 

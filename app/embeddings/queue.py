@@ -1,9 +1,9 @@
 """The embedding pool: jobs of a few texts each, taken in priority order by a fixed number of workers.
 
 Why: with one first-come queue, a search waited for its query's vector behind every write's texts,
-and a write behind every other write's. Here a query's job goes ahead of all bulk work, a write's
-ahead of the background filler's, and each job is small, so a query waits at most for the jobs
-already running (one per worker). A caller that stops waiting (a write whose budget ran out) drops
+and a write behind every other write's. Here queries have workers of their own, so a query never
+waits for bulk work, only for the CPU; bulk jobs are small and taken in priority order, a write's
+ahead of the background filler's. A caller that stops waiting (a write whose budget ran out) drops
 its jobs that have not started; those running finish, and their vectors land in the cache, where
 the filler finds them.
 """
@@ -45,15 +45,17 @@ class _Job:
 
 
 class EmbeddingQueue:
-    """`workers` concurrent jobs at most; at most `max_write_texts` texts of writes waiting (queries
-    are one text each and bounded by the calls admitted; the filler queues one batch at a time)."""
+    """`workers` query jobs and `workers` bulk jobs (writes, fills) at once at most; at most
+    `max_write_texts` texts of writes waiting (queries are one text each and bounded by the calls
+    admitted; the filler queues one batch at a time)."""
 
     def __init__(self, *, workers: int, max_write_texts: int) -> None:
         self.workers = workers
         self.max_write_texts = max_write_texts
         self._seq = itertools.count()
         self._waiting = dict.fromkeys(Priority, 0)  # texts per priority, not started
-        self._jobs: asyncio.PriorityQueue[_Job] | None = None
+        self._queries: asyncio.PriorityQueue[_Job] | None = None
+        self._bulk: asyncio.PriorityQueue[_Job] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -66,10 +68,10 @@ class EmbeddingQueue:
         self._start()
         if priority is Priority.WRITE and self._waiting[priority] + size > self.max_write_texts:
             raise QueueFull(f"{self._waiting[priority]} write texts already wait for the embedding pool")
-        assert self._loop is not None and self._jobs is not None
+        assert self._loop is not None and self._queries is not None and self._bulk is not None
         job = _Job(priority, next(self._seq), size, run, self._loop.create_future(), time.monotonic())
         job.future.add_done_callback(lambda _: self._dropped(job))
-        self._jobs.put_nowait(job)
+        (self._queries if priority is Priority.QUERY else self._bulk).put_nowait(job)
         self._count(job, +1)
         return job.future
 
@@ -77,9 +79,13 @@ class EmbeddingQueue:
         loop = asyncio.get_running_loop()
         if self._loop is loop:
             return
-        self._loop, self._jobs = loop, asyncio.PriorityQueue()
+        self._loop, self._queries, self._bulk = loop, asyncio.PriorityQueue(), asyncio.PriorityQueue()
         self._waiting = dict.fromkeys(Priority, 0)
-        self._tasks = [loop.create_task(self._work(), name=f"embedding worker {n}") for n in range(self.workers)]
+        self._tasks = [
+            loop.create_task(self._work(jobs), name=f"embedding {lane} worker {n}")
+            for lane, jobs in (("query", self._queries), ("bulk", self._bulk))
+            for n in range(self.workers)
+        ]
 
     def _count(self, job: _Job, sign: int) -> None:
         self._waiting[Priority(job.priority)] += sign * job.size
@@ -90,10 +96,9 @@ class EmbeddingQueue:
             job.started = True  # no longer waiting: a worker skips it
             self._count(job, -1)
 
-    async def _work(self) -> None:
-        assert self._jobs is not None
+    async def _work(self, jobs: asyncio.PriorityQueue[_Job]) -> None:
         while True:
-            job = await self._jobs.get()
+            job = await jobs.get()
             if job.started:  # dropped while waiting
                 continue
             job.started = True

@@ -83,12 +83,14 @@ class Embedder:
             found, jobs = self._submit(texts, scope, 1, Priority.WRITE)
         except EmbeddingError:
             found, jobs = {k: v for k in self._keys(texts, scope) if (v := self._cached(k)) is not None}, []
-        if jobs:
-            await asyncio.wait([job for _, job in jobs], timeout=seconds)
+        try:
+            if jobs:
+                await asyncio.wait([job for _, job in jobs], timeout=seconds)
+        finally:  # also when the call itself is cancelled (its deadline)
+            for _, job in jobs:
+                job.cancel()  # nothing, for a job that has ended
         for keys, job in jobs:
-            if not job.done():
-                job.cancel()
-            elif job.exception() is None:
+            if not job.cancelled() and job.exception() is None:
                 found.update(zip(keys, job.result(), strict=True))
         by_key = dict(zip(self._keys(texts, scope), texts, strict=True))
         return {by_key[k]: v for k, v in found.items() if k in by_key}

@@ -101,6 +101,7 @@ bench: db
 	$(BIN)/engram migrate
 	$(BIN)/python -m bench $(BENCH_ARGS)
 	$(BIN)/python -m bench.recall $(BENCH_ARGS)
+	$(BIN)/python -m bench.soak $(BENCH_ARGS)
 
 # Recall@k on the conversational-memory development set (../shared/data; skipped when absent).
 bench-recall: db

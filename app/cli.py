@@ -55,6 +55,7 @@ def _with_database(settings: Settings) -> Settings:
 def cmd_serve(args: argparse.Namespace) -> None:
     import logging
 
+    from app import allocator
     from app.embeddings import factory
 
     settings = _with_database(_settings())
@@ -62,6 +63,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
         settings.check_serving()
     except ValueError as exc:
         sys.exit(f"configuration error:\n  {exc}")
+    allocator.limit_arenas()  # before any thread starts (docs/operations.md, "Memory")
     factory.preload(settings)  # the model loads on its own thread while the server's code is imported
 
     import uvicorn

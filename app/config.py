@@ -173,6 +173,9 @@ class Settings(BaseSettings):
     embed_sync_texts: int = Field(
         128, ge=0, le=10_000, description="Texts a write embeds before it commits; the rest wait for the filler."
     )
+    embed_write_budget_ms: int = Field(
+        50, ge=0, le=10_000, description="How long a write waits for its texts' vectors; the rest wait for the filler."
+    )
     graph_page_relations: int = Field(1000, ge=1, le=50_000, description="Relations per read_graph page.")
     walk_level_edges: int = Field(5000, ge=10, le=1_000_000, description="Edges a walk reads per level.")
     walk_frontier: int = Field(1000, ge=1, le=100_000, description="Entities a walk expands per level.")
@@ -254,6 +257,10 @@ class Settings(BaseSettings):
     embedding_timeout_seconds: float = Field(30, gt=0, le=600)
     embedding_max_retries: int = Field(3, ge=0, le=10)
     embedding_cache_size: int = Field(10_000, ge=0, le=1_000_000)
+    embedding_workers: int = Field(1, ge=1, le=64, description="Embedding jobs run at once (the pool's size).")
+    embedding_queue_texts: int = Field(
+        4096, ge=0, le=1_000_000, description="Texts of writes that may wait for the pool; past it they stay pending."
+    )
     search_ef_search: int = Field(200, ge=10, le=1000)
 
     # observability

@@ -68,6 +68,10 @@ def server_env(settings: Settings, port: int, **extra: str) -> dict[str, str]:
         "ENGRAM_LOG_LEVEL": "WARNING",
         # Many tests send refused credentials on purpose from one address; one test checks the throttle.
         "ENGRAM_AUTH_FAILURE_BURST": "100000",
+        # Writes wait for all their vectors (up to ENGRAM_EMBED_SYNC_TEXTS): tests read by meaning what a
+        # write made as soon as it returns, on however loaded a machine. The production budget is
+        # tested where it is set (tests/test_embedding_pool.py); the benchmarks measure with it.
+        "ENGRAM_EMBED_WRITE_BUDGET_MS": "10000",
         **extra,
     }
 

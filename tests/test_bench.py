@@ -43,6 +43,21 @@ def test_benchmarks_run_quick(tmp_path: Path) -> None:
     assert "## Store level" in done.stdout and "## Over HTTP" in done.stdout
 
 
+def test_soak_benchmark_runs_quick(tmp_path: Path) -> None:
+    results = tmp_path / "soak.json"
+    done = _run("bench.soak", "--quick", "--results", str(results))
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    r = orjson.loads(results.read_bytes())["soak"]
+    assert set(r["tools"]) == {"get_entity", "find_entities", "neighbors", "search"} | {
+        "append_observations",
+        "connect_entities",
+        "upsert_entities",
+    }
+    assert r["errors"] == 0 and r["lost_writes"] == 0 and r["checked_writes"] > 0
+    assert r["floor"]["calls"] > 0 and r["cores"]["server"] is not None and len(r["rss"]["series"]) > 2
+    assert "## Soak" in done.stdout
+
+
 def test_search_benchmark_runs_quick() -> None:
     done = _run("bench.search", "--quick")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]

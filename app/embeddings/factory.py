@@ -76,4 +76,5 @@ def _make(settings: Settings) -> Provider | None:
         dimensions=settings.embedding_dimensions,
         threads=settings.embedding_threads,
         batch_size=settings.embedding_batch_size,
+        workers=settings.embedding_workers,
     )

@@ -7,10 +7,11 @@ name in the database. Its weights are the model.safetensors of the `gt-all-minil
 handed to ONNX Runtime from the mapped file. The tokenizer is the model's own (`tokenizers`).
 Nothing is fetched at load or run time, and no torch is involved.
 
-Encoding runs on one worker thread, so the event loop keeps serving while a batch is encoded and
-two batches never compete for the same cores. The texts of a call are sorted by length and run in
-batches of similar lengths (padding is work), each bounded in texts and tokens, so a query waits
-behind at most one batch of someone's bulk write.
+Encoding runs on worker threads (two per worker of the embedding pool, ENGRAM_EMBEDDING_WORKERS:
+its query and its bulk lane), so the event loop keeps serving while a batch is encoded. The pool
+(queue.py) hands the model jobs of a few texts in priority order; the texts of a job are sorted
+by length and run in batches of similar lengths (padding is work), each bounded in texts and
+tokens.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ MAX_TOKENS = 256  # the model's max_seq_length (sentence_bert_config.json): long
 # and keep the matrix products efficient: 1.55x the texts per CPU second of one run per 64 texts
 # (docs/benchmarks.md). It also bounds a run's memory and how long a query waits behind one.
 _TOKENS_PER_RUN = 256
+# Texts per job of the embedding pool: a job of short texts takes tens of milliseconds, which is
+# what a write waits behind (per worker) when the filler keeps the pool busy.
+_JOB_TEXTS = 8
 
 
 def bundled_model_dir() -> Path | None:
@@ -132,6 +136,7 @@ def batches(lengths: Sequence[int], texts_per_run: int, tokens_per_run: int = _T
 
 class LocalModel(Provider):
     kind = "local"
+    job_texts = _JOB_TEXTS
 
     def __init__(
         self,
@@ -140,18 +145,19 @@ class LocalModel(Provider):
         dimensions: int | None = None,
         threads: int = 1,
         batch_size: int = 64,
+        workers: int = 1,
     ) -> None:
         """`model`: all-MiniLM-L6-v2 (the bundled copy), or a directory holding a model of its
         architecture (model.safetensors, tokenizer.json: a fine-tuned copy, say), named by its path;
         other models run on the `sentence-transformers` provider. `dimensions`, when given, is
         checked against the model's; `threads`: CPU threads of the model; `batch_size`: texts
-        encoded at once."""
+        encoded at once; `workers`: the embedding pool's workers per lane (queue.py)."""
         self.model = DEFAULT_LOCAL_MODEL if model in BUNDLED_NAMES else model
         self.dimensions = dimensions or 0  # known once loaded
         self._expected_dimensions = dimensions
         self._threads = threads
         self._batch_size = batch_size
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
+        self._executor = ThreadPoolExecutor(max_workers=2 * workers, thread_name_prefix="embed")
         self._loading: Future[Session] | None = None
         self._session: Session | None = None
 

@@ -45,7 +45,7 @@ class OpenAICompatible(Provider):
         self._url = f"{base_url}/embeddings"
         self._key = api_key
         self._send_dimensions = request_dimensions
-        self._batch_size = batch_size
+        self._batch_size = self.job_texts = batch_size
         self._timeout = timeout_seconds
         self._attempts = max_retries + 1
         self._client: httpx2.AsyncClient | None = None

@@ -34,6 +34,8 @@ class Provider(ABC):
 
     model: str
     dimensions: int
+    # Texts per job of the embedding pool (queue.py): a query waits at most for one job per worker.
+    job_texts: int = 64
 
     def preload(self) -> None:  # noqa: B027 (optional hook)
         """Begin what `start` does on a thread of its own, before an event loop runs (a local model)."""

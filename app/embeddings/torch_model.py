@@ -42,7 +42,7 @@ class SentenceTransformersModel(Provider):
         self._expected_dimensions = dimensions
         self._device = device
         self._threads = threads
-        self._batch_size = batch_size
+        self._batch_size = self.job_texts = batch_size
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
         self._st: Any = None
 

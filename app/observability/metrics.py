@@ -104,6 +104,31 @@ EMBED_LATENCY = Histogram(
 )
 EMBED_PENDING = Gauge("engram_embeddings_pending", "Texts waiting for an embedding.", registry=REGISTRY)
 
+# The embedding pool (app/embeddings/queue.py): what waits for a worker, and for how long.
+EMBED_QUEUE = Gauge(
+    "engram_embedding_queue_texts",
+    "Texts waiting for an embedding worker, by priority (query, write, fill).",
+    ["priority"],
+    registry=REGISTRY,
+)
+EMBED_WAIT = Histogram(
+    "engram_embedding_queue_wait_seconds",
+    "Time an embedding job waited for a worker, by priority (query, write, fill).",
+    ["priority"],
+    buckets=_LATENCY,
+    registry=REGISTRY,
+)
+EMBED_CACHED = Gauge(
+    "engram_embedding_cache_vectors",
+    "Vectors in the embedding cache (at most ENGRAM_EMBEDDING_CACHE_SIZE; about 1.8 KB each at 384 dimensions).",
+    registry=REGISTRY,
+)
+EMBED_DEFERRED = Counter(
+    "engram_embedding_deferred_texts_total",
+    "Texts a write did not embed before its transaction (budget spent, pool full, provider down).",
+    registry=REGISTRY,
+)
+
 LIMIT_REFUSALS = Counter(
     "engram_limit_refusals_total",
     "Calls and requests refused by a fair-sharing limit or a bound, by reason (docs/security.md).",

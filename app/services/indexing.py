@@ -16,6 +16,7 @@ from app.config import Settings
 from app.embeddings.embedder import Embedder, ProviderDown
 from app.embeddings.factory import create_provider
 from app.embeddings.provider import EmbeddingError, InputRejected, Vector
+from app.embeddings.queue import Priority
 from app.errors import EngramError
 from app.observability import metrics
 from app.observability.context import deadline
@@ -42,11 +43,20 @@ class ReindexReport:
 
 
 class Indexer:
-    def __init__(self, db: Database, embedder: Embedder | None, *, batch_size: int, sync_texts: int = 128) -> None:
+    def __init__(
+        self,
+        db: Database,
+        embedder: Embedder | None,
+        *,
+        batch_size: int,
+        sync_texts: int = 128,
+        write_budget_seconds: float = 0.05,
+    ) -> None:
         self._db = db
         self.embedder = embedder
         self._batch = batch_size
         self._sync_texts = sync_texts  # texts a write embeds before its transaction; the filler does the rest
+        self._write_budget = write_budget_seconds  # ... and how long it waits for them
         self.model: index.Model | None = None
         self.current_model: str | None = None  # the model whose vectors are complete
         self._wake = asyncio.Event()
@@ -56,8 +66,21 @@ class Indexer:
     @classmethod
     def from_settings(cls, db: Database, settings: Settings) -> Indexer:
         provider = create_provider(settings)
-        embedder = Embedder(provider, settings.embedding_cache_size) if provider is not None else None
-        return cls(db, embedder, batch_size=settings.embedding_batch_size, sync_texts=settings.embed_sync_texts)
+        embedder = None
+        if provider is not None:
+            embedder = Embedder(
+                provider,
+                settings.embedding_cache_size,
+                workers=settings.embedding_workers,
+                queue_texts=settings.embedding_queue_texts,
+            )
+        return cls(
+            db,
+            embedder,
+            batch_size=settings.embedding_batch_size,
+            sync_texts=settings.embed_sync_texts,
+            write_budget_seconds=settings.embed_write_budget_ms / 1000,
+        )
 
     # --- life cycle ---------------------------------------------------------------------------
 
@@ -81,6 +104,7 @@ class Indexer:
                 await self._task
             self._task = None
         if self.embedder is not None:
+            await self.embedder.close()
             await self.embedder.provider.close()
 
     async def register(self) -> None:
@@ -123,17 +147,16 @@ class Indexer:
     # --- writes and queries ---------------------------------------------------------------------
 
     async def vectors_for(self, tenant: Tenant, texts: Sequence[str]) -> index.Vectors:
-        """Embed a write's texts before its transaction opens, at most ENGRAM_EMBED_SYNC_TEXTS of them
-        (one caller's large write must not hold the provider for long). Never fails: what is not
-        embedded now is left pending for the filler."""
+        """Embed a write's texts before its transaction opens: at most ENGRAM_EMBED_SYNC_TEXTS of them,
+        and only what the embedding pool does within ENGRAM_EMBED_WRITE_BUDGET_MS, at write priority
+        (no caller waits in line behind another's bulk work). Never fails: what is not embedded now is
+        left pending for the filler, which the commit wakes."""
         unique = list(dict.fromkeys(texts))[: self._sync_texts]
         if self.embedder is None or self.model is None or not unique:
             return index.Vectors(self.model)
-        try:
-            found = await self.embedder.embed(unique, scope=tenant.id, attempts=1)
-        except EmbeddingError:
-            return index.Vectors(self.model)
-        return index.Vectors(self.model, {index.text_hash(t): v for t, v in zip(unique, found, strict=True)})
+        found = await self.embedder.embed_within(unique, scope=tenant.id, seconds=self._write_budget)
+        metrics.EMBED_DEFERRED.inc(len(set(texts)) - len(found))
+        return index.Vectors(self.model, {index.text_hash(t): v for t, v in found.items()})
 
     def written(self, pending: int) -> None:
         """After a commit that left `pending` texts without vectors: wake the filler."""
@@ -147,7 +170,7 @@ class Indexer:
         if self.model is None:
             return None, "semantic search is not ready: the embedding model is not registered yet"
         try:
-            return (await self.embedder.embed([text], scope=tenant.id, attempts=1))[0], None
+            return (await self.embedder.embed([text], scope=tenant.id, attempts=1, priority=Priority.QUERY))[0], None
         except EmbeddingError:
             return None, "semantic ranking skipped: the embedding provider is not answering"
 
@@ -197,7 +220,7 @@ class Indexer:
         bad text cannot stall the filler."""
         assert self.embedder is not None
         try:
-            found = await self.embedder.embed([d.body for d in docs], scope=tenant.id)
+            found = await self.embedder.embed([d.body for d in docs], scope=tenant.id, priority=Priority.FILL)
             return list(zip(docs, found, strict=True))
         except InputRejected:
             if len(docs) == 1:

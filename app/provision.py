@@ -220,6 +220,7 @@ class Chroot:
                 "max_connections = 200\n"
                 "shared_buffers = 256MB\n"
                 "fsync = on\n"
+                "wal_level = logical\n"  # tenants move between cells by logical replication
             )
         return True
 
@@ -340,6 +341,18 @@ async def _prepare_database(state: LocalState) -> None:
         await admin.close()
 
 
+async def _set_logical(state: LocalState) -> bool:
+    """Set wal_level = logical on a database made before it was the default; True if a restart is due."""
+    admin = await _connect_retrying(state.url(admin=True).rsplit("/", 1)[0] + "/postgres")
+    try:
+        if await admin.fetchval("SELECT current_setting('wal_level')") == "logical":
+            return False
+        await admin.execute("ALTER SYSTEM SET wal_level = logical")
+        return True
+    finally:
+        await admin.close()
+
+
 async def _connect_retrying(url: str, seconds: float = 30) -> asyncpg.Connection:
     deadline = time.monotonic() + seconds
     while True:
@@ -409,6 +422,10 @@ def up(say: Progress = _say) -> LocalState | None:
         backend.build()
         backend.initdb(state)
     backend.start(state)
+    if isinstance(backend, Chroot) and asyncio.run(_set_logical(state)):
+        say("restarting PostgreSQL with wal_level = logical (tenant moves replicate logically) ...")
+        backend.stop()
+        backend.start(state)
     asyncio.run(_prepare_database(state))
     say(f"ready on 127.0.0.1:{state.port} (`engram db url` prints the connection URL)")
     return state

@@ -20,6 +20,7 @@ from app.config import Settings
 from app.store import migrate
 from tests.helpers import (  # noqa: F401 (re-exported for the tests that import them from here)
     ROOT,
+    TEST_DB,
     Server,
     connect,
     dumps,
@@ -32,8 +33,8 @@ from tests.helpers import (  # noqa: F401 (re-exported for the tests that import
     text,
 )
 
-# Its own database per checkout, so two suites can run side by side on one PostgreSQL.
-TEST_DB = os.environ.get("ENGRAM_TEST_DB", "engram_test")
+pytest_plugins = ["tests.cells_fixtures"]  # several clusters: cells and a standby
+
 # Set: the servers the tests start reach the database through PgBouncer in transaction mode
 # (`make test` runs a selection of the suite so, docs/scaling.md).
 THROUGH_PGBOUNCER = os.environ.get("ENGRAM_TEST_PGBOUNCER", "") not in ("", "0")

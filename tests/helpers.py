@@ -27,6 +27,8 @@ from app.config import ENDPOINT_PATHS, Settings
 from app.store.database import Database, Recycling
 
 ROOT = Path(__file__).resolve().parent.parent
+# Its own database per checkout, so two suites can run side by side on one PostgreSQL.
+TEST_DB = os.environ.get("ENGRAM_TEST_DB", "engram_test")
 
 
 def free_port() -> int:

@@ -1,0 +1,66 @@
+"""Fixtures of several clusters (app/localcells.py): cells `b` and `c` and a streaming standby of
+`b`, each with this suite's own database (ENGRAM_TEST_DB), made afresh and migrated once per run.
+
+tests/conftest.py registers them (`pytest_plugins`); where the local clusters cannot run (no
+trixie root, not root), the tests that ask for them skip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from app import localcells, provision
+from app.config import Settings
+from app.store import migrate
+from tests.helpers import TEST_DB
+
+# Ports of this workplace's local cells: fixed, so a cluster made once is found again.
+PORTS = {"b": 55441, "c": 55442, "b_standby": 55443}
+
+
+class CellDatabase:
+    """This suite's database on one local cluster: its run-time and owner URLs."""
+
+    def __init__(self, cluster: localcells.Cluster) -> None:
+        self.cluster = cluster
+        self.name = cluster.name
+        self.url = cluster.url(database=TEST_DB)
+        self.admin_url = cluster.url(admin=True, database=TEST_DB)
+
+
+def _cluster(name: str) -> localcells.Cluster:
+    try:
+        return localcells.cluster(name, port=PORTS[name])
+    except provision.ProvisionError as exc:
+        pytest.skip(str(exc))
+
+
+def _fresh(cluster: localcells.Cluster, settings: Settings) -> CellDatabase:
+    cell = CellDatabase(cluster)
+    asyncio.run(provision.recreate_database(cluster.url(admin=True), TEST_DB))
+    asyncio.run(migrate.migrate(cell.admin_url, settings.migrations_dir))
+    return cell
+
+
+@pytest.fixture(scope="session")
+def cell_b(db_settings: Settings) -> Iterator[CellDatabase]:
+    yield _fresh(_cluster("b"), db_settings)
+
+
+@pytest.fixture(scope="session")
+def cell_c(db_settings: Settings) -> Iterator[CellDatabase]:
+    yield _fresh(_cluster("c"), db_settings)
+
+
+@pytest.fixture(scope="session")
+def standby_b(cell_b: CellDatabase) -> Iterator[CellDatabase]:
+    """A hot standby of cluster `b` (every database of it, this suite's among them)."""
+    try:
+        cluster = localcells.standby(cell_b.cluster, name="b_standby", port=PORTS["b_standby"])
+    except provision.ProvisionError as exc:
+        pytest.skip(str(exc))
+    asyncio.run(localcells.caught_up(cell_b.cluster, cluster))  # this run's database made on b is there too
+    yield CellDatabase(cluster)

@@ -52,6 +52,58 @@ class UpstreamProvider(BaseModel):
         return value.rstrip("/")
 
 
+CELL_NAME = r"^[a-z][a-z0-9]{0,30}$"
+MAIN_CELL = "main"
+# What may follow ENGRAM_CELL_<NAME>_ in the environment: one connection URL each (docs/scaling.md, "Cells").
+_CELL_URL_KINDS = ("url", "read_url", "admin_url", "replication_url", "listen_url")
+
+
+class CellUrls(BaseModel):
+    """How this replica reaches one cell: the run-time role (`url`, may be its PgBouncer), a hot
+    standby for reads, the owner for migrations and moves, the address other cells replicate from,
+    and a direct connection for LISTEN. Only `url` is needed to serve the cell's tenants."""
+
+    model_config = {"frozen": True}
+
+    url: SecretStr | None = None
+    read_url: SecretStr | None = None
+    admin_url: SecretStr | None = None
+    replication_url: SecretStr | None = None
+    listen_url: SecretStr | None = None
+
+    def admin(self) -> str | None:
+        url = self.admin_url or self.url
+        return url.get_secret_value() if url else None
+
+    def listen(self) -> str | None:
+        url = self.listen_url or self.url
+        return url.get_secret_value() if url else None
+
+    def replication(self) -> str | None:
+        url = self.replication_url or self.admin_url or self.url
+        return url.get_secret_value() if url else None
+
+
+def _cells_from_environment(data: object) -> object:
+    """ENGRAM_CELL_<NAME>_URL and its siblings for each cell ENGRAM_CELLS names (and `main`'s
+    READ_URL / REPLICATION_URL): variable names no field can declare, read here once."""
+    if not isinstance(data, dict):
+        return data
+    names = _comma_list(data.get("cells", os.environ.get("ENGRAM_CELLS", "")))
+    given = dict(data.get("cell_urls") or {})
+    for name in [MAIN_CELL, *(names if isinstance(names, list) else [])]:
+        if not isinstance(name, str) or name in given or not re.fullmatch(CELL_NAME, name):
+            continue
+        found = {
+            kind: value
+            for kind in _CELL_URL_KINDS
+            if (value := os.environ.get(f"ENGRAM_CELL_{name.upper()}_{kind.upper()}"))
+        }
+        if found:
+            given[name] = found
+    return {**data, "cell_urls": given} if given else data
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ENGRAM_", extra="ignore", frozen=True)
 
@@ -81,6 +133,21 @@ class Settings(BaseSettings):
         None, description="A direct (not transaction-pooled) connection for LISTEN. Unset: ENGRAM_DATABASE_URL."
     )
     migrations_dir: Path = _DEFAULT_MIGRATIONS
+
+    # cells (docs/scaling.md, "Cells"): more databases holding tenants, beside the control database
+    cells: CommaList = Field(
+        default_factory=list,
+        description="Cells besides `main` (the control database), each with ENGRAM_CELL_<NAME>_URL.",
+    )
+    cell_urls: dict[str, CellUrls] = Field(
+        default_factory=dict, description="Read from ENGRAM_CELL_<NAME>_URL, _READ_URL, _ADMIN_URL, ..."
+    )
+    standby_max_lag_seconds: float = Field(
+        10, ge=0, le=3600, description="A standby further behind than this is not read from (0: standbys unused)."
+    )
+    read_your_writes_entries: int = Field(
+        10_000, ge=100, le=10_000_000, description="Writers whose last commit position a server remembers."
+    )
 
     # HTTP
     host: str = "127.0.0.1"
@@ -277,6 +344,7 @@ class Settings(BaseSettings):
     )
 
     _normalise_lists = field_validator(
+        "cells",
         "allowed_hosts",
         "allowed_origins",
         "tool_sets",
@@ -287,6 +355,21 @@ class Settings(BaseSettings):
         "scope_claims",
         mode="before",
     )(_comma_list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cell_urls(cls, data: object) -> object:
+        return _cells_from_environment(data)
+
+    @field_validator("cells")
+    @classmethod
+    def _check_cells(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not re.fullmatch(CELL_NAME, name) or name == MAIN_CELL:
+                raise ValueError(f"{name[:40]!r}: a cell is named by 1-31 lowercase letters and digits, not `main`")
+        if len(set(value)) != len(value) or len(value) > 100:
+            raise ValueError("at most 100 cells, each named once")
+        return value
 
     @field_validator("tool_sets")
     @classmethod
@@ -403,6 +486,22 @@ class Settings(BaseSettings):
 
     def admin_dsn(self) -> str:
         return (self.admin_database_url or self.database_url or SecretStr(self.runtime_dsn())).get_secret_value()
+
+    def cell(self, name: str) -> CellUrls | None:
+        """How to reach cell `name`: `main` is the control database; None for a cell this replica
+        has no run-time URL for (its tenants are `unavailable`, reason `cell_unconfigured`)."""
+        urls = self.cell_urls.get(name)
+        if name == MAIN_CELL:
+            return CellUrls(
+                url=SecretStr(self.runtime_dsn()),
+                admin_url=SecretStr(self.admin_dsn()),
+                listen_url=SecretStr(self.listen_dsn()),
+                read_url=urls.read_url if urls else None,
+                replication_url=urls.replication_url if urls else None,
+            )
+        if name not in self.cells or urls is None or urls.url is None:
+            return None
+        return urls
 
     def transport_hosts(self) -> tuple[list[str], list[str]]:
         """Host and Origin values the MCP endpoint accepts (DNS-rebinding protection)."""

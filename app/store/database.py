@@ -9,7 +9,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,7 +19,7 @@ import asyncpg
 import orjson
 from cachetools import TTLCache
 
-from app.config import Settings
+from app.config import MAIN_CELL, Settings
 from app.errors import EngramError
 from app.observability import metrics, tracing
 from app.observability.context import CALL, DEADLINE
@@ -67,11 +67,12 @@ class ApiKeyRecord:
 
 @dataclass(frozen=True, slots=True)
 class Tenant:
-    """A tenant as the store sees it. `schema` holds its AGE graph and search tables."""
+    """A tenant as the store sees it. `schema` holds its AGE graph and search tables, on `cell`."""
 
     id: str
     key: str
     schema: str
+    cell: str = MAIN_CELL
 
     def __post_init__(self) -> None:
         if not _SCHEMA.fullmatch(self.schema):  # the only identifier ever built into query text
@@ -311,6 +312,11 @@ class Database:
     statement ends after `statement_timeout_ms`, a caller waits at most `acquire_seconds` for a free
     connection, and work with no deadline of its own gets `call_deadline` seconds. With
     `create_tenants`, a tenant is created on first use; otherwise only existing tenants are served.
+
+    This database is the control database and the cell `main`; `cells` maps the other cells this
+    replica reaches to their run-time URLs. Each gets a `Database` of its own (same sizes and
+    recycling, its own up/down state), whose pool opens on first use; a tenant's transaction runs
+    on its cell's.
     """
 
     def __init__(
@@ -324,6 +330,7 @@ class Database:
         call_deadline: float,
         create_tenants: bool,
         recycling: Recycling | None = None,
+        cells: Mapping[str, str] | None = None,
     ) -> None:
         self._dsn = dsn
         self._recycling = recycling or Recycling()
@@ -338,6 +345,23 @@ class Database:
         self.acquire_seconds = acquire_seconds
         # Monotonic time of the first failure since the database last answered; None while it answers.
         self.down_since: float | None = None
+        self.name = MAIN_CELL
+        self._opening_lock: asyncio.Lock | None = None  # set on a cell's database: its pool opens on demand
+        self._cells: dict[str, Database] = {}
+        for name, url in (cells or {}).items():
+            cell = Database(
+                url,
+                min_size=min_size,
+                max_size=max_size,
+                statement_timeout_ms=statement_timeout_ms,
+                acquire_seconds=acquire_seconds,
+                call_deadline=call_deadline,
+                create_tenants=False,
+                recycling=recycling,
+            )
+            cell.name = name
+            cell._opening_lock = asyncio.Lock()
+            self._cells[name] = cell
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Database:
@@ -352,7 +376,28 @@ class Database:
             recycling=Recycling(
                 settings.pool_statement_cache_size, settings.pool_max_queries, settings.pool_max_idle_seconds
             ),
+            cells={
+                name: urls.url.get_secret_value()
+                for name in settings.cells
+                if (urls := settings.cell(name)) is not None and urls.url is not None
+            },
         )
+
+    @property
+    def cells(self) -> dict[str, Database]:
+        """Every cell this replica reaches, by name, `main` (this database) first."""
+        return {MAIN_CELL: self, **self._cells}
+
+    def on(self, cell: str) -> Database:
+        """The database of `cell`; `unavailable` (reason `cell_unconfigured`) when this replica has no URL for it."""
+        if cell == MAIN_CELL:
+            return self
+        found = self._cells.get(cell)
+        if found is None:
+            raise Unavailable(
+                "cell_unconfigured", f"this server has no connection for cell {cell!r} (ENGRAM_CELL_<NAME>_URL)"
+            )
+        return found
 
     async def open(self) -> None:
         # No startup parameters: PgBouncer refuses them. The session settings are the run-time
@@ -375,8 +420,17 @@ class Database:
             max_inactive_connection_lifetime=self._recycling.idle_seconds,
         )
 
+    async def _open_on_demand(self, wait: float) -> None:
+        """A cell's pool, opened by the first call that needs it, within that call's wait."""
+        assert self._opening_lock is not None
+        async with asyncio.timeout(wait), self._opening_lock:
+            if self._pool is None:
+                await self.open()
+
     async def close(self, seconds: float = 10) -> None:
         """Close the pool gracefully, or terminate its connections if the database does not answer."""
+        for cell in self._cells.values():
+            await cell.close(seconds)
         if self._pool is not None:
             pool, self._pool = self._pool, None
             try:
@@ -393,12 +447,14 @@ class Database:
     def _failed(self) -> None:
         if self.down_since is None:
             self.down_since = time.monotonic()
-            metrics.DB_UP.set(0)
+            if self._opening_lock is None:  # the control database's gauge; a cell's state is in /readyz
+                metrics.DB_UP.set(0)
 
     def _answered(self) -> None:
         if self.down_since is not None:
             self.down_since = None
-            metrics.DB_UP.set(1)
+            if self._opening_lock is None:
+                metrics.DB_UP.set(1)
 
     @asynccontextmanager
     async def connection(self, *, writes: bool = False) -> AsyncIterator[_Lease]:
@@ -415,6 +471,8 @@ class Database:
         wait = min(self.acquire_seconds, max(at - loop.time(), 0.0))
         self.waiting += 1
         try:
+            if self._pool is None and self._opening_lock is not None:
+                await self._open_on_demand(wait)
             # asyncio.timeout rather than acquire(timeout=...), which runs the wait in a task of its own.
             async with asyncio.timeout(wait):
                 conn = await self.pool.acquire()
@@ -449,8 +507,8 @@ class Database:
 
     def _exhausted(self) -> bool:
         """Every connection the pool may open is open and in use (rather than stuck connecting)."""
-        pool = self.pool
-        return pool.get_size() >= pool.get_max_size() and pool.get_idle_size() == 0
+        pool = self._pool
+        return pool is not None and pool.get_size() >= pool.get_max_size() and pool.get_idle_size() == 0
 
     def _expire(self, lease: _Lease) -> None:
         """The deadline passed with the connection still held: drop it, and with it its transaction."""
@@ -500,22 +558,40 @@ class Database:
             return cached
         if not _TENANT_KEY.fullmatch(key):  # not match(): "$" would let a final newline through
             raise InvalidTenant("a tenant id is 1-200 letters, digits and . _ : @ | - (starting alphanumeric)")
-        async with self.connection() as lease:
-            row = await lease.conn.fetchrow(
-                "SELECT tenant_id::text, schema_name, steps_current FROM engram.tenant_schema($1, $2)",
-                key,
-                self._create_tenants,
-            )
+        try:
+            async with self.connection() as lease:
+                row = await lease.conn.fetchrow(
+                    "SELECT tenant_id::text, schema_name, cell, steps_current FROM engram.tenant_directory($1, $2)",
+                    key,
+                    self._create_tenants,
+                )
+        except asyncpg.InsufficientResourcesError:  # placement found no open cell with room
+            raise Unavailable("no_open_cell", "no cell takes new tenants now; an administrator must open one") from None
         if row is None or row[0] is None:
             raise InvalidTenant(f"tenant {key!r} does not exist here; an administrator must create it")
-        tenant = Tenant(row[0], key, row[1])
-        if not row[2]:  # not cached: asked again on the next call
+        tenant = Tenant(row[0], key, row[1], row[2])
+        current = row[3]
+        if tenant.cell != MAIN_CELL:  # its schema on its cell, made now if the directory row is new
+            current = await self.on(tenant.cell).adopt(tenant)
+        if not current:  # not cached: asked again on the next call
             raise Unavailable(
                 "tenant_upgrading",
                 f"tenant {key!r} is being upgraded (`engram migrate` is applying its steps); call again shortly",
             )
         self._tenants[key] = tenant
         return tenant
+
+    async def adopt(self, tenant: Tenant) -> bool:
+        """Make sure this cell holds `tenant` as the directory placed it (same id, key, schema),
+        creating it if not; whether it has every tenant step."""
+        async with self.connection() as lease:
+            row = await lease.conn.fetchrow(
+                "SELECT schema_name, steps_current FROM engram.cell_tenant($1::uuid, $2)", tenant.id, tenant.key
+            )
+        assert row is not None
+        if row[0] != tenant.schema:
+            raise InvalidTenant(f"cell {self.name!r} names tenant {tenant.key!r} differently")
+        return bool(row[1])
 
     async def secret(self, name: str) -> bytes:
         """A server-wide secret kept in the database, so every replica shares it."""
@@ -548,7 +624,8 @@ class Database:
         `unavailable` cannot commit later.
         """
         opening = _opening(tenant, readonly, snapshot, self._statement_timeout_ms)
-        async with self.connection(writes=not readonly) as lease:
+        db = self if tenant.cell == MAIN_CELL else self.on(tenant.cell)
+        async with db.connection(writes=not readonly) as lease:
             conn = lease.conn
             try:
                 try:

@@ -1,0 +1,170 @@
+"""Cells: tenants placed on several real PostgreSQL clusters by the control database's directory,
+each tenant's schema and role only on its cell, its transactions run there; cells that are
+draining, full or not configured on this server."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import asyncpg
+import pytest
+
+from app.config import Settings
+from app.store.database import Database, Tenant, Unavailable
+from tests.cells_fixtures import CellDatabase
+
+
+async def _fetchval(url: str, query: str, *args: object) -> object:
+    conn = await asyncpg.connect(url)
+    try:
+        return await conn.fetchval(query, *args)
+    finally:
+        await conn.close()
+
+
+async def _directory(settings: Settings, *statements: str) -> None:
+    """Statements on the control database, as its owner."""
+    conn = await asyncpg.connect(settings.admin_dsn())
+    try:
+        for statement in statements:
+            await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+def cells(db_settings: Settings, cell_b: CellDatabase, cell_c: CellDatabase) -> Iterator[dict[str, CellDatabase]]:
+    """Cells b and c in the directory, open; `main` full, so that new tenants go to b and c only."""
+    asyncio.run(
+        _directory(
+            db_settings,
+            "INSERT INTO engram.cells (name) VALUES ('b'), ('c')"
+            " ON CONFLICT (name) DO UPDATE SET state = 'open', capacity = NULL",
+            "UPDATE engram.cells SET state = 'full' WHERE name = 'main'",
+        )
+    )
+    yield {"b": cell_b, "c": cell_c}
+    asyncio.run(_directory(db_settings, "UPDATE engram.cells SET state = 'open', capacity = NULL"))
+
+
+def _database(settings: Settings, urls: dict[str, str]) -> Database:
+    return Database(
+        settings.runtime_dsn(),
+        min_size=0,
+        max_size=4,
+        statement_timeout_ms=5000,
+        acquire_seconds=10,
+        call_deadline=30,
+        create_tenants=True,
+        cells=urls,
+    )
+
+
+@pytest.fixture
+async def db(db_settings: Settings, cells: dict[str, CellDatabase]) -> AsyncIterator[Database]:
+    database = _database(db_settings, {name: cell.url for name, cell in cells.items()})
+    await database.open()
+    yield database
+    await database.close()
+
+
+async def _tenants_per_cell(settings: Settings) -> dict[str, int]:
+    conn = await asyncpg.connect(settings.admin_dsn())
+    try:
+        return {r[0]: r[1] for r in await conn.fetch("SELECT cell, count(*)::int FROM engram.tenants GROUP BY cell")}
+    finally:
+        await conn.close()
+
+
+async def test_new_tenants_spread_over_open_cells_and_live_only_on_theirs(
+    db: Database, db_settings: Settings, cells: dict[str, CellDatabase]
+) -> None:
+    before = await _tenants_per_cell(db_settings)
+    made = [await db.tenant(f"cell-{uuid.uuid4().hex[:10]}") for _ in range(4)]
+    after = await _tenants_per_cell(db_settings)
+    assert after.get("main", 0) == before.get("main", 0)  # full: took none
+    assert after.get("b", 0) + after.get("c", 0) == before.get("b", 0) + before.get("c", 0) + 4
+    assert abs(after.get("b", 0) - after.get("c", 0)) <= max(1, abs(before.get("b", 0) - before.get("c", 0)))
+    for tenant in made:
+        other = "c" if tenant.cell == "b" else "b"
+        assert tenant.cell in ("b", "c")
+        role = "SELECT count(*) FROM pg_roles WHERE rolname = $1"
+        assert await _fetchval(cells[tenant.cell].admin_url, role, tenant.schema) == 1
+        assert await _fetchval(cells[other].admin_url, role, tenant.schema) == 0
+        assert await _fetchval(db_settings.admin_dsn(), role, tenant.schema) == 0
+        async with db.transaction(tenant) as tx:  # runs on its cell, as its role
+            assert await tx.fetchval("SELECT current_user") == tenant.schema
+            assert await tx.fetchval("SELECT inet_server_port()") == cells[tenant.cell].cluster.port
+            assert await tx.fetchval("SELECT count(*) FROM {s}.entities") == 0
+        # the same id, key and schema in the cell's own tenants table
+        row = "SELECT key FROM engram.tenants WHERE id = $1::uuid AND schema_name = $2"
+        assert await _fetchval(cells[tenant.cell].admin_url, row, tenant.id, tenant.schema) == tenant.key
+    # resolved again, from the directory (a fresh server): the same place
+    again = _database(db_settings, {name: cell.url for name, cell in cells.items()})
+    await again.open()
+    try:
+        assert await again.tenant(made[0].key) == made[0]
+    finally:
+        await again.close()
+
+
+async def test_draining_and_full_cells_take_no_new_tenants(db: Database, db_settings: Settings) -> None:
+    await _directory(db_settings, "UPDATE engram.cells SET state = 'draining' WHERE name = 'b'")
+    assert {(await db.tenant(f"cell-{uuid.uuid4().hex[:10]}")).cell for _ in range(3)} == {"c"}
+    counts = await _tenants_per_cell(db_settings)
+    await _directory(db_settings, f"UPDATE engram.cells SET capacity = {counts.get('c', 0)} WHERE name = 'c'")
+    with pytest.raises(Unavailable) as refused:
+        await db.tenant(f"cell-{uuid.uuid4().hex[:10]}")
+    assert refused.value.reason == "no_open_cell"
+    assert await _tenants_per_cell(db_settings) == counts  # nothing written
+    await _directory(db_settings, "UPDATE engram.cells SET state = 'open' WHERE name = 'b'")
+    assert (await db.tenant(f"cell-{uuid.uuid4().hex[:10]}")).cell == "b"
+
+
+async def test_a_cell_this_server_has_no_url_for_is_unavailable_and_finished_later(
+    db_settings: Settings, cells: dict[str, CellDatabase]
+) -> None:
+    """A tenant placed on c by a server that cannot reach c: the directory row is written, the call
+    is `unavailable` (cell_unconfigured); a server that reaches c finishes the schema there."""
+    await _directory(db_settings, "UPDATE engram.cells SET state = 'draining' WHERE name = 'b'")
+    key = f"cell-{uuid.uuid4().hex[:10]}"
+    only_b = _database(db_settings, {"b": cells["b"].url})
+    await only_b.open()
+    try:
+        with pytest.raises(Unavailable) as refused:
+            await only_b.tenant(key)
+        assert refused.value.reason == "cell_unconfigured"
+        assert only_b.cached_tenant(key) is None
+        with pytest.raises(Unavailable):
+            async with only_b.transaction(Tenant(str(uuid.uuid4()), key, "t_" + "0" * 32, "c")):
+                pass
+    finally:
+        await only_b.close()
+    assert await _fetchval(db_settings.admin_dsn(), "SELECT cell FROM engram.tenants WHERE key = $1", key) == "c"
+    assert await _fetchval(cells["c"].admin_url, "SELECT count(*) FROM engram.tenants WHERE key = $1", key) == 0
+    both = _database(db_settings, {name: cell.url for name, cell in cells.items()})
+    await both.open()
+    try:
+        tenant = await both.tenant(key)
+        async with both.transaction(tenant, readonly=True) as tx:
+            assert await tx.fetchval("SELECT count(*) FROM {s}.entities") == 0
+    finally:
+        await both.close()
+
+
+async def test_an_unreachable_cell_is_unavailable_without_touching_the_others(
+    db: Database, db_settings: Settings, cells: dict[str, CellDatabase]
+) -> None:
+    dead = _database(db_settings, {"b": cells["b"].url, "c": "postgresql://engram_app:x@127.0.0.1:1/engram"})
+    await dead.open()
+    try:
+        await _directory(db_settings, "UPDATE engram.cells SET state = 'draining' WHERE name = 'b'")
+        with pytest.raises(Unavailable) as refused:
+            await dead.tenant(f"cell-{uuid.uuid4().hex[:10]}")
+        assert refused.value.reason == "database_unreachable"
+        assert dead.on("c").unreachable and not dead.unreachable  # each cell its own up/down state
+        assert not db.on("c").unreachable
+    finally:
+        await dead.close()

@@ -94,18 +94,35 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace) -> None:
+    """The control database (the cell `main`), then every other cell ENGRAM_CELLS names, each with its
+    tenant steps; a cell without an owner URL here is reported and skipped."""
     from app.store import migrate
 
     settings = _with_database(_settings())
-    try:
-        if args.status or args.dry_run:
-            _print_plan(asyncio.run(migrate.plan(settings.admin_dsn(), settings.migrations_dir)), dry_run=args.dry_run)
-            return
-        run = migrate.migrate(settings.admin_dsn(), settings.migrations_dir, on_tenant=_tenant_progress, jobs=args.jobs)
-        done = asyncio.run(run)
-    except migrate.MigrationError as exc:
-        sys.exit(f"migration error: {exc}")
-    print("applied: " + ", ".join(done) if done else "database schema is up to date")
+    several = bool(settings.cells)
+    for name, dsn in _cell_admin_dsns(settings):
+        prefix = f"cell {name}: " if several else ""
+        if dsn is None:
+            print(f"{prefix}skipped: no ENGRAM_CELL_{name.upper()}_URL or _ADMIN_URL here", file=sys.stderr)
+            continue
+        try:
+            if args.status or args.dry_run:
+                if several:
+                    print(f"cell {name}")
+                _print_plan(asyncio.run(migrate.plan(dsn, settings.migrations_dir)), dry_run=args.dry_run)
+                continue
+            run = migrate.migrate(dsn, settings.migrations_dir, on_tenant=_tenant_progress, jobs=args.jobs)
+            done = asyncio.run(run)
+        except migrate.MigrationError as exc:
+            sys.exit(f"{prefix}migration error: {exc}")
+        print(prefix + ("applied: " + ", ".join(done) if done else "database schema is up to date"))
+
+
+def _cell_admin_dsns(settings: Settings) -> list[tuple[str, str | None]]:
+    """Each cell's owner URL (None where this configuration has none), `main` first."""
+    from app.config import MAIN_CELL
+
+    return [(name, urls.admin() if (urls := settings.cell(name)) else None) for name in [MAIN_CELL, *settings.cells]]
 
 
 def _tenant_progress(done: int, waiting: int) -> None:
@@ -185,19 +202,62 @@ def _admin(work: Callable[[Any], Awaitable[T]]) -> T:
     return _exiting(run)
 
 
+async def _on_cell(settings: Settings, cell: str) -> Any:
+    """An owner connection to `cell`'s database; `unavailable` where this configuration has no URL for it."""
+    import asyncpg
+
+    from app.errors import EngramError
+    from app.store.database import init_connection
+
+    urls = settings.cell(cell)
+    dsn = urls.admin() if urls else None
+    if dsn is None:
+        raise EngramError("unavailable", f"cell {cell!r} has no ENGRAM_CELL_{cell.upper()}_URL or _ADMIN_URL here")
+    conn = await asyncpg.connect(dsn)
+    await init_connection(conn)
+    return conn
+
+
+def _admin_tenant(key: str, work: Callable[[Any, Any], Awaitable[T]], *, create: bool = False) -> T:
+    """Run `work(control, cell)` on owner connections to the control database and the tenant's
+    cell (the same connection for `main`); with `create`, the tenant is placed and made first."""
+    from app.config import MAIN_CELL
+    from app.store import tenants
+
+    settings = _settings()
+
+    async def run(control: Any) -> T:
+        if create:
+            made = await tenants.create(control, key)
+            cell = made.cell
+        else:
+            cell = await tenants.cell_of(control, key)
+        if cell == MAIN_CELL:
+            return await work(control, control)
+        conn = await _on_cell(settings, cell)
+        try:
+            if create:
+                await tenants.adopt(conn, made)
+            return await work(control, conn)
+        finally:
+            await conn.close()
+
+    return _admin(run)
+
+
 def cmd_tenant(args: argparse.Namespace) -> None:
     from dataclasses import asdict
 
     from app.store import tenants
 
     if args.action == "create":
-        made = _admin(lambda c: tenants.create(c, args.tenant))
-        print(f"tenant {args.tenant}: {made.id}")
+        made = _admin_tenant(args.tenant, lambda c, _: tenants.create(c, args.tenant), create=True)
+        print(f"tenant {args.tenant}: {made.id} (cell {made.cell})")
     elif args.action == "list":
         for r in _admin(tenants.list_all):
-            print(f"{r.key}\t{r.id}\t{r.created_at:%Y-%m-%d %H:%M}")
+            print(f"{r.key}\t{r.id}\t{r.cell}\t{r.created_at:%Y-%m-%d %H:%M}")
     elif args.action == "show":
-        view = _admin(lambda c: tenants.show(c, args.tenant))
+        view = _admin_tenant(args.tenant, lambda c, cell: tenants.show(c, args.tenant, cell))
         for k, v in {**asdict(view.record), **view.counts}.items():
             print(f"{k}: {v}")
         overrides = view.limits
@@ -209,12 +269,67 @@ def cmd_tenant(args: argparse.Namespace) -> None:
         changes = {k: v for k in _LIMIT_FLAGS if (v := getattr(args, k)) is not _UNSET}
         if not changes:
             sys.exit("error: give at least one of " + ", ".join(f"--{k.replace('_', '-')}" for k in _LIMIT_FLAGS))
-        _admin(lambda c: tenants.set_limits(c, args.tenant, changes))
+        _admin_tenant(args.tenant, lambda _, cell: tenants.set_limits(cell, args.tenant, changes))
         shown = ", ".join(f"{k}={'default' if v is None else v}" for k, v in changes.items())
         print(f"tenant {args.tenant}: {shown} (servers apply it within ENGRAM_LIMITS_CACHE_SECONDS)")
     else:
-        _admin(lambda c: tenants.delete(c, args.tenant))
+        _admin_tenant(args.tenant, lambda c, cell: tenants.delete(c, args.tenant, cell))
         print(f"tenant {args.tenant} and all its data deleted")
+
+
+def cmd_cell(args: argparse.Namespace) -> None:
+    """The directory of cells: register one (migrated first), list them, open, drain or fill one."""
+    from app.errors import EngramError
+    from app.store import cells, migrate
+
+    settings = _settings()
+    if args.action == "list":
+        configured = {"main", *settings.cells}
+        for c in _admin(cells.listing):
+            bound = "-" if c.capacity is None else str(c.capacity)
+            here = "" if c.name in configured else "\t(not configured here)"
+            print(f"{c.name}\t{c.state}\tcapacity {bound}\t{c.tenants} tenants{here}")
+        return
+    try:
+        name = cells.check_name(args.name or "")
+        if name == "main":
+            raise EngramError("invalid", "`main` is the control database: it is always registered")
+    except EngramError as exc:
+        sys.exit(f"error: {exc.message}")
+    if args.action == "add":
+        urls = settings.cell(name)
+        if urls is None or urls.admin() is None:
+            sys.exit(
+                f"error: cell {name!r} is not configured: add it to ENGRAM_CELLS and set ENGRAM_CELL_{name.upper()}_URL"
+            )
+        try:
+            done = asyncio.run(migrate.migrate(urls.admin(), settings.migrations_dir, on_tenant=_tenant_progress))
+        except (migrate.MigrationError, OSError) as exc:
+            sys.exit(f"error: cell {name!r} could not be migrated: {exc}")
+        print(f"cell {name}: " + ("applied: " + ", ".join(done) if done else "database schema is up to date"))
+        capacity = None if args.capacity in (None, "none") else args.capacity
+        added = _admin(lambda c: cells.add(c, name, capacity))
+        print(f"cell {name} registered, open" if added else f"cell {name} was registered already (unchanged)")
+    else:
+        if args.state is None and args.capacity is None:
+            sys.exit("error: give --state and/or --capacity")
+        clear = args.capacity == "none"
+        capacity = None if clear else args.capacity
+        _admin(lambda c: cells.set_state(c, name, args.state, capacity, clear_capacity=clear))
+        print(f"cell {name} changed (new tenants are placed by the new state at once)")
+
+
+def _capacity(text: str) -> int | str:
+    """`--capacity`: a number of tenants, or `none` for no bound."""
+    if text == "none":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of tenants or `none`, not {text[:40]!r}") from None
+    if not 0 <= value <= 10_000_000:
+        raise argparse.ArgumentTypeError("a number of tenants from 0 to 10,000,000")
+    return value
 
 
 # `engram tenant set-limits` flags: each takes a number, or `default` to drop the tenant's own value.
@@ -617,6 +732,12 @@ def main(argv: list[str] | None = None) -> None:
             help=f"with set-limits: {_LIMIT_HELP[flag]} (`default`: the server's setting)",
         )
     tenant.set_defaults(func=cmd_tenant)
+    cell = sub.add_parser("cell", help="the cells tenants are placed on: add, list, or set one's state")
+    cell.add_argument("action", choices=["add", "list", "set"])
+    cell.add_argument("name", nargs="?", help="the cell's name (not for list)")
+    cell.add_argument("--state", choices=["open", "draining", "full"], help="with set")
+    cell.add_argument("--capacity", type=_capacity, help="most tenants placed on it, or `none` (add, set)")
+    cell.set_defaults(func=cmd_cell)
     apikey = sub.add_parser("apikey", help="API keys for headless agents")
     apikey.add_argument("action", choices=["create", "list", "revoke"])
     apikey.add_argument("key_id", nargs="?", help="with revoke: the key's id")
@@ -678,6 +799,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.command == "tenant" and args.action != "list" and not args.tenant:
         parser.error("tenant: give the tenant id")
+    if args.command == "cell" and args.action != "list" and not args.name:
+        parser.error("cell: give the cell's name")
     if args.command == "apikey" and args.action == "create" and not args.tenant:
         parser.error("apikey create: --tenant is required")
     if args.command == "user" and args.action != "list" and not args.username:

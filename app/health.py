@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from starlette.routing import Route
 
 from app.observability.context import deadline
 from app.services.indexing import Indexer
-from app.store import migrate
+from app.store import cells, migrate
 from app.store.database import Database, wrong_settings
 from app.store.errors import Unavailable
 
@@ -55,6 +56,41 @@ async def serving_problem(db: Database, migrations_dir: Path) -> str | None:
         return f"readiness check failed: {type(exc).__name__}"
 
 
+async def _cell_problem(cell: Database, migrations_dir: Path) -> str:
+    try:
+        with deadline(READY_BUDGET):
+            async with cell.connection() as lease:
+                todo = await migrate.pending(lease.conn, migrations_dir)
+    except Unavailable as exc:
+        return f"unreachable: {exc.reason}"
+    except migrate.SchemaAhead:
+        return "ready"
+    except (asyncpg.PostgresError, migrate.MigrationError) as exc:
+        return f"not ready: {type(exc).__name__}"
+    return f"migrations pending: {', '.join(todo)}" if todo else "ready"
+
+
+async def cell_states(db: Database, migrations_dir: Path) -> dict[str, str]:
+    """Each cell but `main`: `ready`, or why its tenants cannot be served now (`unconfigured`: in the
+    directory, but this replica has no URL for it). Reported by /readyz, never fatal to it: the
+    other cells' tenants are still served. Never raises."""
+    configured = {name: cell for name, cell in db.cells.items() if cell is not db}
+    try:
+        with deadline(READY_BUDGET):
+            async with db.connection() as lease:
+                listed = await cells.names(lease.conn)
+    except Exception:  # the control database's own state is the readiness check's to report
+        listed = []
+    states = dict(
+        zip(
+            configured,
+            await asyncio.gather(*(_cell_problem(c, migrations_dir) for c in configured.values())),
+            strict=True,
+        )
+    )
+    return {name: states.get(name, "unconfigured") for name in sorted({*listed, *configured}) if name != "main"}
+
+
 def routes(db: Database, indexer: Indexer, migrations_dir: Path) -> list[Route]:
     """/healthz answers while the process serves; /readyz while the app accepts requests (the
     lifespan's `app.state.accepting`), the database answers and its schema is current."""
@@ -67,6 +103,9 @@ def routes(db: Database, indexer: Indexer, migrations_dir: Path) -> list[Route]:
             return JSONResponse({"status": "shutting down"}, status_code=503)
         if problem := await serving_problem(db, migrations_dir):
             return JSONResponse({"status": "not ready", "reason": problem}, status_code=503)
-        return JSONResponse({"status": "ready", "embeddings": indexer.state()})  # reported, not fatal
+        body: dict[str, object] = {"status": "ready", "embeddings": indexer.state()}  # reported, not fatal
+        if states := await cell_states(db, migrations_dir):
+            body["cells"] = states
+        return JSONResponse(body)
 
     return [Route("/healthz", healthz), Route("/readyz", readyz)]

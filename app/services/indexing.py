@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from app.config import Settings
+from app.config import MAIN_CELL, Settings
 from app.embeddings.embedder import Embedder, ProviderDown
 from app.embeddings.factory import create_provider
 from app.embeddings.provider import EmbeddingError, InputRejected, Vector
@@ -62,6 +62,7 @@ class Indexer:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._checked = 0.0
+        self._adopted: set[str] = {MAIN_CELL}  # cells whose database has this server's model (same id)
 
     @classmethod
     def from_settings(cls, db: Database, settings: Settings) -> Indexer:
@@ -115,6 +116,11 @@ class Indexer:
         self.model, self.current_model = await vectors.register_model(
             self._db, self.embedder.model, self.embedder.dimensions
         )
+        for name in self._db.cells:
+            try:
+                await self._adopt(name)
+            except DATABASE_ERRORS as exc:  # copied when the cell is next used
+                logger.warning("embedding model not copied to cell %s yet (%s)", name, type(exc).__name__)
         if self.model_changed:
             logger.warning(
                 "embedding model changed: stored vectors were made by %s, this server embeds with %s. "
@@ -154,6 +160,8 @@ class Indexer:
         unique = list(dict.fromkeys(texts))[: self._sync_texts]
         if self.embedder is None or self.model is None or not unique:
             return index.Vectors(self.model)
+        if tenant.cell not in self._adopted:
+            await self._adopt(tenant.cell)
         found = await self.embedder.embed_within(unique, scope=tenant.id, seconds=self._write_budget)
         metrics.EMBED_DEFERRED.inc(len(set(texts)) - len(found))
         return index.Vectors(self.model, {index.text_hash(t): v for t, v in found.items()})
@@ -173,6 +181,26 @@ class Indexer:
             return (await self.embedder.embed([text], scope=tenant.id, attempts=1, priority=Priority.QUERY))[0], None
         except EmbeddingError:
             return None, "semantic ranking skipped: the embedding provider is not answering"
+
+    async def _adopt(self, cell: str) -> None:
+        """Copy this server's model to `cell`'s database (its tenants' vectors name it by id)."""
+        if self.model is not None and cell not in self._adopted:
+            await vectors.adopt_model(self._db.on(cell), self.model, self.current_model == self.model.name)
+            self._adopted.add(cell)
+
+    async def _tenants(self, *, pending_only: bool, every_cell: bool = False) -> list[Tenant]:
+        """The tenants of every cell this server reaches. A cell that does not answer is skipped
+        (and logged) unless `every_cell`; the control database's failure stops the walk."""
+        found: list[Tenant] = []
+        for name, cell in self._db.cells.items():
+            try:
+                await self._adopt(name)
+                found += await vectors.tenants(cell, pending_only=pending_only)
+            except DATABASE_ERRORS as exc:
+                if every_cell or name == MAIN_CELL:
+                    raise
+                logger.warning("cell %s skipped: database error %s", name, type(exc).__name__)
+        return found
 
     # --- filling ------------------------------------------------------------------------------
 
@@ -241,7 +269,7 @@ class Indexer:
                     await self.register()
                 else:
                     self.current_model = await vectors.current_model_name(self._db)
-                for tenant in await vectors.tenants(self._db, pending_only=True):
+                for tenant in await self._tenants(pending_only=True):
                     await self.fill(tenant)
                 metrics.EMBED_PENDING.set(0)
             except ProviderDown:
@@ -264,7 +292,7 @@ class Indexer:
     async def _backlog(self) -> int:
         """Texts waiting for an embedding, over all tenants that have some."""
         total = 0
-        for tenant in await vectors.tenants(self._db, pending_only=True):
+        for tenant in await self._tenants(pending_only=True):
             async with self._db.transaction(tenant, readonly=True) as tx:
                 total += await vectors.count_to_embed(tx, self.model)
         return total
@@ -278,7 +306,7 @@ class Indexer:
         model, tenant by tenant; once all are done, make the model current."""
         if self.embedder is None or self.model is None:
             raise EngramError("unavailable", "reindex needs an embedding provider (ENGRAM_EMBEDDING_PROVIDER)")
-        every = await vectors.tenants(self._db, pending_only=False)
+        every = await self._tenants(pending_only=False, every_cell=True)
         chosen = [t for t in every if not tenant_keys or t.key in tenant_keys]
         if missing := set(tenant_keys) - {t.key for t in chosen}:
             raise EngramError("not_found", f"no such tenant: {', '.join(sorted(missing))}")

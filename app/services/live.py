@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
@@ -56,12 +56,15 @@ def principal_key(who: Principal) -> str:
 
 
 class Live:
-    def __init__(self, db: Database, dsn: str, *, per_principal: int, per_process: int, idle_seconds: float) -> None:
+    def __init__(
+        self, db: Database, dsns: Sequence[str], *, per_principal: int, per_process: int, idle_seconds: float
+    ) -> None:
+        """`dsns`: a direct connection to each cell's database (writes announce on their tenant's cell)."""
         self.db = db
         self.per_principal = per_principal
         self.per_process = per_process
         self.idle_seconds = idle_seconds
-        self._feed = Feed(dsn, self.receive)
+        self._feeds = [Feed(dsn, self.receive) for dsn in dsns]
         self._by_tenant: dict[str, dict[int, Subscription]] = {}
         self._principals: Counter[str] = Counter()
         self._ids = itertools.count(1)
@@ -72,22 +75,27 @@ class Live:
     def from_settings(cls, settings: Settings, db: Database) -> Live:
         return cls(
             db,
-            settings.listen_dsn(),  # LISTEN needs a session of its own: not through a transaction pooler
+            # LISTEN needs a session of its own: not through a transaction pooler
+            [listen for name in db.cells if (urls := settings.cell(name)) and (listen := urls.listen())],
             per_principal=settings.subscriptions_per_principal,
             per_process=settings.subscriptions_per_process,
             idle_seconds=settings.subscription_idle_seconds,
         )
 
     def start(self) -> None:
-        self._feed.start()
+        for feed in self._feeds:
+            feed.start()
 
     async def stop(self) -> None:
-        await self._feed.stop()
+        for feed in self._feeds:
+            await feed.stop()
 
     async def ready(self, seconds: float) -> bool:
-        """Whether the feed listens (within `seconds`)."""
+        """Whether every cell's feed listens (within `seconds`)."""
         try:
-            await asyncio.wait_for(self._feed.connected.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                for feed in self._feeds:
+                    await feed.connected.wait()
         except TimeoutError:
             return False
         return True

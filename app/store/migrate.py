@@ -111,9 +111,11 @@ async def migrate(
         await conn.close()
 
 
+# The tenants of this database: in the control database, the directory also lists tenants that
+# live on other cells (migration 0026), whose steps are applied on their cell.
 _BEHIND = """
 SELECT schema_name FROM engram.tenants
-WHERE steps_version < (SELECT coalesce(max(version), '') FROM engram.tenant_steps)
+WHERE steps_version < (SELECT coalesce(max(version), '') FROM engram.tenant_steps) AND cell = 'main'
 ORDER BY schema_name
 """
 
@@ -173,11 +175,12 @@ class StepsStatus:
     by_version: tuple[tuple[str, int], ...]
 
 
-async def _has_step_versions(conn: asyncpg.Connection) -> bool:
+async def _has_step_versions(conn: asyncpg.Connection, column: str = "steps_version") -> bool:
     return bool(
         await conn.fetchval(
             "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('engram.tenants')"
-            " AND attname = 'steps_version' AND NOT attisdropped)"
+            " AND attname = $1 AND NOT attisdropped)",
+            column,
         )
     )
 
@@ -186,8 +189,9 @@ async def steps_status(conn: asyncpg.Connection) -> StepsStatus:
     if not await _has_step_versions(conn):
         return StepsStatus("", 0, 0, ())
     newest = await conn.fetchval("SELECT coalesce(max(version), '') FROM engram.tenant_steps")
+    here = "WHERE cell = 'main'" if await _has_step_versions(conn, "cell") else ""
     rows = await conn.fetch(
-        "SELECT steps_version, count(*)::int FROM engram.tenants GROUP BY steps_version ORDER BY steps_version"
+        f"SELECT steps_version, count(*)::int FROM engram.tenants {here} GROUP BY steps_version ORDER BY steps_version"
     )
     waiting = sum(n for version, n in rows if version < newest)
     return StepsStatus(newest, sum(n for _, n in rows), waiting, tuple((v, n) for v, n in rows))

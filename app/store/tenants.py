@@ -22,19 +22,38 @@ class TenantRecord:
     key: str
     schema_name: str
     created_at: datetime
+    cell: str
+
+
+_RECORD = "SELECT id::text, key, schema_name, created_at, cell FROM engram.tenants"
 
 
 @timed
 async def create(conn: asyncpg.Connection, key: str) -> Tenant:
-    """The tenant `key`, created (with its schema and role) unless it exists."""
-    row = await conn.fetchrow("SELECT tenant_id::text AS id, schema_name FROM engram.tenant_schema($1, true)", key)
+    """The tenant `key` in the directory, placed on a cell unless it exists; on `main` its schema
+    and role are made too (on another cell, `adopt` makes them there)."""
+    row = await conn.fetchrow(
+        "SELECT tenant_id::text AS id, schema_name, cell FROM engram.tenant_directory($1, true)", key
+    )
     assert row is not None
-    return Tenant(row["id"], key, row["schema_name"])
+    return Tenant(row["id"], key, row["schema_name"], row["cell"])
+
+
+@timed
+async def adopt(conn: asyncpg.Connection, tenant: Tenant) -> None:
+    """On the tenant's cell (`conn`, its owner): its row, schema and role, made unless they exist."""
+    await conn.fetchrow("SELECT * FROM engram.cell_tenant($1::uuid, $2)", tenant.id, tenant.key)
+
+
+@timed
+async def cell_of(conn: asyncpg.Connection, key: str) -> str:
+    """Where the directory says tenant `key` lives; `not_found` if nowhere."""
+    return (await _get(conn, key)).cell
 
 
 @timed
 async def list_all(conn: asyncpg.Connection) -> list[TenantRecord]:
-    rows = await conn.fetch("SELECT id::text, key, schema_name, created_at FROM engram.tenants ORDER BY key")
+    rows = await conn.fetch(f"{_RECORD} ORDER BY key")
     return [TenantRecord(*r) for r in rows]
 
 
@@ -49,41 +68,49 @@ class TenantView:
 
 
 @timed
-async def show(conn: asyncpg.Connection, key: str) -> TenantView:
+async def show(conn: asyncpg.Connection, key: str, cell: asyncpg.Connection | None = None) -> TenantView:
+    """What the administration shows of a tenant: its record from the directory (`conn`), its
+    contents, limits and usage from its cell's database (`cell`; default `conn`)."""
     row = await _get(conn, key)
     s = row.schema_name
-    counts = await conn.fetchrow(
+    on_cell = cell or conn
+    counts = await on_cell.fetchrow(
         f"""SELECT (SELECT count(*) FROM {s}.entities WHERE deleted_at IS NULL) AS entities,
                    (SELECT count(*) FROM {s}.entities WHERE deleted_at IS NOT NULL) AS deleted_entities,
                    (SELECT count(*) FROM {s}."REL") AS relations,
-                   (SELECT count(*) FROM {s}.observations) AS observations,
-                   (SELECT count(*) FROM engram.api_keys WHERE tenant_id = $1 AND revoked_at IS NULL) AS api_keys""",
-        row.id,
+                   (SELECT count(*) FROM {s}.observations) AS observations"""
     )
-    overrides, totals = await limits.admin_view(conn, row.id, s)
-    return TenantView(row, dict(counts or {}), overrides, totals)
+    keys = await conn.fetchval(
+        "SELECT count(*) FROM engram.api_keys WHERE tenant_id = $1::uuid AND revoked_at IS NULL", row.id
+    )
+    overrides, totals = await limits.admin_view(on_cell, row.id, s)
+    return TenantView(row, {**dict(counts or {}), "api_keys": keys}, overrides, totals)
 
 
 @timed
 async def set_limits(conn: asyncpg.Connection, key: str, values: Mapping[str, float | int | None]) -> None:
-    """Set some of a tenant's own limits (None: back to the server's default)."""
+    """Set some of a tenant's own limits (None: back to the server's default), on its cell (`conn`)."""
     row = await _get(conn, key)
     await limits.set_overrides(conn, row.id, values)
 
 
 @timed
-async def delete(conn: asyncpg.Connection, key: str) -> None:
-    """Remove a tenant and everything it has: graph, tables, keys, its role."""
+async def delete(conn: asyncpg.Connection, key: str, cell: asyncpg.Connection | None = None) -> None:
+    """Remove a tenant and everything it has: graph, tables and role on its cell (`cell`; default
+    `conn`), then its directory row and keys in the control database (`conn`)."""
     row = await _get(conn, key)
     s = row.schema_name
-    async with conn.transaction():
-        await conn.execute("SELECT ag_catalog.drop_graph($1, true)", s)
+    on_cell = cell or conn
+    async with on_cell.transaction():
+        await on_cell.execute("SELECT ag_catalog.drop_graph($1, true)", s)
+        await on_cell.execute("DELETE FROM engram.tenants WHERE id = $1::uuid", row.id)
+        await on_cell.execute(f"DROP ROLE IF EXISTS {s}")
+    if on_cell is not conn:
         await conn.execute("DELETE FROM engram.tenants WHERE id = $1::uuid", row.id)  # api keys cascade
-        await conn.execute(f"DROP ROLE IF EXISTS {s}")
 
 
 async def _get(conn: asyncpg.Connection, key: str) -> TenantRecord:
-    row = await conn.fetchrow("SELECT id::text, key, schema_name, created_at FROM engram.tenants WHERE key = $1", key)
+    row = await conn.fetchrow(f"{_RECORD} WHERE key = $1", key)
     if row is None:
         raise EngramError("not_found", f"no tenant {key!r}")
     Tenant(row["id"], key, row["schema_name"])  # refuses any schema name but the server's own pattern

@@ -70,9 +70,25 @@ async def build_vector_index(tx: Tx, model: Model) -> None:
 
 @timed
 async def tenants(db: Database, *, pending_only: bool) -> list[Tenant]:
+    """The tenants of one cell's database (`db`, a cell of the server's `Database.cells`) that the
+    filler (pending only) or `engram reindex` (all) works through."""
     async with db.connection() as lease:
-        rows = await lease.conn.fetch("SELECT * FROM engram.search_tenants($1)", pending_only)
-    return [Tenant(str(r["tenant_id"]), r["key"], r["schema_name"]) for r in rows]
+        rows = await lease.conn.fetch(
+            """WITH s AS (SELECT * FROM engram.search_tenants($1) WITH ORDINALITY AS x (tenant_id, key, schema_name, n))
+               SELECT tenant_id, key, schema_name FROM s
+               WHERE tenant_id IN (SELECT engram.tenants_here((SELECT array_agg(tenant_id) FROM s))) ORDER BY n""",
+            pending_only,
+        )
+    return [Tenant(str(r["tenant_id"]), r["key"], r["schema_name"], db.name) for r in rows]
+
+
+@timed
+async def adopt_model(db: Database, model: Model, current: bool) -> None:
+    """Copy the control database's record of `model` to one cell's database, under the same id."""
+    async with db.connection() as lease:
+        await lease.conn.execute(
+            "SELECT engram.adopt_embedding_model($1, $2, $3, $4)", model.id, model.name, model.dimensions, current
+        )
 
 
 @timed

@@ -117,3 +117,42 @@ CREATE VIEW engram.cell_load AS
     FROM engram.cells c LEFT JOIN engram.tenants t ON t.cell = c.name
     GROUP BY c.name, c.state, c.capacity, c.created_at;
 REVOKE ALL ON engram.cell_load FROM PUBLIC;
+
+-- Of these tenants, those that live in this database (a walker on the control database skips the
+-- directory rows of tenants on other cells). On a cell's own database every tenant row keeps the
+-- default `main`, which there means "here".
+CREATE FUNCTION engram.tenants_here(p_ids uuid[]) RETURNS SETOF uuid
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, engram AS $fn$
+    SELECT t.id FROM engram.tenants t WHERE t.id = ANY (p_ids) AND t.cell = 'main'
+$fn$;
+REVOKE ALL ON FUNCTION engram.tenants_here(uuid[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION engram.tenants_here(uuid[]) TO engram_app;
+
+-- The embedding models are registered in the control database; each cell keeps a copy under the
+-- same ids (its tenants' vectors name them). A server copies the model it embeds with to every
+-- cell it reaches; the first copied as current makes the cell's tenants' vector indexes.
+CREATE FUNCTION engram.adopt_embedding_model(p_id smallint, p_name text, p_dimensions integer, p_current boolean)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, engram AS $fn$
+DECLARE
+    t record;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('engram.embedding_models'));
+    IF NOT EXISTS (SELECT 1 FROM engram.embedding_models m WHERE m.id = p_id) THEN
+        INSERT INTO engram.embedding_models (id, name, dimensions) OVERRIDING SYSTEM VALUE
+        VALUES (p_id, p_name, p_dimensions);
+    ELSIF NOT EXISTS (
+        SELECT 1 FROM engram.embedding_models m WHERE m.id = p_id AND m.name = p_name AND m.dimensions = p_dimensions
+    ) THEN
+        RAISE EXCEPTION 'this cell knows embedding model % under another name or size', p_id;
+    END IF;
+    IF p_current AND NOT EXISTS (SELECT 1 FROM engram.embedding_models m WHERE m.current_since IS NOT NULL) THEN
+        UPDATE engram.embedding_models SET current_since = now() WHERE id = p_id;
+        FOR t IN SELECT schema_name FROM engram.tenants LOOP
+            PERFORM engram.ensure_vector_index(t.schema_name, p_id);
+        END LOOP;
+    END IF;
+END
+$fn$;
+REVOKE ALL ON FUNCTION engram.adopt_embedding_model(smallint, text, integer, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION engram.adopt_embedding_model(smallint, text, integer, boolean) TO engram_app;

@@ -11,8 +11,10 @@ from collections.abc import AsyncIterator, Iterator
 import asyncpg
 import pytest
 
+from app import localcells
 from app.config import Settings
-from app.store.database import Database, Tenant, Unavailable
+from app.observability import metrics
+from app.store.database import STANDBY_PROBE_SECONDS, Database, Tenant, Unavailable
 from tests.cells_fixtures import CellDatabase
 
 
@@ -168,3 +170,116 @@ async def test_an_unreachable_cell_is_unavailable_without_touching_the_others(
         assert not db.on("c").unreachable
     finally:
         await dead.close()
+
+
+# --- reads from a cell's standby ----------------------------------------------------------------
+
+
+async def _where(db: Database, tenant: Tenant, principal: str) -> tuple[object, object]:
+    """(the port of the server that answered, the tenant's entities) for a read by `principal`."""
+    async with db.transaction(tenant, readonly=True, principal=principal, standby=True) as tx:
+        return await tx.fetchval("SELECT inet_server_port()"), await tx.fetchval("SELECT count(*) FROM {s}.entities")
+
+
+async def _write(db: Database, tenant: Tenant, principal: str, name: str) -> None:
+    async with db.transaction(tenant, principal=principal) as tx:
+        await tx.execute(
+            "INSERT INTO {s}.entities (id, gid, name, name_key, type, created_by, updated_by)"
+            " VALUES (gen_random_uuid(), (SELECT coalesce(max(gid::text::bigint), 0) + 1 FROM {s}.entities)::text::"
+            "ag_catalog.graphid, $1, lower($1), 'probe', $2, $2)",
+            name,
+            principal,
+        )
+
+
+async def test_reads_go_to_the_standby_and_a_writer_reads_its_own_writes(
+    db_settings: Settings, cells: dict[str, CellDatabase], standby_b: CellDatabase
+) -> None:
+    await _directory(db_settings, "UPDATE engram.cells SET state = 'draining' WHERE name = 'c'")
+    b, standby = cells["b"], standby_b
+    db = Database(
+        db_settings.runtime_dsn(),
+        min_size=0,
+        max_size=4,
+        statement_timeout_ms=5000,
+        acquire_seconds=10,
+        call_deadline=30,
+        create_tenants=True,
+        cells={"b": b.url, "c": cells["c"].url},
+        standbys={"b": standby.url},
+        standby_max_lag=3600,  # lag is tested below; here a paused standby must stay in use
+    )
+    await db.open()
+    standby_admin = await asyncpg.connect(standby.cluster.url(admin=True, database="postgres"))
+    try:
+        tenant = await db.tenant(f"cell-{uuid.uuid4().hex[:10]}")
+        assert tenant.cell == "b"
+        await localcells.caught_up(b.cluster, standby.cluster)
+        assert await _where(db, tenant, "bob") == (standby.cluster.port, 0)
+        served = metrics.STANDBY_READS._value.get()
+
+        await standby_admin.execute("SELECT pg_wal_replay_pause()")
+        await _write(db, tenant, "alice", "Ada")
+        # alice wrote: her reads go to the primary until the standby has replayed her commit ...
+        assert await _where(db, tenant, "alice") == (b.cluster.port, 1)
+        # ... while bob's go to the standby, which (paused) has not seen it: the read was the standby's
+        await asyncio.sleep(STANDBY_PROBE_SECONDS)  # a fresh probe, taken after the write
+        assert await _where(db, tenant, "bob") == (standby.cluster.port, 0)
+        assert metrics.STANDBY_READS._value.get() == served + 1
+
+        await standby_admin.execute("SELECT pg_wal_replay_resume()")
+        await localcells.caught_up(b.cluster, standby.cluster)
+        await asyncio.sleep(STANDBY_PROBE_SECONDS)
+        assert await _where(db, tenant, "alice") == (standby.cluster.port, 1)  # replayed: her write is there
+        assert await _where(db, tenant, "bob") == (standby.cluster.port, 1)
+    finally:
+        await standby_admin.execute("SELECT pg_wal_replay_resume()")
+        await standby_admin.close()
+        await db.close()
+
+
+async def test_a_lagging_or_unreachable_standby_is_skipped(
+    db_settings: Settings, cells: dict[str, CellDatabase], standby_b: CellDatabase
+) -> None:
+    await _directory(db_settings, "UPDATE engram.cells SET state = 'draining' WHERE name = 'c'")
+    b, standby = cells["b"], standby_b
+
+    def database(standby_url: str, max_lag: float) -> Database:
+        return Database(
+            db_settings.runtime_dsn(),
+            min_size=0,
+            max_size=4,
+            statement_timeout_ms=5000,
+            acquire_seconds=10,
+            call_deadline=30,
+            create_tenants=True,
+            cells={"b": b.url},
+            standbys={"b": standby_url},
+            standby_max_lag=max_lag,
+        )
+
+    strict = database(standby.url, 0.001)
+    down = database("postgresql://engram_app:x@127.0.0.1:1/engram", 3600)
+    await strict.open()
+    await down.open()
+    standby_admin = await asyncpg.connect(standby.cluster.url(admin=True, database="postgres"))
+    try:
+        tenant = await strict.tenant(f"cell-{uuid.uuid4().hex[:10]}")
+        await localcells.caught_up(b.cluster, standby.cluster)
+        assert await _where(strict, tenant, "bob") == (standby.cluster.port, 0)  # caught up: no lag
+        await standby_admin.execute("SELECT pg_wal_replay_pause()")
+        await _write(strict, tenant, "alice", "Ada")
+        await asyncio.sleep(STANDBY_PROBE_SECONDS)
+        lag = await _fetchval(
+            standby.cluster.url(admin=True, database="postgres"),
+            "SELECT extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp())",
+        )
+        assert lag > 0.001  # behind by more than the bound: bob reads the primary, and sees the write
+        assert await _where(strict, tenant, "bob") == (b.cluster.port, 1)
+        assert await _where(down, tenant, "bob") == (b.cluster.port, 1)  # no standby there: the primary
+        assert down.on("b").standby is not None and down.on("b").standby.unreachable
+    finally:
+        await standby_admin.execute("SELECT pg_wal_replay_resume()")
+        await standby_admin.close()
+        await strict.close()
+        await down.close()

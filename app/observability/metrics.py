@@ -76,6 +76,9 @@ DB_LATENCY = Histogram(
 DB_POOL = Gauge(
     "engram_db_pool_connections", "Pool connections by state (open, in_use, waiting).", ["state"], registry=REGISTRY
 )
+STANDBY_READS = Counter(
+    "engram_db_standby_reads_total", "Read-only tool transactions served by a cell's standby.", registry=REGISTRY
+)
 DB_RETRIES = Counter(
     "engram_db_transaction_retries_total",
     "Tool calls retried after a deadlock or serialization failure.",

@@ -64,7 +64,9 @@ class Service:
         self.fairness = fairness  # quotas on writes; None: none
 
     @asynccontextmanager
-    async def tx(self, who: Principal, *, readonly: bool = False, texts: Sequence[str] = ()) -> AsyncIterator[Tx]:
+    async def tx(
+        self, who: Principal, *, readonly: bool = False, texts: Sequence[str] = (), primary: bool = False
+    ) -> AsyncIterator[Tx]:
         """One transaction in the caller's tenant; everything a tool call does happens inside it.
 
         A write ends, in the same transaction, by bringing the search documents of the entities,
@@ -73,12 +75,17 @@ class Service:
         touched, which PostgreSQL delivers to every server's subscribers on commit
         (app/store/changes.py). `texts` it is likely to index are embedded
         before the transaction opens, so it stays short; the rest wait for the background filler.
+
+        A read may run on the tenant's cell's standby (unless `primary`), once the standby has
+        replayed this caller's own last write (docs/scaling.md, "Reads from standbys").
         """
         tenant = await self.db.tenant(who.tenant)
         await self.cursors.load(self.db.cursor_keys)
         policy = await self.fairness.policy(tenant) if self.fairness and not readonly else None
         vectors = await self.indexer.vectors_for(tenant, texts) if texts else index.Vectors(self.indexer.model)
-        async with self.db.transaction(tenant, readonly=readonly) as tx:
+        async with self.db.transaction(
+            tenant, readonly=readonly, principal=who.subject, standby=readonly and not primary
+        ) as tx:
             yield tx
             if not readonly:
                 tx.pending = await index.sync(

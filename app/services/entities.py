@@ -373,7 +373,7 @@ class Entities(Service):
 
     async def api_keys(self, who: Principal) -> list[models.ApiKey]:
         """The tenant's API keys (without their secrets), newest first."""
-        async with self.tx(who, readonly=True) as tx:
+        async with self.tx(who, readonly=True, primary=True) as tx:
             rows = await tenants.keys_of_tenant(tx)
         return [models.ApiKey.model_validate(r, from_attributes=True) for r in rows]
 

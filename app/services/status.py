@@ -31,7 +31,7 @@ class Status(Service):
                 with deadline(BUDGET):
                     await health.ping(self.db)
                     database = "ok"
-                    async with self.tx(who, readonly=True) as tx:
+                    async with self.tx(who, readonly=True, primary=True) as tx:
                         await health.read_graph(tx)
                     graph = "ok"
             except EngramError:  # unavailable, or a tenant the store refuses

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import logging
@@ -22,7 +23,7 @@ from cachetools import TTLCache
 from app.config import MAIN_CELL, Settings
 from app.errors import EngramError
 from app.observability import metrics, tracing
-from app.observability.context import CALL, DEADLINE
+from app.observability.context import CALL, DEADLINE, deadline
 from app.store.errors import OUTAGES, Unavailable, is_outage
 
 logger = logging.getLogger("engram.database")
@@ -39,6 +40,21 @@ _TENANT_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@|-]{0,199}$")
 # What Tx.set_local writes into statement text: a setting's name, and a plain word or number.
 _SETTING = re.compile(r"^[a-z_]+(\.[a-z_]+)?$")
 _SETTING_VALUE = re.compile(r"^[A-Za-z0-9_.]{1,64}$")
+
+
+# A standby's replay position and lag are probed again when older than this (by the read that finds them so).
+STANDBY_PROBE_SECONDS = 0.5
+# ... each probe within this much of the call's deadline; a standby that fails is left alone this long.
+STANDBY_PROBE_BUDGET = 1.0
+STANDBY_RETRY_SECONDS = 5.0
+# The primary positions a standby's lag is measured against: one per probe, the last minute or so.
+STANDBY_SAMPLES = 256
+
+
+def lsn(text: str) -> int:
+    """A WAL position (`16/B374D848`) as a number, to compare."""
+    high, _, low = text.partition("/")
+    return (int(high, 16) << 32) + int(low, 16)
 
 
 # Tenants resolved to their schema, per server: bounded, and read again after an hour, so a tenant
@@ -331,6 +347,9 @@ class Database:
         create_tenants: bool,
         recycling: Recycling | None = None,
         cells: Mapping[str, str] | None = None,
+        standbys: Mapping[str, str] | None = None,
+        standby_max_lag: float = 10.0,
+        read_your_writes_entries: int = 10_000,
     ) -> None:
         self._dsn = dsn
         self._recycling = recycling or Recycling()
@@ -347,9 +366,21 @@ class Database:
         self.down_since: float | None = None
         self.name = MAIN_CELL
         self._opening_lock: asyncio.Lock | None = None  # set on a cell's database: its pool opens on demand
-        self._cells: dict[str, Database] = {}
-        for name, url in (cells or {}).items():
-            cell = Database(
+        # Reads from this database's standby (`standby`, a pool of its own): its last probe, and the
+        # commit positions of recent writers, so that a writer reads its own writes.
+        self.standby: Database | None = None
+        self.standby_max_lag = standby_max_lag
+        self._replayed = 0  # the standby's replay position at its last probe
+        self._lag: float | None = None  # seconds behind at that probe; None: not fit to read from
+        self._probed_at = -math.inf
+        self._samples: collections.deque[tuple[float, int]] = collections.deque(maxlen=STANDBY_SAMPLES)
+        self._probing: asyncio.Lock | None = None
+        self._written: TTLCache[tuple[str, str], int] = TTLCache(
+            maxsize=read_your_writes_entries, ttl=max(60.0, 6 * standby_max_lag)
+        )
+
+        def pool_of(name: str, url: str) -> Database:
+            made = Database(
                 url,
                 min_size=min_size,
                 max_size=max_size,
@@ -359,9 +390,17 @@ class Database:
                 create_tenants=False,
                 recycling=recycling,
             )
-            cell.name = name
-            cell._opening_lock = asyncio.Lock()
-            self._cells[name] = cell
+            made.name = name
+            made._opening_lock = asyncio.Lock()
+            return made
+
+        self._cells: dict[str, Database] = {name: pool_of(name, url) for name, url in (cells or {}).items()}
+        if standby_max_lag > 0:
+            for name, url in (standbys or {}).items():
+                if (cell := self if name == MAIN_CELL else self._cells.get(name)) is not None:
+                    cell.standby = pool_of(f"{name} standby", url)
+                    cell.standby_max_lag = standby_max_lag
+                    cell._probing = asyncio.Lock()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Database:
@@ -381,6 +420,13 @@ class Database:
                 for name in settings.cells
                 if (urls := settings.cell(name)) is not None and urls.url is not None
             },
+            standbys={
+                name: urls.read_url.get_secret_value()
+                for name in [MAIN_CELL, *settings.cells]
+                if (urls := settings.cell(name)) is not None and urls.read_url is not None
+            },
+            standby_max_lag=settings.standby_max_lag_seconds,
+            read_your_writes_entries=settings.read_your_writes_entries,
         )
 
     @property
@@ -431,6 +477,8 @@ class Database:
         """Close the pool gracefully, or terminate its connections if the database does not answer."""
         for cell in self._cells.values():
             await cell.close(seconds)
+        if self.standby is not None:
+            await self.standby.close(seconds)
         if self._pool is not None:
             pool, self._pool = self._pool, None
             try:
@@ -610,8 +658,61 @@ class Database:
             )
         return [(r[0], r[1], r[2]) for r in rows]
 
+    async def _standby_fits(self, needs: int | None) -> bool:
+        """Whether a read may go to this database's standby: it answers, streams, is at most
+        `standby_max_lag` seconds behind, and has replayed `needs` (the reader's last commit)."""
+        standby = self.standby
+        assert standby is not None and self._probing is not None
+        now = time.monotonic()
+        if standby.down_since is not None and now - standby.down_since < STANDBY_RETRY_SECONDS:
+            return False
+        if now - self._probed_at > STANDBY_PROBE_SECONDS:
+            async with self._probing:
+                if time.monotonic() - self._probed_at > STANDBY_PROBE_SECONDS:
+                    await self._probe()
+        lag = self._lag
+        return lag is not None and lag <= self.standby_max_lag and (needs is None or self._replayed >= needs)
+
+    async def _probe(self) -> None:
+        """The primary's position now, then how far the standby has replayed. Its lag is the time
+        since the primary was where the standby is: the age of the newest sample it has reached
+        (0 if it has reached this one; unknown, so not read from, if it has reached none kept).
+        No privilege is needed, and a standby that stopped receiving shows its lag as it grows."""
+        assert self.standby is not None
+        self._lag = None
+        try:
+            with deadline(STANDBY_PROBE_BUDGET):
+                async with self.connection() as lease:
+                    self._samples.append(
+                        (time.monotonic(), lsn(await lease.conn.fetchval("SELECT pg_current_wal_insert_lsn()::text")))
+                    )
+                async with self.standby.connection() as lease:
+                    replayed = await lease.conn.fetchval("SELECT pg_last_wal_replay_lsn()::text")
+        except Unavailable:
+            return  # the one that failed has its down_since set: the standby is left alone for a while
+        except asyncpg.PostgresError as exc:
+            logger.warning("standby of cell %s refused its probe: %s", self.name, type(exc).__name__)
+            self.standby.down_since = time.monotonic()
+            return
+        finally:
+            self._probed_at = time.monotonic()
+        if replayed is None:  # not a standby (or not in recovery any more)
+            return
+        self._replayed = lsn(replayed)
+        reached = [at for at, position in self._samples if position <= self._replayed]
+        if reached:
+            self._lag = 0.0 if reached[-1] == self._samples[-1][0] else time.monotonic() - reached[-1]
+
     @asynccontextmanager
-    async def transaction(self, tenant: Tenant, *, readonly: bool = False, snapshot: bool = False) -> AsyncIterator[Tx]:
+    async def transaction(
+        self,
+        tenant: Tenant,
+        *,
+        readonly: bool = False,
+        snapshot: bool = False,
+        principal: str | None = None,
+        standby: bool = False,
+    ) -> AsyncIterator[Tx]:
         """One transaction in the tenant's context; commits on success.
 
         The context is the tenant's own role (the only one with privileges on its schema) and the
@@ -624,7 +725,12 @@ class Database:
         `unavailable` cannot commit later.
         """
         opening = _opening(tenant, readonly, snapshot, self._statement_timeout_ms)
-        db = self if tenant.cell == MAIN_CELL else self.on(tenant.cell)
+        db = cell = self if tenant.cell == MAIN_CELL else self.on(tenant.cell)
+        if standby and readonly and cell.standby is not None:
+            needs = None if principal is None else cell._written.get((tenant.key, principal))
+            if await cell._standby_fits(needs):
+                db = cell.standby
+                metrics.STANDBY_READS.inc()
         async with db.connection(writes=not readonly) as lease:
             conn = lease.conn
             try:
@@ -648,6 +754,12 @@ class Database:
             lease.committing = False
             if call is not None:
                 call.committing = False
+            if cell.standby is not None and principal is not None and not readonly:
+                # Where the commit ends in the WAL (insert position: with asynchronous commit the
+                # write position may not have passed it yet): this writer's reads need a standby there.
+                cell._written[(tenant.key, principal)] = lsn(
+                    await conn.fetchval("SELECT pg_current_wal_insert_lsn()::text")
+                )
 
     async def api_key(self, key_id: str) -> ApiKeyRecord | None:
         """An API key's record by its public id, looked up before any tenant is known."""

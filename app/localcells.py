@@ -171,10 +171,11 @@ def drop(name: str) -> None:
 
 
 async def caught_up(primary: Cluster, standby: Cluster, seconds: float = 60) -> None:
-    """Wait until `standby` has replayed what `primary` has written so far."""
+    """Wait until `standby` has replayed what `primary` has written so far (its insert position:
+    with asynchronous commit, a commit may not have reached the write position yet)."""
     source = await asyncpg.connect(primary.url(admin=True, database="postgres"))
     try:
-        lsn = await source.fetchval("SELECT pg_current_wal_lsn()::text")
+        lsn = await source.fetchval("SELECT pg_current_wal_insert_lsn()::text")
     finally:
         await source.close()
     replica = await asyncpg.connect(standby.url(admin=True, database="postgres"))

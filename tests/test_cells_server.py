@@ -15,10 +15,11 @@ import asyncpg
 import httpx2
 import pytest
 
-from app import provision
+from app import localcells, provision
 from app.config import Settings
+from app.store.database import STANDBY_PROBE_SECONDS
 from tests.cells_fixtures import CellDatabase
-from tests.helpers import ROOT, Server, error_code, ok, serve, server_env
+from tests.helpers import ROOT, Server, connect, error_code, ok, serve, server_env
 
 SECONDS = 120  # a bound on waiting for the filler on a loaded machine, not a timing assertion
 
@@ -165,6 +166,44 @@ async def test_a_cell_this_server_has_no_url_for(cell_server: Server, db_setting
     finally:
         await _admin(db_settings.admin_dsn(), "DELETE FROM engram.tenants WHERE cell = 'd'")
         await _admin(db_settings.admin_dsn(), "DELETE FROM engram.cells WHERE name = 'd'")
+        await _set_states(db_settings, main="full", b="open", c="open")
+
+
+async def test_over_http_a_writer_reads_its_writes_while_others_read_the_standby(
+    db_settings: Settings, cells: dict[str, CellDatabase], standby_b: CellDatabase
+) -> None:
+    await _set_states(db_settings, main="full", b="open", c="full")
+    env = _cell_env(cells) | {"ENGRAM_CELL_B_READ_URL": standby_b.url, "ENGRAM_STANDBY_MAX_LAG_SECONDS": "3600"}
+    standby_admin = await asyncpg.connect(standby_b.cluster.url(admin=True, database="postgres"))
+    key = f"cells-{uuid.uuid4().hex[:10]}"
+    try:
+        with serve(db_settings, ENGRAM_EMBEDDING_PROVIDER="none", **env) as server:
+            async with (
+                connect(server.url, server.token(key, subject="alice")) as alice,
+                connect(server.url, server.token(key, subject="bob")) as bob,
+            ):
+                ok(await alice.call_tool("upsert_entities", {"entities": [{"name": "Seed", "type": "thing"}]}))
+                assert await _cell_of(db_settings, key) == "b"
+                await localcells.caught_up(cells["b"].cluster, standby_b.cluster)
+                # a read while the standby is current: the server's first sample of the primary's position
+                assert ok(await bob.call_tool("get_entity", {"name": "Seed"}))["name"] == "Seed"
+                await standby_admin.execute("SELECT pg_wal_replay_pause()")
+                ok(await alice.call_tool("upsert_entities", {"entities": [{"name": "Ada", "type": "person"}]}))
+                assert ok(await alice.call_tool("get_entity", {"name": "Ada"}))["name"] == "Ada"  # her own write
+                await asyncio.sleep(STANDBY_PROBE_SECONDS)
+                # bob reads the paused standby: what it replayed, not alice's newest write
+                assert ok(await bob.call_tool("get_entity", {"name": "Seed"}))["name"] == "Seed"
+                assert error_code(await bob.call_tool("get_entity", {"name": "Ada"})) == "not_found"
+                await standby_admin.execute("SELECT pg_wal_replay_resume()")
+                await localcells.caught_up(cells["b"].cluster, standby_b.cluster)
+                await asyncio.sleep(STANDBY_PROBE_SECONDS)
+                assert ok(await bob.call_tool("get_entity", {"name": "Ada"}))["name"] == "Ada"
+            scraped = httpx2.get(f"http://127.0.0.1:{server.env['ENGRAM_METRICS_PORT']}/metrics", timeout=10).text
+            served = next(x for x in scraped.splitlines() if x.startswith("engram_db_standby_reads_total "))
+            assert float(served.split()[1]) >= 2
+    finally:
+        await standby_admin.execute("SELECT pg_wal_replay_resume()")
+        await standby_admin.close()
         await _set_states(db_settings, main="full", b="open", c="open")
 
 

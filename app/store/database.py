@@ -674,7 +674,8 @@ class Database:
         return lag is not None and lag <= self.standby_max_lag and (needs is None or self._replayed >= needs)
 
     async def _probe(self) -> None:
-        """The primary's position now, then how far the standby has replayed. Its lag is the time
+        """The primary's position now (flushed: all a standby can have), then how far the standby
+        has replayed. Its lag is the time
         since the primary was where the standby is: the age of the newest sample it has reached
         (0 if it has reached this one; unknown, so not read from, if it has reached none kept).
         No privilege is needed, and a standby that stopped receiving shows its lag as it grows."""
@@ -684,7 +685,7 @@ class Database:
             with deadline(STANDBY_PROBE_BUDGET):
                 async with self.connection() as lease:
                     self._samples.append(
-                        (time.monotonic(), lsn(await lease.conn.fetchval("SELECT pg_current_wal_insert_lsn()::text")))
+                        (time.monotonic(), lsn(await lease.conn.fetchval("SELECT pg_current_wal_flush_lsn()::text")))
                     )
                 async with self.standby.connection() as lease:
                     replayed = await lease.conn.fetchval("SELECT pg_last_wal_replay_lsn()::text")

@@ -298,12 +298,13 @@ def cmd_cell(args: argparse.Namespace) -> None:
         sys.exit(f"error: {exc.message}")
     if args.action == "add":
         urls = settings.cell(name)
-        if urls is None or urls.admin() is None:
+        owner = urls.admin() if urls else None
+        if owner is None:
             sys.exit(
                 f"error: cell {name!r} is not configured: add it to ENGRAM_CELLS and set ENGRAM_CELL_{name.upper()}_URL"
             )
         try:
-            done = asyncio.run(migrate.migrate(urls.admin(), settings.migrations_dir, on_tenant=_tenant_progress))
+            done = asyncio.run(migrate.migrate(owner, settings.migrations_dir, on_tenant=_tenant_progress))
         except (migrate.MigrationError, OSError) as exc:
             sys.exit(f"error: cell {name!r} could not be migrated: {exc}")
         print(f"cell {name}: " + ("applied: " + ", ".join(done) if done else "database schema is up to date"))

@@ -283,3 +283,29 @@ async def test_a_lagging_or_unreachable_standby_is_skipped(
         await standby_admin.close()
         await strict.close()
         await down.close()
+
+
+@pytest.mark.parametrize(
+    "cells",
+    ["main", "B", "b,b", "1b", "b-c", "b c", "a" * 32, "b\x00", ",".join(f"c{i}" for i in range(101))],
+)
+def test_cell_settings_refuse_bad_names(cells: str) -> None:
+    with pytest.raises(ValueError, match="cell"):
+        Settings(cells=cells)
+
+
+def test_cell_urls_come_from_one_variable_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENGRAM_CELLS", "b,c")
+    monkeypatch.setenv("ENGRAM_CELL_B_URL", "postgresql://app@b/engram")
+    monkeypatch.setenv("ENGRAM_CELL_B_READ_URL", "postgresql://app@b-standby/engram")
+    monkeypatch.setenv("ENGRAM_CELL_C_ADMIN_URL", "postgresql://owner@c/engram")  # no run-time URL
+    monkeypatch.setenv("ENGRAM_CELL_MAIN_READ_URL", "postgresql://app@main-standby/engram")
+    settings = Settings(database_url="postgresql://app@main/engram")
+    b = settings.cell("b")
+    assert b is not None and b.admin() == "postgresql://app@b/engram" and b.listen() == b.admin()
+    assert b.read_url is not None and b.read_url.get_secret_value() == "postgresql://app@b-standby/engram"
+    assert settings.cell("c") is None  # not served without its run-time URL
+    assert settings.cell("zz") is None
+    main = settings.cell("main")
+    assert main is not None and main.read_url is not None and main.admin() == "postgresql://app@main/engram"
+    assert "app@b" not in str(settings.redacted())  # secrets stay masked

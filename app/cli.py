@@ -245,12 +245,57 @@ def _admin_tenant(key: str, work: Callable[[Any, Any], Awaitable[T]], *, create:
     return _admin(run)
 
 
+def _mover(args: argparse.Namespace) -> Any:
+    """The tenant mover over every cell this configuration has an owner URL for."""
+    from app.config import MAIN_CELL
+    from app.services.moves import CellAccess, Mover, Timing
+
+    settings = _with_database(_settings())
+    cells = {}
+    for name in [MAIN_CELL, *settings.cells]:
+        urls = settings.cell(name)
+        if urls is not None and (admin := urls.admin()) is not None:
+            cells[name] = CellAccess(admin, urls.replication() or admin)
+    grace = getattr(args, "grace", None)
+    timing = Timing() if grace is None else Timing(grace_seconds=grace)
+    return Mover(settings.admin_dsn(), cells, timing=timing, progress=lambda line: print(line, flush=True))
+
+
+def cmd_tenant_move(args: argparse.Namespace) -> None:
+    """`engram tenant move KEY CELL` (again: continues), `--dry-run`, `--status`, `--finish KEY`."""
+    mover = _mover(args)
+    if args.status:
+        for m in _exiting(mover.status):
+            state = "finished" if m.finished_at else ("switched" if m.switched_at else "running")
+            error = f"\terror: {m.error}" if m.error else ""
+            when = f"{m.updated_at:%Y-%m-%d %H:%M:%S}"
+            print(f"{m.key}\t{m.source} -> {m.target}\t{state}\tstep {m.step}\tupdated {when}{error}")
+        return
+    if args.finish:
+        _exiting(lambda: mover.finish(args.tenant))
+        return
+    if args.dry_run:
+        plan = _exiting(lambda: mover.plan(args.tenant, args.cell))
+        print(f"would move tenant {plan.key} from cell {plan.source} to cell {plan.target}")
+        if plan.done:
+            print(f"done already: {', '.join(plan.done)}")
+        print(f"steps: {', '.join(plan.todo)}; nothing was changed")
+        return
+    move = _exiting(lambda: mover.move(args.tenant, args.cell))
+    print(
+        f"tenant {move.key} now lives on cell {move.target}; its old copy on cell {move.source} is dropped"
+        f" after the grace period (`engram tenant move --finish {move.key}` or `engram cell cleanup`)"
+    )
+
+
 def cmd_tenant(args: argparse.Namespace) -> None:
     from dataclasses import asdict
 
     from app.store import tenants
 
-    if args.action == "create":
+    if args.action == "move":
+        cmd_tenant_move(args)
+    elif args.action == "create":
         made = _admin_tenant(args.tenant, lambda c, _: tenants.create(c, args.tenant), create=True)
         print(f"tenant {args.tenant}: {made.id} (cell {made.cell})")
     elif args.action == "list":
@@ -283,6 +328,10 @@ def cmd_cell(args: argparse.Namespace) -> None:
     from app.store import cells, migrate
 
     settings = _settings()
+    if args.action == "cleanup":
+        mover = _mover(args)
+        print(f"{_exiting(mover.cleanup)} moved tenants' old copies dropped")
+        return
     if args.action == "list":
         configured = {"main", *settings.cells}
         for c in _admin(cells.listing):
@@ -722,8 +771,13 @@ def main(argv: list[str] | None = None) -> None:
     token.add_argument("--ttl", type=int, help="lifetime in seconds (default ENGRAM_TOKEN_TTL_SECONDS)")
     token.set_defaults(func=cmd_token)
     tenant = sub.add_parser("tenant", help="create, list, show or delete tenants")
-    tenant.add_argument("action", choices=["create", "list", "show", "delete", "set-limits"])
+    tenant.add_argument("action", choices=["create", "list", "show", "delete", "set-limits", "move"])
     tenant.add_argument("tenant", nargs="?", help="the tenant id (not for list)")
+    tenant.add_argument("cell", nargs="?", help="with move: the cell to move it to")
+    tenant.add_argument("--dry-run", action="store_true", help="with move: show the steps; change nothing")
+    tenant.add_argument("--status", action="store_true", help="with move: the moves and their progress")
+    tenant.add_argument("--finish", action="store_true", help="with move: drop the old copy of a switched move now")
+    tenant.add_argument("--grace", type=float, help="with move: seconds an old copy is kept (default 600)")
     for flag, kind in _LIMIT_FLAGS.items():
         tenant.add_argument(
             f"--{flag.replace('_', '-')}",
@@ -734,10 +788,11 @@ def main(argv: list[str] | None = None) -> None:
         )
     tenant.set_defaults(func=cmd_tenant)
     cell = sub.add_parser("cell", help="the cells tenants are placed on: add, list, or set one's state")
-    cell.add_argument("action", choices=["add", "list", "set"])
+    cell.add_argument("action", choices=["add", "list", "set", "cleanup"])
     cell.add_argument("name", nargs="?", help="the cell's name (not for list)")
     cell.add_argument("--state", choices=["open", "draining", "full"], help="with set")
     cell.add_argument("--capacity", type=_capacity, help="most tenants placed on it, or `none` (add, set)")
+    cell.add_argument("--grace", type=float, help="with cleanup: seconds a moved tenant's old copy is kept (600)")
     cell.set_defaults(func=cmd_cell)
     apikey = sub.add_parser("apikey", help="API keys for headless agents")
     apikey.add_argument("action", choices=["create", "list", "revoke"])
@@ -798,9 +853,14 @@ def main(argv: list[str] | None = None) -> None:
     reindex.set_defaults(func=cmd_reindex)
     _transfer_commands(sub)
     args = parser.parse_args(argv)
-    if args.command == "tenant" and args.action != "list" and not args.tenant:
+    moving = args.command == "tenant" and args.action == "move"
+    if args.command == "tenant" and args.action != "list" and not args.tenant and not (moving and args.status):
         parser.error("tenant: give the tenant id")
-    if args.command == "cell" and args.action != "list" and not args.name:
+    if moving and not (args.status or args.finish or args.cell):
+        parser.error("tenant move: give the cell to move the tenant to")
+    if args.command == "tenant" and args.cell and not moving:
+        parser.error(f"tenant {args.action}: takes no cell")
+    if args.command == "cell" and args.action not in ("list", "cleanup") and not args.name:
         parser.error("cell: give the cell's name")
     if args.command == "apikey" and args.action == "create" and not args.tenant:
         parser.error("apikey create: --tenant is required")

@@ -10,11 +10,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from app.observability import metrics
-from app.observability.context import CALL, deadline
-from app.store.errors import RETRYABLE, Unavailable, is_outage
+from app.observability.context import CALL, DEADLINE, deadline
+from app.store.errors import RETRYABLE, Moving, Unavailable, is_outage
 
 T = TypeVar("T")
 ATTEMPTS = 3
+# A call finding its tenant mid-move waits this long, growing to the second, between attempts.
+MOVING_WAIT = (0.05, 0.5)
 
 # Past the deadline, the database work has already failed (its connection is terminated then);
 # this margin bounds whatever else a call waits for.
@@ -47,14 +49,27 @@ async def retrying(fn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any
     """`fn(*args, **kwargs)`, the body of a call, run again if its transaction lost a deadlock or a
     serialization race.
 
+    A tenant found moving (`Moving`) is tried again, resolved afresh, as long as the call's
+    deadline leaves room: a move's cut-over lasts seconds.
+
     Safe because each call is one transaction: the failed attempt left nothing behind.
     """
-    for attempt in range(1, ATTEMPTS + 1):
+    attempt = 0
+    wait = MOVING_WAIT[0]
+    while True:
+        attempt += 1
         try:
             return await fn(*args, **kwargs)
+        except Moving:
+            at = DEADLINE.get()
+            loop = asyncio.get_running_loop()
+            if at is None or loop.time() + wait >= at:
+                raise
+            metrics.DB_RETRIES.inc()
+            await asyncio.sleep(wait)
+            wait = min(2 * wait, MOVING_WAIT[1])
         except RETRYABLE:
             if attempt == ATTEMPTS:
                 raise
             metrics.DB_RETRIES.inc()
             await asyncio.sleep(random.uniform(0.005, 0.05) * attempt)  # noqa: S311 - jitter, not security
-    raise AssertionError("unreachable")

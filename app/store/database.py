@@ -24,7 +24,7 @@ from app.config import MAIN_CELL, Settings
 from app.errors import EngramError
 from app.observability import metrics, tracing
 from app.observability.context import CALL, DEADLINE, deadline
-from app.store.errors import OUTAGES, Unavailable, is_outage
+from app.store.errors import OUTAGES, Moving, Unavailable, is_outage
 
 logger = logging.getLogger("engram.database")
 
@@ -746,6 +746,11 @@ class Database:
                 # failed or expired is terminated by `connection` instead, with no ROLLBACK to wait for.
                 if not (lease.expired or isinstance(exc, asyncio.CancelledError) or is_outage(exc)):
                     await conn.execute("ROLLBACK")
+                    if isinstance(exc, asyncpg.InsufficientPrivilegeError) and await conn.fetchval(
+                        "SELECT engram.tenant_fenced($1::uuid)", tenant.id
+                    ):  # its move is cutting over: resolve it again, from the directory
+                        self._tenants.pop(tenant.key, None)
+                        raise Moving(tenant.key) from None
                 raise
             lease.committing = True
             call = CALL.get()

@@ -15,7 +15,13 @@ RETRYABLE: tuple[type[BaseException], ...] = (asyncpg.DeadlockDetectedError, asy
 
 
 # Seconds a client is asked to wait before calling again, by why the database was not there.
-RETRY_AFTER = {"pool_exhausted": 1.0, "database_unreachable": 5.0, "deadline": 5.0, "tenant_upgrading": 30.0}
+RETRY_AFTER = {
+    "pool_exhausted": 1.0,
+    "database_unreachable": 5.0,
+    "deadline": 5.0,
+    "tenant_upgrading": 30.0,
+    "tenant_moving": 1.0,
+}
 
 # Errors that mean the database is not there for this call: down, stalled, restarting, refusing
 # connections, or the connection was dropped (by the server, the network, or a missed deadline).
@@ -58,6 +64,16 @@ class Unavailable(EngramError):
             details["committed"] = committed
         super().__init__("unavailable", message, **details)
         self.reason = reason
+
+
+class Moving(Unavailable):
+    """The tenant's cell fences it: its move to another cell is cutting over. Retryable: the
+    tenant is resolved again from the directory, which soon names its new cell."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(
+            "tenant_moving", f"tenant {key!r} is moving to another cell; nothing was done, call again", committed=False
+        )
 
 
 DATABASE_ERRORS: tuple[type[BaseException], ...] = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, Unavailable)

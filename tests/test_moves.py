@@ -1,0 +1,282 @@
+"""Moving a tenant between two real clusters (cells b and c) by logical replication: under a write
+loop over HTTP (no acknowledged write lost, reads never wrong), a second server that cached the
+old cell fenced and recovering, a stop after each step and the move resumed, `--dry-run`,
+`--status`, `--finish`, and refused input."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+
+import asyncpg
+import pytest
+
+from app.config import Settings
+from app.services.moves import STEPS, CellAccess, Interrupted, Mover, Timing
+from tests.cells_fixtures import CellDatabase
+from tests.helpers import ROOT, Server, ok, serve, server_env
+
+
+async def _admin(url: str, query: str, *args: object) -> object:
+    conn = await asyncpg.connect(url)
+    try:
+        return await conn.fetchval(query, *args)
+    finally:
+        await conn.close()
+
+
+async def _set_states(settings: Settings, **states: str) -> None:
+    conn = await asyncpg.connect(settings.admin_dsn())
+    try:
+        for name, state in states.items():
+            await conn.execute("INSERT INTO engram.cells (name) VALUES ($1) ON CONFLICT DO NOTHING", name)
+            await conn.execute("UPDATE engram.cells SET state = $2, capacity = NULL WHERE name = $1", name, state)
+    finally:
+        await conn.close()
+
+
+def _cell_env(cells: dict[str, CellDatabase]) -> dict[str, str]:
+    env = {"ENGRAM_CELLS": ",".join(cells)}
+    for name, cell in cells.items():
+        env[f"ENGRAM_CELL_{name.upper()}_URL"] = cell.url
+        env[f"ENGRAM_CELL_{name.upper()}_ADMIN_URL"] = cell.admin_url
+    return env
+
+
+@pytest.fixture(scope="module")
+def cells(db_settings: Settings, cell_b: CellDatabase, cell_c: CellDatabase) -> Iterator[dict[str, CellDatabase]]:
+    """Cells b and c open; `main` full, so that new tenants go to b or c."""
+    asyncio.run(_set_states(db_settings, main="full", b="open", c="open"))
+    yield {"b": cell_b, "c": cell_c}
+    asyncio.run(_set_states(db_settings, main="open", b="open", c="open"))
+    for cell in (cell_b, cell_c):  # a subscription left by a failed test would keep its database in use
+        asyncio.run(_drop_subscriptions(cell.admin_url))
+
+
+async def _drop_subscriptions(url: str) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        for (name,) in await conn.fetch(
+            "SELECT subname FROM pg_subscription WHERE subdbid = (SELECT oid FROM pg_database"
+            " WHERE datname = current_database())"
+        ):
+            await conn.execute(f"ALTER SUBSCRIPTION {name} DISABLE")
+            await conn.execute(f"ALTER SUBSCRIPTION {name} SET (slot_name = NONE)")
+            await conn.execute(f"DROP SUBSCRIPTION {name}")
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="module")
+def servers(db_settings: Settings, cells: dict[str, CellDatabase]) -> Iterator[tuple[Server, Server]]:
+    """Two servers over the same cells: one writes, the other (a replica) keeps the old cell cached."""
+    env = {"ENGRAM_EMBEDDING_PROVIDER": "none", **_cell_env(cells)}
+    with serve(db_settings, **env) as first, serve(db_settings, **env) as second:
+        yield first, second
+
+
+def _mover(settings: Settings, cells: dict[str, CellDatabase], **kw: object) -> Mover:
+    access = {"main": CellAccess(settings.admin_dsn(), settings.admin_dsn())}
+    access |= {name: CellAccess(cell.admin_url, cell.admin_url) for name, cell in cells.items()}
+    return Mover(settings.admin_dsn(), access, timing=Timing(copy_seconds=120, poll_seconds=0.02), **kw)  # type: ignore[arg-type]
+
+
+async def _cell_of(settings: Settings, key: str) -> str:
+    found = await _admin(settings.admin_dsn(), "SELECT cell FROM engram.tenants WHERE key = $1", key)
+    assert isinstance(found, str)
+    return found
+
+
+async def _schema_on(cell: CellDatabase, key: str) -> int:
+    return int(
+        await _admin(  # type: ignore[arg-type]
+            cell.admin_url,
+            "SELECT count(*) FROM pg_namespace n JOIN engram.tenants t ON t.schema_name = n.nspname WHERE t.key = $1",
+            key,
+        )
+    )
+
+
+async def _seed(server: Server, key: str, n: int) -> None:
+    async with server.client(key) as c:
+        ok(
+            await c.call_tool(
+                "upsert_entities",
+                {
+                    "entities": [
+                        {"name": f"seed {i}", "type": "thing", "observations": [f"seed fact {i}"]} for i in range(n)
+                    ]
+                },
+            )
+        )
+        ok(
+            await c.call_tool(
+                "connect_entities",
+                {"relations": [{"from": f"seed {i}", "to": f"seed {i + 1}", "type": "next"} for i in range(n - 1)]},
+            )
+        )
+
+
+async def test_a_move_under_writes_loses_nothing_and_a_stale_server_recovers(
+    servers: tuple[Server, Server], db_settings: Settings, cells: dict[str, CellDatabase]
+) -> None:
+    writer, replica = servers
+    key = f"move-{uuid.uuid4().hex[:10]}"
+    await _seed(writer, key, 30)
+    source = await _cell_of(db_settings, key)
+    target = "c" if source == "b" else "b"
+    async with replica.client(key) as r:  # the replica resolves (and caches) the tenant on its old cell
+        assert ok(await r.call_tool("get_entity", {"name": "seed 0"}))["name"] == "seed 0"
+
+    acknowledged: list[str] = []
+    wrong: list[str] = []
+    refused: list[str] = []
+    stop = asyncio.Event()
+
+    async def write_loop() -> None:
+        async with writer.client(key) as c:
+            i = 0
+            while not stop.is_set() and i < 2000:  # bounded
+                name = f"live {i}"
+                got = await c.call_tool(
+                    "upsert_entities", {"entities": [{"name": name, "type": "thing", "observations": [f"fact {i}"]}]}
+                )
+                if got.is_error:
+                    refused.append(str(got.content)[:300])
+                else:
+                    acknowledged.append(name)
+                i += 1
+
+    async def read_loop() -> None:
+        async with replica.client(key) as c:
+            while not stop.is_set():
+                if not acknowledged:
+                    await asyncio.sleep(0.01)
+                    continue
+                name = acknowledged[-1]
+                got = await c.call_tool("get_entity", {"name": name})
+                if got.is_error or ok(got)["name"] != name:
+                    wrong.append(f"{name}: {got.content}")
+
+    loops = [asyncio.create_task(write_loop()), asyncio.create_task(read_loop())]
+    await asyncio.sleep(0.5)
+    lines: list[str] = []
+    mover = _mover(db_settings, cells, progress=lines.append)
+    move = await mover.move(key, target)
+    await asyncio.sleep(0.5)  # writes after the switch, on the target
+    stop.set()
+    await asyncio.gather(*loops)
+
+    assert move.step == "unsubscribe" and move.switched_at is not None
+    assert await _cell_of(db_settings, key) == target
+    assert len(acknowledged) > 10, lines
+    assert wrong == []
+    assert refused == []  # writes met the fence, waited and went to the target within their deadline
+    # every acknowledged write is on the target, and new rows there get fresh ids (sequences set)
+    async with writer.client(key) as c:
+        for name in acknowledged:
+            assert ok(await c.call_tool("get_entity", {"name": name}))["name"] == name
+        ok(
+            await c.call_tool(
+                "upsert_entities", {"entities": [{"name": "after", "type": "thing", "observations": ["x"]}]}
+            )
+        )
+        ok(await c.call_tool("connect_entities", {"relations": [{"from": "after", "to": "seed 0", "type": "next"}]}))
+    async with replica.client(key) as r:  # the replica, stale until fenced, now reads the target
+        assert ok(await r.call_tool("get_entity", {"name": "after"}))["name"] == "after"
+    # the source stays (fenced) until finished, then is dropped; the replication objects are gone
+    assert await _schema_on(cells[source], key) == 1
+    await mover.finish(key)
+    assert await _admin(cells[source].admin_url, "SELECT count(*) FROM engram.tenants WHERE key = $1", key) == 0
+    assert await _admin(cells[source].admin_url, "SELECT count(*) FROM pg_publication") == 0
+    assert await _admin(cells[source].admin_url, "SELECT count(*) FROM pg_replication_slots") == 0
+    assert await _admin(cells[target].admin_url, "SELECT count(*) FROM pg_subscription") == 0
+    status = await mover.status()
+    assert any(m.key == key and m.finished_at is not None for m in status)
+
+
+async def test_a_move_stopped_after_each_step_resumes(
+    servers: tuple[Server, Server], db_settings: Settings, cells: dict[str, CellDatabase]
+) -> None:
+    writer, _ = servers
+    key = f"resume-{uuid.uuid4().hex[:10]}"
+    await _seed(writer, key, 10)
+    source = await _cell_of(db_settings, key)
+    target = "c" if source == "b" else "b"
+    for step in STEPS[:-1]:
+        with pytest.raises(Interrupted):
+            await _mover(db_settings, cells, stop_after=step).move(key, target)
+        plan = await _mover(db_settings, cells).plan(key, target)
+        assert plan.done == STEPS[: STEPS.index(step) + 1]
+        # before the switch the tenant is still served from its source (writes refused while fenced)
+        assert await _cell_of(db_settings, key) == (
+            target if plan.done[-1] in STEPS[STEPS.index("switch") :] else source
+        )
+    moved = await _mover(db_settings, cells).move(key, target)
+    assert moved.step == STEPS[-1]
+    async with writer.client(key) as c:
+        got = ok(await c.call_tool("get_entity", {"name": "seed 3"}))
+        assert got["observations"] == ["seed fact 3"]
+        ok(await c.call_tool("upsert_entities", {"entities": [{"name": "later", "type": "thing"}]}))
+    await _mover(db_settings, cells).finish(key)
+    assert await _schema_on(cells[source], key) == 0
+
+
+def _engram(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_the_command_plans_reports_and_refuses(
+    servers: tuple[Server, Server], db_settings: Settings, cells: dict[str, CellDatabase]
+) -> None:
+    writer, _ = servers
+    key = f"cli-{uuid.uuid4().hex[:10]}"
+    asyncio.run(_seed(writer, key, 3))
+    source = asyncio.run(_cell_of(db_settings, key))
+    target = "c" if source == "b" else "b"
+    env = server_env(db_settings, 8000) | _cell_env(cells)
+    moves = "SELECT count(*) FROM engram.tenant_moves m JOIN engram.tenants t ON t.id = m.tenant_id WHERE t.key = $1"
+
+    planned = _engram(env, "tenant", "move", key, target, "--dry-run")
+    assert planned.returncode == 0, planned.stderr
+    assert f"would move tenant {key} from cell {source} to cell {target}" in planned.stdout
+    assert "prepare, publish, subscribe" in planned.stdout and "nothing was changed" in planned.stdout
+    assert asyncio.run(_admin(db_settings.admin_dsn(), moves, key)) == 0
+
+    for args, says in [
+        (("tenant", "move", "no-such-tenant", target), "no tenant"),
+        (("tenant", "move", key, "nowhere"), "no cell 'nowhere'"),
+        (("tenant", "move", key, "Bad!"), "a cell is named by"),
+        (("tenant", "move", key, "x" * 5000), "a cell is named by"),
+        (("tenant", "move", key, source), "lives on cell"),
+        (("tenant", "move", key), "give the cell"),
+        (("tenant", "move", key, "--finish"), "has no move to finish"),
+        (("tenant", "show", key, target), "takes no cell"),
+    ]:
+        refused = _engram(env, *args)
+        assert refused.returncode != 0 and says in refused.stderr, (args, refused.stderr)
+    assert asyncio.run(_admin(db_settings.admin_dsn(), moves, key)) == 0
+
+    # a move stopped part-way: another target is refused; --status shows it; the command continues it
+    with pytest.raises(Interrupted):
+        asyncio.run(_mover(db_settings, cells, stop_after="subscribe").move(key, target))
+    refused = _engram(env, "tenant", "move", key, "main")
+    assert refused.returncode != 0 and f"being moved to cell {target!r} already" in refused.stderr
+    refused = _engram(env, "tenant", "move", key, "--finish")
+    assert refused.returncode != 0 and "run it to its end first" in refused.stderr
+    status = _engram(env, "tenant", "move", "--status")
+    assert status.returncode == 0 and f"{key}\t{source} -> {target}\trunning\tstep subscribe" in status.stdout
+    done = _engram(env, "tenant", "move", key, target)
+    assert done.returncode == 0, done.stderr
+    assert "continuing the move" in done.stdout and f"now lives on cell {target}" in done.stdout
+    assert "  copy done in" in done.stdout and "  switch done in" in done.stdout
+    finished = _engram(env, "tenant", "move", key, "--finish")
+    assert finished.returncode == 0, finished.stderr
+    assert "dropped; move finished" in finished.stdout
+    cleaned = _engram(env, "cell", "cleanup")
+    assert cleaned.returncode == 0 and "old copies dropped" in cleaned.stdout

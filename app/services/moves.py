@@ -8,17 +8,14 @@ anywhere (a crash, a killed command, a step that failed) is continued by startin
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-
-import asyncpg
 
 from app.errors import EngramError
 from app.store import cells as cell_store
 from app.store import moves, tenants
-from app.store.database import Tenant, init_connection
+from app.store.database import Tenant
 from app.store.moves import Move
 
 # The steps in order; a progress row names the last one done.
@@ -90,22 +87,13 @@ class Mover:
         self.progress = progress
         self.stop_after = stop_after
 
-    @contextlib.asynccontextmanager
-    async def _connect(self, url: str) -> AsyncIterator[asyncpg.Connection]:
-        conn = await asyncpg.connect(url, timeout=10)
-        await init_connection(conn)
-        try:
-            yield conn
-        finally:
-            await conn.close()
-
     def _access(self, cell: str) -> CellAccess:
         found = self.cells.get(cell)
         if found is None:
             raise EngramError("invalid", f"cell {cell!r} has no owner URL here (ENGRAM_CELL_{cell.upper()}_ADMIN_URL)")
         return found
 
-    async def _resolve(self, control: asyncpg.Connection, key: str, target: str | None) -> tuple[Tenant, Move | None]:
+    async def _resolve(self, control: moves.Connection, key: str, target: str | None) -> tuple[Tenant, Move | None]:
         record = await tenants.get(control, key)
         tenant = Tenant(record.id, record.key, record.schema_name, record.cell)
         move = await moves.running(control, tenant.id)
@@ -133,19 +121,19 @@ class Mover:
 
     async def plan(self, key: str, target: str) -> Plan:
         """What `move` would do now; nothing is changed."""
-        async with self._connect(self.control) as control:
+        async with moves.connect(self.control) as control:
             tenant, move = await self._resolve(control, key, target)
         done = STEPS[: STEPS.index(move.step) + 1] if move and move.step in STEPS else ()
         return Plan(key, move.source if move else tenant.cell, target, done, STEPS[len(done) :])
 
     async def status(self) -> list[Move]:
-        async with self._connect(self.control) as control:
+        async with moves.connect(self.control) as control:
             return await moves.listing(control)
 
     async def move(self, key: str, target: str) -> Move:
         """Move tenant `key` to cell `target`, or continue its move there; then drop the sources
         of earlier moves whose grace period has passed. Answers the move as it ends (switched)."""
-        async with self._connect(self.control) as control:
+        async with moves.connect(self.control) as control:
             tenant, move = await self._resolve(control, key, target)
             if move is None:
                 move = await moves.start(control, tenant.id, tenant.cell, target, "planned")
@@ -162,7 +150,7 @@ class Mover:
 
     async def finish(self, key: str) -> None:
         """Drop the source of tenant `key`'s switched move now, not waiting out the grace period."""
-        async with self._connect(self.control) as control:
+        async with moves.connect(self.control) as control:
             _, move = await self._resolve(control, key, None)
             if move is None:
                 raise EngramError("not_found", f"tenant {key!r} has no move to finish")
@@ -172,23 +160,23 @@ class Mover:
 
     async def cleanup(self) -> int:
         """Drop the sources of switched moves whose grace period has passed; how many."""
-        async with self._connect(self.control) as control:
+        async with moves.connect(self.control) as control:
             due = await moves.due(control, self.timing.grace_seconds)
             for move in due:
                 await self._cleanup(control, move)
         return len(due)
 
-    async def _cleanup(self, control: asyncpg.Connection, move: Move) -> None:
+    async def _cleanup(self, control: moves.Connection, move: Move) -> None:
         tenant = Tenant(move.tenant_id, move.key, move.schema, move.source)
-        async with self._connect(self._access(move.source).admin) as source:
+        async with moves.connect(self._access(move.source).admin) as source:
             await moves.drop_source(source, tenant, move.source)
         await moves.finish(control, move.id)
         self.progress(f"tenant {move.key}: its old copy on cell {move.source} dropped; move finished")
 
-    async def _run(self, control: asyncpg.Connection, tenant: Tenant, move: Move) -> None:
+    async def _run(self, control: moves.Connection, tenant: Tenant, move: Move) -> None:
         done = STEPS.index(move.step) + 1 if move.step in STEPS else 0
         source_access, target_access = self._access(move.source), self._access(move.target)
-        async with self._connect(source_access.admin) as source, self._connect(target_access.admin) as target:
+        async with moves.connect(source_access.admin) as source, moves.connect(target_access.admin) as target:
             for step in STEPS[done:]:
                 started = time.monotonic()
                 try:
@@ -207,9 +195,9 @@ class Mover:
     async def _step(
         self,
         step: str,
-        control: asyncpg.Connection,
-        source: asyncpg.Connection,
-        target: asyncpg.Connection,
+        control: moves.Connection,
+        source: moves.Connection,
+        target: moves.Connection,
         tenant: Tenant,
         move: Move,
         source_access: CellAccess,

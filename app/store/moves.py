@@ -7,6 +7,8 @@ order and the waiting are the orchestrator's (app/services/moves.py).
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -14,7 +16,7 @@ import asyncpg
 
 from app.config import MAIN_CELL
 from app.errors import EngramError
-from app.store.database import Tenant, timed
+from app.store.database import Tenant, init_connection, timed
 
 # A table in the tenant's schema on both sides while the move runs: a row written on the source
 # after its last write is seen on the target only once everything before it has been applied.
@@ -44,6 +46,21 @@ _MOVE = (
     " m.updated_at, m.switched_at, m.finished_at, m.error"
     " FROM engram.tenant_moves m JOIN engram.tenants t ON t.id = m.tenant_id"
 )
+
+
+# An owner connection to one cell's database (or the control database), as the move holds it.
+Connection = asyncpg.Connection
+
+
+@asynccontextmanager
+async def connect(url: str) -> AsyncIterator[Connection]:
+    """An owner connection for a move's steps, closed after the block."""
+    conn = await asyncpg.connect(url, timeout=10)
+    try:
+        await init_connection(conn)
+        yield conn
+    finally:
+        await conn.close()
 
 
 def names(tenant: Tenant) -> str:

@@ -119,3 +119,15 @@ def test_scaling_benchmark_runs_quick(tmp_path: Path) -> None:
     assert set(r["rates"]) == {"take_tokens", "select_1"} and r["rates"]["take_tokens"]["n"] == 50
     pooler = r["pooler"]
     assert "skipped" in pooler or (pooler["summary"]["pgbouncer"]["errors"] == 0 and pooler["ratio"] > 0), pooler
+
+
+def test_move_benchmark_runs_quick(tmp_path: Path) -> None:
+    results = tmp_path / "move.json"
+    done = _run("bench.move", "--quick", "--results", str(results))
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    r = orjson.loads(results.read_bytes())
+    assert r["machine"]["quick"] is True
+    assert r["move"]["switched"] and r["move"]["digests_equal"] and len(r["move"]["steps"]) == 11
+    assert r["writes"]["acknowledged"] > 0 and r["writes"]["lost"] == 0 and r["writes"]["refused_count"] == 0
+    assert r["tenant"]["relations"] == 600
+    assert "## Moving a tenant" in done.stdout

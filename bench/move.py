@@ -81,6 +81,7 @@ async def _writes(services: Any, key: str, interval: float, stop: asyncio.Event,
         else:
             out["acknowledged"].append(name)
         out["latency_ns"].append(time.perf_counter_ns() - started)
+        out["ended_at"].append(time.monotonic())
         i += 1
         await asyncio.sleep(interval)
 
@@ -102,25 +103,29 @@ async def run(entities: int, relations: int, interval: float, quick: bool) -> di
         update={"cells": ["b"], "cell_urls": {"b": CellUrls(url=SecretStr(b_url), admin_url=SecretStr(b_admin))}}
     )
     steps: list[str] = []
+    started = time.monotonic()
     mover = Mover(
         s.admin_dsn(),
         {"main": CellAccess(s.admin_dsn(), s.admin_dsn()), "b": CellAccess(b_admin, b_admin)},
         timing=Timing(poll_seconds=0.02),
-        progress=steps.append,
+        progress=lambda line: steps.append(f"{line} (at {time.monotonic() - started:.2f} s)"),
     )
-    load: dict[str, Any] = {"acknowledged": [], "refused": [], "latency_ns": []}
+    load: dict[str, Any] = {"acknowledged": [], "refused": [], "latency_ns": [], "ended_at": []}
     async with env.services(cells) as (_, services):
         stop = asyncio.Event()
         writer = asyncio.create_task(_writes(services, g.tenant, interval, stop, load))
         await asyncio.sleep(1.0)
-        before = len(load["latency_ns"])
         started = time.monotonic()
         move = await mover.move(g.tenant, "b")
-        seconds = time.monotonic() - started
-        during = load["latency_ns"][before:]
+        ended = time.monotonic()
         await asyncio.sleep(1.0)  # writes after the switch, on the target
         stop.set()
         await writer
+    # the writes in flight at any time during the move, the one the fence held among them
+    spans = [(at - ns / 1e9, at, ns) for ns, at in zip(load["latency_ns"], load["ended_at"], strict=True)]
+    during = [ns for began, at, ns in spans if at >= started and began <= ended]
+    fence_at = _window(steps)
+    held = [ns for began, at, ns in spans if began - started <= fence_at[1] and at - started >= fence_at[0]]
     found = await _found_on(b_admin, g.tenant, s, load["acknowledged"])
     counts = await _counts(b_admin, g.tenant, s)
     await mover.finish(g.tenant)
@@ -129,7 +134,8 @@ async def run(entities: int, relations: int, interval: float, quick: bool) -> di
         "machine": {**env.machine(), "quick": quick},
         "tenant": {**counts, "generated_entities": entities, "generated_relations": relations},
         "move": {
-            "seconds": round(seconds, 2),
+            "seconds": round(ended - started, 2),
+            "writes_fenced_s": round(fence_at[1] - fence_at[0], 3),
             "steps": [line.strip() for line in steps if " done in " in line],
             "switched": move.switched_at is not None,
             "digests_equal": move.switched_at is not None,  # the move switches only after they matched
@@ -138,6 +144,7 @@ async def run(entities: int, relations: int, interval: float, quick: bool) -> di
             "interval_s": interval,
             "during_move": Latency.of(during).as_dict(),
             "max_pause_s": round(fence, 3),
+            "during_fence": Latency.of(held).as_dict() if held else None,
             "target_s": FENCE_TARGET_SECONDS,
             "acknowledged": len(load["acknowledged"]),
             "refused": load["refused"][:5],
@@ -145,6 +152,12 @@ async def run(entities: int, relations: int, interval: float, quick: bool) -> di
             "lost": len(load["acknowledged"]) - found,
         },
     }
+
+
+def _window(steps: list[str]) -> tuple[float, float]:
+    """When (seconds into the move) writes were fenced: from `fence_writes` done to `switch` done."""
+    at = {line.split()[0]: float(line.rsplit("at ", 1)[1].split()[0]) for line in steps if " done in " in line}
+    return at.get("fence_writes", 0.0), at.get("switch", 0.0)
 
 
 async def _open(s: Settings, cell: str) -> None:
@@ -208,7 +221,7 @@ def report(r: dict[str, Any]) -> str:
             f" ≤ {w['target_s']} s | {w['acknowledged']} | {w['lost']} | {w['refused_count']} |"
             f" {mv['digests_equal']} |",
             "",
-            "Steps: " + "; ".join(mv["steps"]) + ".",
+            f"Writes fenced {mv['writes_fenced_s']} s. Steps: " + "; ".join(mv["steps"]) + ".",
         ]
     )
 

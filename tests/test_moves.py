@@ -211,6 +211,8 @@ async def test_a_move_stopped_after_each_step_resumes(
             await _mover(db_settings, cells, stop_after=step).move(key, target)
         plan = await _mover(db_settings, cells).plan(key, target)
         assert plan.done == STEPS[: STEPS.index(step) + 1]
+        if step in ("fence_writes", "fence_reads"):
+            assert await _refused(cells[source], key) == (["write"] if step == "fence_writes" else ["write", "read"])
         # before the switch the tenant is still served from its source (writes refused while fenced)
         assert await _cell_of(db_settings, key) == (
             target if plan.done[-1] in STEPS[STEPS.index("switch") :] else source
@@ -223,6 +225,27 @@ async def test_a_move_stopped_after_each_step_resumes(
         ok(await c.call_tool("upsert_entities", {"entities": [{"name": "later", "type": "thing"}]}))
     await _mover(db_settings, cells).finish(key)
     assert await _schema_on(cells[source], key) == 0
+
+
+async def _refused(cell: CellDatabase, key: str) -> list[str]:
+    """What the tenant's role may no longer do on `cell`, as the server runs it."""
+    schema = await _admin(cell.admin_url, "SELECT schema_name FROM engram.tenants WHERE key = $1", key)
+    conn = await asyncpg.connect(cell.url)
+    refused = []
+    try:
+        for what, statement in (
+            ("write", f"DELETE FROM {schema}.entities WHERE false"),
+            ("read", f"SELECT count(*) FROM {schema}.entities"),
+        ):
+            try:
+                async with conn.transaction():
+                    await conn.execute(f"SET LOCAL ROLE {schema}")
+                    await conn.execute(statement)
+            except asyncpg.InsufficientPrivilegeError:
+                refused.append(what)
+    finally:
+        await conn.close()
+    return refused
 
 
 def _engram(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

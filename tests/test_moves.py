@@ -18,6 +18,7 @@ from app.config import Settings
 from app.services.moves import STEPS, CellAccess, Interrupted, Mover, Timing
 from tests.cells_fixtures import CellDatabase
 from tests.helpers import ROOT, Server, ok, serve, server_env
+from tests.test_cells_server import _cell_env, _set_states
 
 
 async def _admin(url: str, query: str, *args: object) -> object:
@@ -26,24 +27,6 @@ async def _admin(url: str, query: str, *args: object) -> object:
         return await conn.fetchval(query, *args)
     finally:
         await conn.close()
-
-
-async def _set_states(settings: Settings, **states: str) -> None:
-    conn = await asyncpg.connect(settings.admin_dsn())
-    try:
-        for name, state in states.items():
-            await conn.execute("INSERT INTO engram.cells (name) VALUES ($1) ON CONFLICT DO NOTHING", name)
-            await conn.execute("UPDATE engram.cells SET state = $2, capacity = NULL WHERE name = $1", name, state)
-    finally:
-        await conn.close()
-
-
-def _cell_env(cells: dict[str, CellDatabase]) -> dict[str, str]:
-    env = {"ENGRAM_CELLS": ",".join(cells)}
-    for name, cell in cells.items():
-        env[f"ENGRAM_CELL_{name.upper()}_URL"] = cell.url
-        env[f"ENGRAM_CELL_{name.upper()}_ADMIN_URL"] = cell.admin_url
-    return env
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +83,14 @@ async def _schema_on(cell: CellDatabase, key: str) -> int:
     )
 
 
+async def _seeded(server: Server, settings: Settings, prefix: str, n: int) -> tuple[str, str, str]:
+    """A new tenant with `n` entities in a chain: its key, its cell, and the other cell."""
+    key = f"{prefix}-{uuid.uuid4().hex[:10]}"
+    await _seed(server, key, n)
+    source = await _cell_of(settings, key)
+    return key, source, "c" if source == "b" else "b"
+
+
 async def _seed(server: Server, key: str, n: int) -> None:
     async with server.client(key) as c:
         ok(
@@ -124,10 +115,7 @@ async def test_a_move_under_writes_loses_nothing_and_a_stale_server_recovers(
     servers: tuple[Server, Server], db_settings: Settings, cells: dict[str, CellDatabase]
 ) -> None:
     writer, replica = servers
-    key = f"move-{uuid.uuid4().hex[:10]}"
-    await _seed(writer, key, 30)
-    source = await _cell_of(db_settings, key)
-    target = "c" if source == "b" else "b"
+    key, source, target = await _seeded(writer, db_settings, "move", 30)
     async with replica.client(key) as r:  # the replica resolves (and caches) the tenant on its old cell
         assert ok(await r.call_tool("get_entity", {"name": "seed 0"}))["name"] == "seed 0"
 
@@ -202,10 +190,7 @@ async def test_a_move_stopped_after_each_step_resumes(
     servers: tuple[Server, Server], db_settings: Settings, cells: dict[str, CellDatabase]
 ) -> None:
     writer, _ = servers
-    key = f"resume-{uuid.uuid4().hex[:10]}"
-    await _seed(writer, key, 10)
-    source = await _cell_of(db_settings, key)
-    target = "c" if source == "b" else "b"
+    key, source, target = await _seeded(writer, db_settings, "resume", 10)
     for step in STEPS[:-1]:
         with pytest.raises(Interrupted):
             await _mover(db_settings, cells, stop_after=step).move(key, target)
@@ -258,10 +243,7 @@ def test_the_command_plans_reports_and_refuses(
     servers: tuple[Server, Server], db_settings: Settings, cells: dict[str, CellDatabase]
 ) -> None:
     writer, _ = servers
-    key = f"cli-{uuid.uuid4().hex[:10]}"
-    asyncio.run(_seed(writer, key, 3))
-    source = asyncio.run(_cell_of(db_settings, key))
-    target = "c" if source == "b" else "b"
+    key, source, target = asyncio.run(_seeded(writer, db_settings, "cli", 3))
     env = server_env(db_settings, 8000) | _cell_env(cells)
     moves = "SELECT count(*) FROM engram.tenant_moves m JOIN engram.tenants t ON t.id = m.tenant_id WHERE t.key = $1"
 

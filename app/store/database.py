@@ -202,6 +202,17 @@ class Tx:
         await self.conn.execute("; ".join(parts))
 
 
+@asynccontextmanager
+async def owner_connection(url: str) -> AsyncIterator[asyncpg.Connection]:
+    """One connection outside the pools (an owner's, for administration), closed after the block."""
+    conn = await asyncpg.connect(url, timeout=10)
+    try:
+        await init_connection(conn)
+        yield conn
+    finally:
+        await conn.close()
+
+
 async def init_connection(conn: asyncpg.Connection) -> None:
     # asyncpg turns JIT off around its type lookups with set_config(), which a tenant role may not
     # run (docs/auth.md, "Switching tenants"); the pool runs with jit = off (below), so there is

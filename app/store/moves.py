@@ -7,8 +7,6 @@ order and the waiting are the orchestrator's (app/services/moves.py).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -16,7 +14,7 @@ import asyncpg
 
 from app.config import MAIN_CELL
 from app.errors import EngramError
-from app.store.database import Tenant, init_connection, timed
+from app.store.database import Tenant, owner_connection, timed
 
 # A table in the tenant's schema on both sides while the move runs: a row written on the source
 # after its last write is seen on the target only once everything before it has been applied.
@@ -50,17 +48,7 @@ _MOVE = (
 
 # An owner connection to one cell's database (or the control database), as the move holds it.
 Connection = asyncpg.Connection
-
-
-@asynccontextmanager
-async def connect(url: str) -> AsyncIterator[Connection]:
-    """An owner connection for a move's steps, closed after the block."""
-    conn = await asyncpg.connect(url, timeout=10)
-    try:
-        await init_connection(conn)
-        yield conn
-    finally:
-        await conn.close()
+connect = owner_connection
 
 
 def names(tenant: Tenant) -> str:
@@ -259,7 +247,7 @@ async def _tables(conn: asyncpg.Connection, tenant: Tenant) -> list[str]:
     return [r[0] for r in rows]
 
 
-async def digest_of(conn: asyncpg.Connection, schema: str, table: str) -> tuple[int, str]:
+async def _digest_of(conn: asyncpg.Connection, schema: str, table: str) -> tuple[int, str]:
     """A table's row count and an order-free digest of its rows' text."""
     row = await conn.fetchrow(
         f"SELECT count(*), coalesce(sum(hashtextextended(r::text, 0)), 0)::text FROM ONLY {schema}.{table} r"
@@ -274,7 +262,7 @@ async def digest(conn: asyncpg.Connection, tenant: Tenant) -> dict[str, tuple[in
     text in one fixed form on either side."""
     async with conn.transaction(isolation="repeatable_read", readonly=True):
         await conn.execute("SET LOCAL TimeZone = 'UTC'; SET LOCAL DateStyle = 'ISO'; SET LOCAL extra_float_digits = 3")
-        return {t: await digest_of(conn, tenant.schema, t) for t in await _tables(conn, tenant)}
+        return {t: await _digest_of(conn, tenant.schema, t) for t in await _tables(conn, tenant)}
 
 
 @timed

@@ -109,6 +109,7 @@ async def delete(conn: asyncpg.Connection, key: str, cell: asyncpg.Connection | 
         await conn.execute("DELETE FROM engram.tenants WHERE id = $1::uuid", row.id)  # api keys cascade
 
 
+@timed
 async def get(conn: asyncpg.Connection, key: str) -> TenantRecord:
     """The directory's record of tenant `key`; `not_found` if there is none."""
     return await _get(conn, key)

@@ -87,9 +87,9 @@ async def _writes(services: Any, key: str, interval: float, stop: asyncio.Event,
 
 
 async def run(entities: int, relations: int, interval: float, quick: bool) -> dict[str, Any]:
-    s = await env.fresh_database(env.settings(), env.scratch_name("move"))
     name = env.scratch_name("move")
-    b_url, b_admin = await _prepare_cell(name)
+    b_url, b_admin = await _prepare_cell(name)  # first: its subscription of an interrupted run ends
+    s = await env.fresh_database(env.settings(), name)
     control = await asyncpg.connect(s.admin_dsn())
     try:
         await control.execute("INSERT INTO engram.cells (name) VALUES ('b') ON CONFLICT DO NOTHING")

@@ -267,6 +267,20 @@ def test_the_command_plans_reports_and_refuses(
         assert refused.returncode != 0 and says in refused.stderr, (args, refused.stderr)
     assert asyncio.run(_admin(db_settings.admin_dsn(), moves, key)) == 0
 
+    # a move running now (its runner holds the tenant's lock) is not run twice at once
+    async def while_running() -> subprocess.CompletedProcess[str]:
+        conn = await asyncpg.connect(db_settings.admin_dsn())
+        try:
+            tenant_id = await conn.fetchval("SELECT id::text FROM engram.tenants WHERE key = $1", key)
+            await conn.execute("SELECT pg_advisory_lock(hashtext('engram.move'), hashtext($1))", tenant_id)
+            return await asyncio.to_thread(_engram, env, "tenant", "move", key, target)
+        finally:
+            await conn.close()
+
+    refused = asyncio.run(while_running())
+    assert refused.returncode != 0 and "is running now" in refused.stderr, refused.stderr
+    assert asyncio.run(_admin(db_settings.admin_dsn(), moves, key)) == 0
+
     # a move stopped part-way: another target is refused; --status shows it; the command continues it
     with pytest.raises(Interrupted):
         asyncio.run(_mover(db_settings, cells, stop_after="subscribe").move(key, target))

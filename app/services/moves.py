@@ -135,6 +135,8 @@ class Mover:
         of earlier moves whose grace period has passed. Answers the move as it ends (switched)."""
         async with moves.connect(self.control) as control:
             tenant, move = await self._resolve(control, key, target)
+            await moves.claim(control, tenant.id)  # held by this connection until the move returns
+            tenant, move = await self._resolve(control, key, target)  # as the last runner left it
             if move is None:
                 move = await moves.start(control, tenant.id, tenant.cell, target, "planned")
                 self.progress(f"moving tenant {key} from cell {move.source} to cell {target}")
@@ -151,6 +153,8 @@ class Mover:
     async def finish(self, key: str) -> None:
         """Drop the source of tenant `key`'s switched move now, not waiting out the grace period."""
         async with moves.connect(self.control) as control:
+            tenant, _ = await self._resolve(control, key, None)
+            await moves.claim(control, tenant.id)
             _, move = await self._resolve(control, key, None)
             if move is None:
                 raise EngramError("not_found", f"tenant {key!r} has no move to finish")

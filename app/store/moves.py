@@ -67,6 +67,13 @@ async def running(conn: asyncpg.Connection, tenant_id: str) -> Move | None:
 
 
 @timed
+async def claim(conn: asyncpg.Connection, tenant_id: str) -> None:
+    """This session runs the tenant's move (until it ends); `conflict` if another runs it now."""
+    if not await conn.fetchval("SELECT pg_try_advisory_lock(hashtext('engram.move'), hashtext($1))", tenant_id):
+        raise EngramError("conflict", "a move of this tenant is running now (another `engram tenant move`)")
+
+
+@timed
 async def start(conn: asyncpg.Connection, tenant_id: str, source: str, target: str, step: str) -> Move:
     """A new progress row; `conflict` when the tenant has an unfinished move."""
     try:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 
@@ -17,16 +16,8 @@ import pytest
 from app.config import Settings
 from app.services.moves import STEPS, CellAccess, Interrupted, Mover, Timing
 from tests.cells_fixtures import CellDatabase
-from tests.helpers import ROOT, Server, ok, serve, server_env
-from tests.test_cells_server import _cell_env, _set_states
-
-
-async def _admin(url: str, query: str, *args: object) -> object:
-    conn = await asyncpg.connect(url)
-    try:
-        return await conn.fetchval(query, *args)
-    finally:
-        await conn.close()
+from tests.helpers import Server, ok, serve, server_env
+from tests.test_cells_server import _admin, _cell_env, _engram, _set_states
 
 
 @pytest.fixture(scope="module")
@@ -231,12 +222,6 @@ async def _refused(cell: CellDatabase, key: str) -> list[str]:
     finally:
         await conn.close()
     return refused
-
-
-def _engram(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
-    )
 
 
 def test_the_command_plans_reports_and_refuses(

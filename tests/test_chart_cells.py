@@ -4,11 +4,13 @@ for Kubernetes and CloudNativePG and agrees with its values."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 from typing import Any
 from urllib.parse import urlsplit
 
+import asyncpg
 import helm_python as helm
 import kubernetes_validate
 import pytest
@@ -175,7 +177,8 @@ def example_secrets() -> dict[str, dict[str, str]]:
 @pytest.mark.parametrize("kube", KUBE_VERSIONS)
 def test_example_manifests_are_valid(kube: str) -> None:
     documents = example_documents("clusters.yaml") + example_documents("cell-admin-job.yaml")
-    assert sorted(d["kind"] for d in documents) == ["Cluster", "Cluster", "Job", "Pooler", "Pooler", *["Secret"] * 4]
+    kinds = sorted(d["kind"] for d in documents)
+    assert kinds == ["Cluster", "Cluster", "ConfigMap", "Job", "Pooler", "Pooler", *["Secret"] * 4]
     for obj in documents:
         if obj["apiVersion"].startswith("postgresql.cnpg.io/"):
             validate_custom_resource(obj)
@@ -282,3 +285,35 @@ def test_server_reads_the_example_cells(monkeypatch: pytest.MonkeyPatch) -> None
     owner_b = job.cell("b")
     assert owner_b is not None and owner_b.admin() == owner_b.replication() == owner["uri"]
     assert job.admin_dsn() == secrets["engram-db-owner"]["uri"]
+
+
+def test_example_cell_metrics_query_runs(db_settings: Settings) -> None:
+    """The exporter's query of the example (the signals of docs/scaling.md, "When to add a
+    cell") on a migrated database, as the exporter runs it: one row of numbers."""
+    (config,) = [d for d in example_documents("clusters.yaml") if d["kind"] == "ConfigMap"]
+    query = yaml.safe_load(config["data"]["queries"])["engram_cell"]
+    for cluster in [d for d in example_documents("clusters.yaml") if d["kind"] == "Cluster"]:
+        assert cluster["spec"]["monitoring"]["customQueriesConfigMap"] == [
+            {"name": config["metadata"]["name"], "key": "queries"}
+        ]
+    assert query["target_databases"] == ["engram"]
+    columns = [next(iter(m)) for m in query["metrics"]]
+    assert columns == ["tenants", "relations", "attributes", "catalog_bytes"]
+
+    async def run() -> asyncpg.Record | None:
+        conn = await asyncpg.connect(db_settings.admin_dsn())
+        try:
+            placed = await conn.fetchval(
+                "SELECT count(*) FROM information_schema.columns"
+                " WHERE table_schema = 'engram' AND table_name = 'tenants' AND column_name = 'cell'"
+            )
+            return await conn.fetchrow(query["query"]) if placed else None
+        finally:
+            await conn.close()
+
+    row = asyncio.run(run())
+    if row is None:
+        pytest.skip("this database has no cells directory (engram.tenants.cell)")
+    assert list(row.keys()) == columns
+    assert row["tenants"] >= 0 and row["relations"] > 0 and row["attributes"] > row["relations"]
+    assert row["catalog_bytes"] > 0

@@ -141,6 +141,9 @@ BAD = [
     ({"name": "b"}, "urlSecret"),
     ({"name": "b", "urlSecret": {"name": "s"}}, "key"),
     ({"name": "b", "urlSecret": _ref("s", "k"), "adminUrl": "postgresql://x"}, "adminUrl"),
+    ({"name": "b", "urlSecret": _ref("s", "a key")}, "key"),
+    ({"name": "b", "urlSecret": _ref("S/x", "k")}, "name"),
+    ({"name": "b", "urlSecret": _ref("s", "k"), "readUrlSecret": {"name": "s", "key": "k", "value": "x"}}, "value"),
 ]
 
 
@@ -156,6 +159,14 @@ def test_a_cell_named_twice_stops_the_render() -> None:
     with pytest.raises(helm.HelmError) as caught:
         render(_merge(BASE, {"cells": twice}))
     assert 'the name "b" is used twice' in str(caught.value)
+
+
+def test_at_most_a_hundred_cells() -> None:
+    cells = [{"name": f"c{i}", "urlSecret": _ref("s", f"k{i}")} for i in range(101)]
+    with pytest.raises(helm.HelmError) as caught:
+        render(_merge(BASE, {"cells": cells}))
+    assert "cells" in str(caught.value)
+    assert len(cell_refs(container_env(render(_merge(BASE, {"cells": cells[:100]})), "Deployment"))) == 100
 
 
 def test_main_connections_need_name_and_key() -> None:

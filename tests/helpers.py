@@ -122,14 +122,20 @@ def serve_builtin(db_settings: Settings, **extra: str) -> AbstractContextManager
 
 @asynccontextmanager
 async def open_database(
-    dsn: str, *, min_size: int = 0, max_size: int = 4, create_tenants: bool = True, recycling: Recycling | None = None
+    dsn: str,
+    *,
+    min_size: int = 0,
+    max_size: int = 4,
+    create_tenants: bool = True,
+    recycling: Recycling | None = None,
+    statement_timeout_ms: int = 5000,
 ) -> AsyncIterator[Database]:
     """A pool on `dsn` with test-sized bounds (5 s statements, 30 s deadline), open for the block."""
     db = Database(
         dsn,
         min_size=min_size,
         max_size=max_size,
-        statement_timeout_ms=5000,
+        statement_timeout_ms=statement_timeout_ms,
         acquire_seconds=10,
         call_deadline=30,
         create_tenants=create_tenants,

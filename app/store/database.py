@@ -558,6 +558,8 @@ class Database:
                 raise self._unavailable(exc, lease) from None
             self._answered()  # it answered, with an error
             await self.pool.release(conn)
+            if isinstance(exc, asyncpg.QueryCanceledError):  # a statement ran past its time limit
+                raise self._timed_out(lease) from None
             raise
         if watchdog is not None:
             watchdog.cancel()
@@ -574,6 +576,15 @@ class Database:
         lease.expired = True
         self._failed()
         _terminate(lease.conn)
+
+    @staticmethod
+    def _timed_out(lease: _Lease) -> Unavailable:
+        """A statement cancelled by its statement_timeout (or an administrator): the transaction is
+        rolled back, so a write wrote nothing. Usually a database too busy or a lock held long."""
+        message = "a database statement ran past its time limit"
+        if lease.writes:
+            message += "; nothing was written"
+        return Unavailable("statement_timeout", message, committed=False if lease.writes else None)
 
     def _unavailable(self, exc: BaseException, lease: _Lease | None) -> Unavailable:
         committed: bool | str | None = None

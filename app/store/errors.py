@@ -21,6 +21,7 @@ RETRY_AFTER = {
     "deadline": 5.0,
     "tenant_upgrading": 30.0,
     "tenant_moving": 1.0,
+    "statement_timeout": 2.0,
 }
 
 # Errors that mean the database is not there for this call: down, stalled, restarting, refusing

@@ -328,6 +328,9 @@ async def _prepare_database(state: LocalState) -> None:
     """Create the database and the run-time role; both may already exist."""
     admin = await _connect_retrying(state.url(admin=True).rsplit("/", 1)[0] + "/postgres")
     try:
+        # Two `engram db up` at once (two suites starting) would update the same role row:
+        # "tuple concurrently updated". One at a time; the lock ends with the connection.
+        await admin.execute("SELECT pg_advisory_lock(hashtext('engram db up'))")
         if not await admin.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", DATABASE):
             await admin.execute(f'CREATE DATABASE "{DATABASE}"')
         password = await admin.fetchval("SELECT format('%L', $1::text)", state.app_password)

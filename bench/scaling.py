@@ -42,11 +42,18 @@ async def _catalog_rows(conn: asyncpg.Connection) -> dict[str, int]:
     return {c: await conn.fetchval(f"SELECT count(*) FROM {c}") for c in CATALOGS}
 
 
+# What the system catalogs take on disk (the signal of docs/scaling.md, "When to add a cell").
+CATALOG_BYTES = (
+    "SELECT sum(pg_total_relation_size(oid))::bigint FROM pg_class WHERE relnamespace = 'pg_catalog'::regnamespace"
+)
+
+
 async def tenants(s: Settings, n: int, touched: int) -> dict[str, Any]:
     """Make `n` tenants one per transaction; then one backend reads 4 tables of `touched` of them."""
     conn = await asyncpg.connect(s.admin_dsn())
     try:
         size0, rows0 = await conn.fetchval("SELECT pg_database_size(current_database())"), await _catalog_rows(conn)
+        catalog0 = await conn.fetchval(CATALOG_BYTES)
         made: list[int] = []
         keys = [f"size-{i:05d}" for i in range(n)]
         for key in keys:
@@ -55,6 +62,7 @@ async def tenants(s: Settings, n: int, touched: int) -> dict[str, Any]:
             made.append(time.perf_counter_ns() - started)
         await conn.execute("CHECKPOINT")
         size1, rows1 = await conn.fetchval("SELECT pg_database_size(current_database())"), await _catalog_rows(conn)
+        catalog1 = await conn.fetchval(CATALOG_BYTES)
         listed = await conn.fetch("SELECT schema_name FROM engram.tenants ORDER BY key LIMIT $1", touched)
         schemas = [r[0] for r in listed]
     finally:
@@ -76,6 +84,7 @@ async def tenants(s: Settings, n: int, touched: int) -> dict[str, Any]:
         "tenants": n,
         "create_ms": Latency.of(made).as_dict(),
         "bytes_per_tenant": (size1 - size0) // n,
+        "catalog_bytes_per_tenant": (catalog1 - catalog0) // n,
         "catalog_rows_per_tenant": round((sum(rows1.values()) - sum(rows0.values())) / n, 1),
         "catalog_rows_per_tenant_by_catalog": {c: round((rows1[c] - rows0[c]) / n, 1) for c in CATALOGS},
         "backend": {

@@ -226,7 +226,10 @@ async def shared_table(
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    base = provision.with_local_database(Settings(embedding_cache_size=0, statement_timeout_ms=600_000))
+    base = provision.with_local_database(
+        # the ingest waits for its vectors (a server leaves them to the filler after 50 ms)
+        Settings(embedding_cache_size=0, statement_timeout_ms=600_000, embed_write_budget_ms=10_000)
+    )
     name = env.scratch_name("search") if args.quick else BENCH_DB
     print(f"database {name!r} ...", flush=True)
     settings = (await bench_db(base, name, args.reuse)).model_copy(update={"pool_min_size": 1})

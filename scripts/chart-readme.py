@@ -60,9 +60,8 @@ def _type(schema: dict[str, Any]) -> str:
         kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
         return " or ".join(kinds)
     alternatives = schema.get("oneOf") or schema.get("anyOf") or []
-    return " or ".join(
-        alt.get("type") or json.dumps(alt["const"]) for alt in alternatives if "type" in alt or "const" in alt
-    )
+    kinds = [alt.get("type") or json.dumps(alt["const"]) for alt in alternatives if "type" in alt or "const" in alt]
+    return " or ".join(dict.fromkeys(kinds))  # an empty object or a full one: "object"
 
 
 def _rows(schema: dict[str, Any], values: Any, path: str) -> list[tuple[str, str, str, str]]:

@@ -115,6 +115,7 @@ def test_scaling_benchmark_runs_quick(tmp_path: Path) -> None:
     r = orjson.loads(results.read_bytes())
     assert r["machine"]["quick"] is True
     assert r["tenants"]["tenants"] == 10 and r["tenants"]["bytes_per_tenant"] > 0
+    assert 0 < r["tenants"]["catalog_bytes_per_tenant"] < r["tenants"]["bytes_per_tenant"]
     assert r["tenants"]["backend"]["tenants_touched"] == 10
     assert set(r["rates"]) == {"take_tokens", "select_1"} and r["rates"]["take_tokens"]["n"] == 50
     pooler = r["pooler"]

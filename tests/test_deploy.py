@@ -108,6 +108,7 @@ EXTRAS = {
     ],
 }
 CNPG_EXAMPLE = CHART / "examples" / "cloudnative-pg"
+CNPG_CELLS_EXAMPLE = CHART / "examples" / "cloudnative-pg-cells"
 
 
 def _merge(*parts: dict[str, Any]) -> dict[str, Any]:
@@ -269,6 +270,8 @@ VALUE_SETS |= {
     ),
     # The CloudNativePG example shipped with the chart.
     "cloudnative-pg-example": yaml.safe_load((CNPG_EXAMPLE / "values.yaml").read_text()),
+    # Its two-cell variant: a Pooler and a standby per cell (tests/test_chart_cells.py).
+    "cloudnative-pg-cells-example": yaml.safe_load((CNPG_CELLS_EXAMPLE / "values.yaml").read_text()),
 }
 
 

@@ -145,8 +145,65 @@ bundled database's URL composed from your password Secret), then extraEnv.
 - name: ENGRAM_DATABASE_URL
   value: {{ include "engram.postgresql.url" (list . "engram_app" "BUNDLED_POSTGRES_APP_PASSWORD") | quote }}
 {{- end }}
+{{- with include "engram.cellsEnv" (list . "server") }}
+{{ . }}
+{{- end }}
 {{- with .Values.extraEnv }}
 {{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The cells' env for one container, (list $ "server") or (list $ "migrate"): ENGRAM_CELLS and each
+cell's URLs from Secrets (secretKeyRef, never literals). The run-time URL goes to both; the
+standby, LISTEN URLs to the server only; owner and replication URLs to the migration Job only.
+*/}}
+{{- define "engram.cellsEnv" -}}
+{{- $ := index . 0 }}
+{{- $server := eq (index . 1) "server" }}
+{{- $kinds := ternary (list "url" "readUrl" "listenUrl") (list "url" "adminUrl" "replicationUrl") $server }}
+{{- $names := list }}
+{{- range $i, $cell := $.Values.cells }}
+{{- $name := toString $cell.name }}
+{{- if not (regexMatch "^[a-z][a-z0-9]{0,30}$" $name) }}
+{{- fail (printf "cells[%d].name: %q is not a cell name (a lowercase letter, then up to 30 lowercase letters or digits)" $i $name) }}
+{{- end }}
+{{- if eq $name "main" }}
+{{- fail "cells: `main` is the control database (database.* and existingSecret); name the other cells" }}
+{{- end }}
+{{- if has $name $names }}
+{{- fail (printf "cells: the name %q is used twice" $name) }}
+{{- end }}
+{{- if not (and $cell.urlSecret $cell.urlSecret.name $cell.urlSecret.key) }}
+{{- fail (printf "cells[%d] (%s): urlSecret needs the name and key of the Secret holding ENGRAM_CELL_%s_URL" $i $name (upper $name)) }}
+{{- end }}
+{{- $names = append $names $name }}
+{{- end }}
+{{- with $names }}
+- name: ENGRAM_CELLS
+  value: {{ join "," . | quote }}
+{{- end }}
+{{- range $.Values.cells }}
+{{- $cell := . }}
+{{- range $kind := $kinds }}
+{{- with get $cell (printf "%sSecret" $kind) }}
+- name: {{ printf "ENGRAM_CELL_%s_%s" (upper $cell.name) (snakecase $kind | upper) }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .name }}
+      key: {{ .key }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $main := ternary (dict "ENGRAM_CELL_MAIN_READ_URL" $.Values.database.readUrlSecret "ENGRAM_LISTEN_DATABASE_URL" $.Values.database.listenUrlSecret) (dict "ENGRAM_CELL_MAIN_REPLICATION_URL" $.Values.database.replicationUrlSecret) $server }}
+{{- range $variable, $ref := $main }}
+{{- if $ref }}
+- name: {{ $variable }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ required (printf "%s: the Secret's name" $variable) $ref.name }}
+      key: {{ required (printf "%s: the Secret's key" $variable) $ref.key }}
+{{- end }}
 {{- end }}
 {{- end }}
 
@@ -181,6 +238,9 @@ The migration Job's env: the owner's URL from migrations.existingSecret, or from
       key: POSTGRES_PASSWORD
 - name: ENGRAM_ADMIN_DATABASE_URL
   value: {{ include "engram.postgresql.url" (list . "postgres" "BUNDLED_POSTGRES_PASSWORD") | quote }}
+{{- end }}
+{{- with include "engram.cellsEnv" (list . "migrate") }}
+{{ . }}
 {{- end }}
 {{- with .Values.extraEnv }}
 {{ toYaml . }}

@@ -245,6 +245,9 @@ def test_migrate_and_cell_commands_reach_every_cell(
         added = _engram(env_c, "cell", "add", name)
         assert added.returncode == 0 and f"cell {name}: database schema is up to date" in added.stdout, added.stderr
     assert "registered already" in _engram(env_c, "cell", "add", "b").stdout
+    cleaned = _engram(env_c, "audit", "cleanup")  # audit rows are written on each tenant's cell
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert [line.rsplit(" ", 1)[-1] for line in cleaned.stdout.splitlines()] == ["main", "b", "c"]
     listed = _engram(env, "cell", "list")
     assert listed.returncode == 0 and listed.stdout.startswith("b\t")
     assert _engram(env, "cell", "set", "b", "--state", "draining", "--capacity", "5").returncode == 0

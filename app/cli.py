@@ -634,10 +634,26 @@ def cmd_audit(args: argparse.Namespace) -> None:
                 f"{r.client_id or '-'}\t{r.tenant_key or '-'}\t{r.detail}"
             )
         return
-    if args.action == "cleanup":
-        days = _settings().audit_retention_days
-        removed = _admin(lambda c: audit.cleanup(c, days))
-        print(f"removed {removed} audit rows older than {days} days")
+    if args.action == "cleanup":  # on every cell: a tenant's audit rows are written on its cell
+        settings = _with_database(_settings())
+        days = settings.audit_retention_days
+
+        async def cleanup() -> None:
+            for name, dsn in _cell_admin_dsns(settings):
+                where = f" on cell {name}" if settings.cells else ""
+                if dsn is None:
+                    print(
+                        f"cell {name}: skipped: no ENGRAM_CELL_{name.upper()}_URL or _ADMIN_URL here", file=sys.stderr
+                    )
+                    continue
+                conn = await _on_cell(settings, name)
+                try:
+                    removed = await audit.cleanup(conn, days)
+                finally:
+                    await conn.close()
+                print(f"removed {removed} audit rows older than {days} days{where}")
+
+        _exiting(cleanup)
         return
     since = datetime.now(UTC) - timedelta(days=args.days) if args.days else None
     for row in _admin(lambda c: audit.admin_page(c, args.tenant, args.limit, since)):

@@ -20,16 +20,9 @@ from app.config import Settings
 from app.store.database import STANDBY_PROBE_SECONDS
 from tests.cells_fixtures import CellDatabase
 from tests.helpers import ROOT, Server, connect, error_code, ok, serve, server_env
+from tests.test_cells import _fetchval
 
 SECONDS = 120  # a bound on waiting for the filler on a loaded machine, not a timing assertion
-
-
-async def _admin(url: str, query: str, *args: object) -> object:
-    conn = await asyncpg.connect(url)
-    try:
-        return await conn.fetchval(query, *args)
-    finally:
-        await conn.close()
 
 
 async def _set_states(settings: Settings, **states: str) -> None:
@@ -68,24 +61,26 @@ def cell_server(db_settings: Settings, cells: dict[str, CellDatabase]) -> Iterat
 
 
 async def _cell_of(settings: Settings, key: str) -> object:
-    return await _admin(settings.admin_dsn(), "SELECT cell FROM engram.tenants WHERE key = $1", key)
+    return await _fetchval(settings.admin_dsn(), "SELECT cell FROM engram.tenants WHERE key = $1", key)
 
 
 async def test_tools_work_for_tenants_on_b_and_c(
     cell_server: Server, db_settings: Settings, cells: dict[str, CellDatabase]
 ) -> None:
     placed: dict[object, str] = {}
-    for _ in range(2):
+    for only, full in (("b", "c"), ("c", "b")):  # one tenant placed on each
+        await _set_states(db_settings, main="full", **{only: "open", full: "full"})
         key = f"cells-{uuid.uuid4().hex[:10]}"
         async with cell_server.client(key) as c:
             ok(await c.call_tool("server_status", {}))
         placed[await _cell_of(db_settings, key)] = key
-    assert set(placed) == {"b", "c"}  # two new tenants, two open cells with as many tenants
+    await _set_states(db_settings, main="full", b="open", c="open")
+    assert set(placed) == {"b", "c"}
     for cell, key in placed.items():
         assert isinstance(cell, str)
-        schema = await _admin(cells[cell].admin_url, "SELECT schema_name FROM engram.tenants WHERE key = $1", key)
-        assert await _admin(cells[cell].admin_url, "SELECT count(*) FROM pg_roles WHERE rolname = $1", schema) == 1
-        assert await _admin(db_settings.admin_dsn(), "SELECT count(*) FROM pg_roles WHERE rolname = $1", schema) == 0
+        schema = await _fetchval(cells[cell].admin_url, "SELECT schema_name FROM engram.tenants WHERE key = $1", key)
+        assert await _fetchval(cells[cell].admin_url, "SELECT count(*) FROM pg_roles WHERE rolname = $1", schema) == 1
+        assert await _fetchval(db_settings.admin_dsn(), "SELECT count(*) FROM pg_roles WHERE rolname = $1", schema) == 0
         async with cell_server.client(key) as c:
             made = ok(
                 await c.call_tool(
@@ -118,7 +113,7 @@ async def test_tools_work_for_tenants_on_b_and_c(
             assert error_code(await c.call_tool("get_entity", {"name": "Nobody"})) == "not_found"
         # the rows are on the cell, not in the control database
         entities = f"SELECT count(*) FROM {schema}.entities"
-        assert await _admin(cells[cell].admin_url, entities) == 2
+        assert await _fetchval(cells[cell].admin_url, entities) == 2
 
 
 async def test_the_filler_embeds_pending_texts_of_a_tenant_on_c(
@@ -137,14 +132,14 @@ async def test_the_filler_embeds_pending_texts_of_a_tenant_on_c(
     finally:
         await _set_states(db_settings, main="full", b="open", c="open")
     assert made["embeddings_pending"] >= 2 and await _cell_of(db_settings, key) == "c"
-    schema = await _admin(cells["c"].admin_url, "SELECT schema_name FROM engram.tenants WHERE key = $1", key)
+    schema = await _fetchval(cells["c"].admin_url, "SELECT schema_name FROM engram.tenants WHERE key = $1", key)
     waiting = f"SELECT count(*) FROM {schema}.search_docs WHERE model_id IS NULL"
     async with asyncio.timeout(SECONDS):
         pending = True
         while pending:
-            pending = bool(await _admin(cells["c"].admin_url, waiting))
+            pending = bool(await _fetchval(cells["c"].admin_url, waiting))
             await asyncio.sleep(0.2 if pending else 0)
-    assert await _admin(cells["c"].admin_url, f"SELECT count(*) FROM {schema}.search_docs") >= 2
+    assert await _fetchval(cells["c"].admin_url, f"SELECT count(*) FROM {schema}.search_docs") >= 2
     async with cell_server.client(key) as c:  # found by meaning now
         found = ok(await c.call_tool("search", {"query": "programming language tools", "mode": "semantic"}))
         assert [h["entity"]["name"] for h in found["hits"]] == ["Grace Hopper"]
@@ -164,9 +159,14 @@ async def test_a_cell_this_server_has_no_url_for(cell_server: Server, db_setting
             assert error_code(refused) == "unavailable"
             assert "cell_unconfigured" in str(refused.structured_content) or "cell" in str(refused.content)
     finally:
-        await _admin(db_settings.admin_dsn(), "DELETE FROM engram.tenants WHERE cell = 'd'")
-        await _admin(db_settings.admin_dsn(), "DELETE FROM engram.cells WHERE name = 'd'")
+        await _fetchval(db_settings.admin_dsn(), "DELETE FROM engram.tenants WHERE cell = 'd'")
+        await _fetchval(db_settings.admin_dsn(), "DELETE FROM engram.cells WHERE name = 'd'")
         await _set_states(db_settings, main="full", b="open", c="open")
+
+
+def _standby_reads(server: Server) -> float:
+    scraped = httpx2.get(f"http://127.0.0.1:{server.env['ENGRAM_METRICS_PORT']}/metrics", timeout=10).text
+    return float(next(x for x in scraped.splitlines() if x.startswith("engram_db_standby_reads_total ")).split()[1])
 
 
 async def test_over_http_a_writer_reads_its_writes_while_others_read_the_standby(
@@ -185,8 +185,12 @@ async def test_over_http_a_writer_reads_its_writes_while_others_read_the_standby
                 ok(await alice.call_tool("upsert_entities", {"entities": [{"name": "Seed", "type": "thing"}]}))
                 assert await _cell_of(db_settings, key) == "b"
                 await localcells.caught_up(cells["b"].cluster, standby_b.cluster)
-                # a read while the standby is current: the server's first sample of the primary's position
-                assert ok(await bob.call_tool("get_entity", {"name": "Seed"}))["name"] == "Seed"
+                # reads until the standby serves one: the server then holds a sample of the primary's
+                # position that the standby has reached (its lag is known from there on)
+                async with asyncio.timeout(SECONDS):
+                    while not _standby_reads(server):
+                        assert ok(await bob.call_tool("get_entity", {"name": "Seed"}))["name"] == "Seed"
+                        await asyncio.sleep(STANDBY_PROBE_SECONDS)
                 await standby_admin.execute("SELECT pg_wal_replay_pause()")
                 ok(await alice.call_tool("upsert_entities", {"entities": [{"name": "Ada", "type": "person"}]}))
                 assert ok(await alice.call_tool("get_entity", {"name": "Ada"}))["name"] == "Ada"  # her own write
@@ -198,9 +202,7 @@ async def test_over_http_a_writer_reads_its_writes_while_others_read_the_standby
                 await localcells.caught_up(cells["b"].cluster, standby_b.cluster)
                 await asyncio.sleep(STANDBY_PROBE_SECONDS)
                 assert ok(await bob.call_tool("get_entity", {"name": "Ada"}))["name"] == "Ada"
-            scraped = httpx2.get(f"http://127.0.0.1:{server.env['ENGRAM_METRICS_PORT']}/metrics", timeout=10).text
-            served = next(x for x in scraped.splitlines() if x.startswith("engram_db_standby_reads_total "))
-            assert float(served.split()[1]) >= 2
+            assert _standby_reads(server) >= 2
     finally:
         await standby_admin.execute("SELECT pg_wal_replay_resume()")
         await standby_admin.close()
@@ -223,7 +225,7 @@ def fresh_c(db_settings: Settings, cells: dict[str, CellDatabase]) -> Iterator[s
     admin = cells["c"].cluster.url(admin=True)
     asyncio.run(provision.recreate_database(admin, name))
     yield cells["c"].cluster.url(admin=True, database=name)
-    asyncio.run(_admin(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    asyncio.run(_fetchval(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 def test_migrate_and_cell_commands_reach_every_cell(
@@ -236,13 +238,16 @@ def test_migrate_and_cell_commands_reach_every_cell(
     assert "cell b: database schema is up to date" in migrated.stdout
     assert "cell c: applied: 0001_" in migrated.stdout  # the fresh database got every file
     count = "SELECT count(*) FROM engram.schema_migrations"
-    assert asyncio.run(_admin(fresh_c, count)) == asyncio.run(_admin(db_settings.admin_dsn(), count))
+    assert asyncio.run(_fetchval(fresh_c, count)) == asyncio.run(_fetchval(db_settings.admin_dsn(), count))
 
     env_c = env | {"ENGRAM_CELL_C_ADMIN_URL": cells["c"].admin_url}
     for name in cells:
         added = _engram(env_c, "cell", "add", name)
         assert added.returncode == 0 and f"cell {name}: database schema is up to date" in added.stdout, added.stderr
     assert "registered already" in _engram(env_c, "cell", "add", "b").stdout
+    cleaned = _engram(env_c, "audit", "cleanup")  # audit rows are written on each tenant's cell
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert [line.rsplit(" ", 1)[-1] for line in cleaned.stdout.splitlines()] == ["main", "b", "c"]
     listed = _engram(env, "cell", "list")
     assert listed.returncode == 0 and listed.stdout.startswith("b\t")
     assert _engram(env, "cell", "set", "b", "--state", "draining", "--capacity", "5").returncode == 0
@@ -261,7 +266,9 @@ def test_migrate_and_cell_commands_reach_every_cell(
         shown = _engram(env_c, "tenant", "show", key)
         assert "cell: c" in shown.stdout.splitlines() and "entities: 0" in shown.stdout.splitlines()
         assert _engram(env_c, "tenant", "delete", key).returncode == 0
-        assert asyncio.run(_admin(cells["c"].admin_url, "SELECT count(*) FROM engram.tenants WHERE key = $1", key)) == 0
+        assert (
+            asyncio.run(_fetchval(cells["c"].admin_url, "SELECT count(*) FROM engram.tenants WHERE key = $1", key)) == 0
+        )
     finally:
         asyncio.run(_set_states(db_settings, main="open", b="open", c="open"))
 
@@ -287,8 +294,8 @@ def test_cell_commands_refuse_bad_input(
     db_settings: Settings, cells: dict[str, CellDatabase], args: tuple[str, ...], says: str
 ) -> None:
     env = server_env(db_settings, 8000) | _cell_env(cells)
-    before = asyncio.run(_admin(db_settings.admin_dsn(), "SELECT string_agg(name || state, ',') FROM engram.cells"))
+    before = asyncio.run(_fetchval(db_settings.admin_dsn(), "SELECT string_agg(name || state, ',') FROM engram.cells"))
     refused = _engram(env, *args)
     assert refused.returncode != 0 and says in refused.stderr, refused.stderr
-    after = asyncio.run(_admin(db_settings.admin_dsn(), "SELECT string_agg(name || state, ',') FROM engram.cells"))
+    after = asyncio.run(_fetchval(db_settings.admin_dsn(), "SELECT string_agg(name || state, ',') FROM engram.cells"))
     assert after == before

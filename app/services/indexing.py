@@ -334,7 +334,8 @@ class Indexer:
                 budget -= done
         current = not tenant_keys
         if current:
-            await vectors.make_current(self._db, self.model)
+            for cell in self._db.cells.values():  # each cell's copy of the model, under the same id
+                await vectors.make_current(cell, self.model)
             self.current_model = self.model.name
         return ReindexReport(len(chosen), texts, complete=True, current=current)
 

@@ -156,3 +156,48 @@ END
 $fn$;
 REVOKE ALL ON FUNCTION engram.adopt_embedding_model(smallint, text, integer, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION engram.adopt_embedding_model(smallint, text, integer, boolean) TO engram_app;
+
+-- The two functions that make tenants' vector indexes, on the tenants of this database only (in
+-- the control database the directory also lists tenants living on other cells).
+CREATE OR REPLACE FUNCTION engram.register_embedding_model(p_name text, p_dimensions integer,
+                                                           OUT model_id smallint, OUT current_name text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, engram AS $fn$
+DECLARE
+    known integer;
+    t record;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('engram.embedding_models'));
+    SELECT id, dimensions INTO model_id, known FROM engram.embedding_models WHERE name = p_name;
+    IF NOT FOUND THEN
+        INSERT INTO engram.embedding_models (name, dimensions) VALUES (p_name, p_dimensions) RETURNING id INTO model_id;
+    ELSIF known <> p_dimensions THEN
+        RAISE EXCEPTION 'embedding model % is registered with % dimensions, not %', p_name, known, p_dimensions;
+    END IF;
+    SELECT name INTO current_name FROM engram.embedding_models WHERE current_since IS NOT NULL;
+    IF NOT FOUND THEN
+        UPDATE engram.embedding_models SET current_since = now() WHERE id = model_id;
+        current_name := p_name;
+        FOR t IN SELECT schema_name FROM engram.tenants WHERE cell = 'main' LOOP
+            PERFORM engram.ensure_vector_index(t.schema_name, model_id);
+        END LOOP;
+    END IF;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION engram.make_embedding_model_current(p_model smallint) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, engram AS $fn$
+DECLARE
+    t record;
+    old record;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('engram.embedding_models'));
+    UPDATE engram.embedding_models SET current_since = NULL WHERE current_since IS NOT NULL AND id <> p_model;
+    UPDATE engram.embedding_models SET current_since = now() WHERE id = p_model AND current_since IS NULL;
+    FOR t IN SELECT schema_name FROM engram.tenants WHERE cell = 'main' LOOP
+        PERFORM engram.ensure_vector_index(t.schema_name, p_model);
+        FOR old IN SELECT id FROM engram.embedding_models WHERE id <> p_model LOOP
+            EXECUTE format('DROP INDEX IF EXISTS %I.%I', t.schema_name, 'search_docs_vec_' || old.id);
+        END LOOP;
+    END LOOP;
+END
+$fn$;

@@ -60,7 +60,7 @@ async def show(conn: asyncpg.Connection, key: str) -> TenantView:
                    (SELECT count(*) FROM engram.api_keys WHERE tenant_id = $1 AND revoked_at IS NULL) AS api_keys""",
         row.id,
     )
-    overrides, totals = await limits.admin_view(conn, row.id, s)
+    overrides, totals = await limits.admin_view(conn, s)
     return TenantView(row, dict(counts or {}), overrides, totals)
 
 
@@ -68,7 +68,7 @@ async def show(conn: asyncpg.Connection, key: str) -> TenantView:
 async def set_limits(conn: asyncpg.Connection, key: str, values: Mapping[str, float | int | None]) -> None:
     """Set some of a tenant's own limits (None: back to the server's default)."""
     row = await _get(conn, key)
-    await limits.set_overrides(conn, row.id, values)
+    await limits.set_overrides(conn, row.schema_name, values)
 
 
 @timed

@@ -142,7 +142,7 @@ async def usage(conn: asyncpg.Connection, tenant_key: str | None, days: int) -> 
     found: list[UsageRow] = []
     for t in await _tenants(conn, tenant_key):
         rows = await conn.fetch(
-            f"SELECT $1::text, day, tool, calls, errors FROM {t.schema}.usage WHERE day > current_date - $2",
+            f"SELECT $1::text, day, tool, calls, errors FROM {t.schema}.usage WHERE day > current_date - $2::integer",
             t.key,
             days,
         )

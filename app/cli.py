@@ -218,6 +218,28 @@ async def _on_cell(settings: Settings, cell: str) -> Any:
     return conn
 
 
+def _every_cell(work: Callable[[Any], Awaitable[T]]) -> list[tuple[str, T]]:
+    """`work(conn)` on an owner connection to every cell's database, `main` first, with the cell's
+    name: a tenant's audit, usage and limits live on its cell. A cell with no URL here is skipped,
+    and said so on stderr."""
+    settings = _with_database(_settings())
+
+    async def run() -> list[tuple[str, T]]:
+        found = []
+        for name, dsn in _cell_admin_dsns(settings):
+            if dsn is None:
+                print(f"cell {name}: skipped: no ENGRAM_CELL_{name.upper()}_URL or _ADMIN_URL here", file=sys.stderr)
+                continue
+            conn = await _on_cell(settings, name)
+            try:
+                found.append((name, await work(conn)))
+            finally:
+                await conn.close()
+        return found
+
+    return _exiting(run)
+
+
 def _admin_tenant(key: str, work: Callable[[Any, Any], Awaitable[T]], *, create: bool = False) -> T:
     """Run `work(control, cell)` on owner connections to the control database and the tenant's
     cell (the same connection for `main`); with `create`, the tenant is placed and made first."""
@@ -637,26 +659,15 @@ def cmd_audit(args: argparse.Namespace) -> None:
     if args.action == "cleanup":  # on every cell: a tenant's audit rows are written on its cell
         settings = _with_database(_settings())
         days = settings.audit_retention_days
-
-        async def cleanup() -> None:
-            for name, dsn in _cell_admin_dsns(settings):
-                where = f" on cell {name}" if settings.cells else ""
-                if dsn is None:
-                    print(
-                        f"cell {name}: skipped: no ENGRAM_CELL_{name.upper()}_URL or _ADMIN_URL here", file=sys.stderr
-                    )
-                    continue
-                conn = await _on_cell(settings, name)
-                try:
-                    removed = await audit.cleanup(conn, days)
-                finally:
-                    await conn.close()
-                print(f"removed {removed} audit rows older than {days} days{where}")
-
-        _exiting(cleanup)
+        for name, removed in _every_cell(lambda c: audit.cleanup(c, days)):
+            print(
+                f"removed {removed} audit rows older than {days} days" + (f" on cell {name}" if settings.cells else "")
+            )
         return
     since = datetime.now(UTC) - timedelta(days=args.days) if args.days else None
-    for row in _admin(lambda c: audit.admin_page(c, args.tenant, args.limit, since)):
+    pages = _every_cell(lambda c: audit.admin_page(c, args.tenant, args.limit, since))
+    rows = sorted((row for _, page in pages for row in page), key=lambda r: r.at, reverse=True)
+    for row in rows[: args.limit]:
         print(
             f"{row.at:%Y-%m-%d %H:%M:%S}\t{row.tenant}\t{row.subject}\t{row.tool}\t"
             f"{len(row.affected)} changed\t{row.duration_ms:.1f} ms\t{row.request_id}"
@@ -666,7 +677,8 @@ def cmd_audit(args: argparse.Namespace) -> None:
 def cmd_usage(args: argparse.Namespace) -> None:
     from app.store import audit
 
-    for r in _admin(lambda c: audit.usage(c, args.tenant, args.days)):
+    found = _every_cell(lambda c: audit.usage(c, args.tenant, args.days))
+    for r in sorted((r for _, rows in found for r in rows), key=lambda r: (-r.day.toordinal(), r.tenant, -r.calls)):
         print(f"{r.day}\t{r.tenant}\t{r.tool}\t{r.calls} calls\t{r.errors} errors")
 
 

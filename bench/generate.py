@@ -157,7 +157,7 @@ async def analyze(settings: Settings, tenant_key: str, *, prune: bool = False) -
                 )
                 await conn.execute(f"DELETE FROM {s}.observations WHERE created_by <> $1", ACTOR)
                 await conn.execute(f"DELETE FROM {s}.history WHERE actor <> $1", ACTOR)
-                await conn.execute("DELETE FROM engram.audit WHERE tenant_id = $1::uuid", tenant.id)
+                await conn.execute(f"DELETE FROM {s}.audit")
         for table in ("entities", "observations", "history", "search_docs", '"Entity"', '"REL"'):
             await conn.execute(f"VACUUM (ANALYZE) {s}.{table}" if prune else f"ANALYZE {s}.{table}")
     finally:

@@ -626,13 +626,11 @@ class KeyState:
 async def key_state(settings: Settings, tenant: str) -> KeyState:
     conn = await asyncpg.connect(settings.admin_dsn())
     try:
-        tenant_id = await conn.fetchval("SELECT id FROM engram.tenants WHERE key = $1", tenant)
+        tenant_id, s = await conn.fetchrow("SELECT id, schema_name FROM engram.tenants WHERE key = $1", tenant)
         rows = await conn.fetch(
             "SELECT id, name, scopes, revoked_at FROM engram.api_keys WHERE tenant_id = $1", tenant_id
         )
-        audit = await conn.fetchval(
-            "SELECT count(*) FROM engram.audit WHERE tenant_id = $1 AND affected[1] LIKE 'api-key:%'", tenant_id
-        )
+        audit = await conn.fetchval(f"SELECT count(*) FROM {s}.audit WHERE affected[1] LIKE 'api-key:%'")
     finally:
         await conn.close()
     return KeyState({r["id"]: (r["name"], list(r["scopes"]), r["revoked_at"] is not None) for r in rows}, audit)

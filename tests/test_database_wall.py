@@ -366,7 +366,7 @@ async def test_api_keys_are_written_only_through_functions_bound_to_the_tenant_t
         row = await admin.fetchrow("SELECT tenant_id::text, scopes FROM engram.api_keys WHERE id = 'dddddddddddd'")
         assert row is not None and row["tenant_id"] == a_id and row["scopes"] == ["memory:read"]
         audit = await admin.fetchval(
-            "SELECT count(*) FROM engram.audit WHERE tenant_id = $1 AND affected = ARRAY['api-key:dddddddddddd']", a_id
+            f"SELECT count(*) FROM {a_schema}.audit WHERE affected = ARRAY['api-key:dddddddddddd']"
         )
         assert audit == 1
         # Tenant B's transaction cannot revoke tenant A's key: it is not found there.

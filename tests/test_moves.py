@@ -17,7 +17,8 @@ from app.config import Settings
 from app.services.moves import STEPS, CellAccess, Interrupted, Mover, Timing
 from tests.cells_fixtures import CellDatabase
 from tests.helpers import Server, ok, serve, server_env
-from tests.test_cells_server import _admin, _cell_env, _engram, _set_states
+from tests.test_cells import _fetchval as _admin
+from tests.test_cells_server import _cell_env, _engram, _set_states
 
 
 @pytest.fixture(scope="module")

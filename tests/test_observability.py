@@ -238,10 +238,8 @@ async def test_audit_rows_for_every_mutation_and_none_for_reads_or_failures(serv
         )
     conn = await asyncpg.connect(db_settings.admin_dsn())
     try:
-        rows = await conn.fetch(
-            "SELECT a.* FROM engram.audit a JOIN engram.tenants t ON t.id = a.tenant_id WHERE t.key = $1 ORDER BY a.id",
-            tenant,
-        )
+        s = await conn.fetchval("SELECT schema_name FROM engram.tenants WHERE key = $1", tenant)
+        rows = await conn.fetch(f"SELECT * FROM {s}.audit ORDER BY id")
     finally:
         await conn.close()
     assert [r["tool"] for r in rows] == list(MUTATING)  # one row per mutation, in order; none for reads or failures

@@ -354,7 +354,7 @@ async def test_provider_down_writes_succeed_and_fill_later(db_settings, scratch,
             assert names(result)[0] == "Peanut Allergy"
     owner = await asyncpg.connect(scratch[1])
     try:
-        assert await owner.fetchval("SELECT count(*) FROM engram.index_pending") == 0
+        assert await owner.fetchval("SELECT count(*) FROM engram.search_tenants(true, NULL, NULL, 1000)") == 0
     finally:
         await owner.close()
 

@@ -76,9 +76,7 @@ async def counts(server: Server, tenant: str) -> dict[str, int]:
         out = {}
         for table in ("entities", "observations", "history", "search_docs", '"REL"', '"Entity"', "imports"):
             out[table.strip('"')] = await conn.fetchval(f"SELECT count(*) FROM {s}.{table}")
-        out["audit"] = await conn.fetchval(
-            "SELECT count(*) FROM engram.audit a JOIN engram.tenants t ON t.id = a.tenant_id WHERE t.key = $1", tenant
-        )
+        out["audit"] = await conn.fetchval(f"SELECT count(*) FROM {s}.audit")
         return out
     finally:
         await conn.close()
@@ -170,19 +168,10 @@ async def test_engram_round_trip_gives_the_same_file(server: Server, tenant: str
     try:
         s = await schema_of(conn, copy)
         assert await conn.fetchval(f"SELECT count(*) FROM {s}.search_docs WHERE embedding IS NOT NULL") == 0
-        assert await conn.fetchval(
-            "SELECT count(*) FROM engram.index_pending p JOIN engram.tenants t ON t.id = p.tenant_id WHERE t.key = $1",
-            copy,
-        )
+        assert await conn.fetchval(f"SELECT count(*) FROM {s}.index_pending")
         actors = {r[0] for r in await conn.fetch(f"SELECT DISTINCT actor FROM {s}.history")}
         assert actors == {f"import:{os.environ.get('USER') or 'root'}"} or all(a.startswith("import:") for a in actors)
-        tools = {
-            r[0]
-            for r in await conn.fetch(
-                "SELECT DISTINCT tool FROM engram.audit a JOIN engram.tenants t ON t.id = a.tenant_id WHERE t.key = $1",
-                copy,
-            )
-        }
+        tools = {r[0] for r in await conn.fetch(f"SELECT DISTINCT tool FROM {s}.audit")}
         assert tools == {"import", "export:engram"}  # the second export was audited too
     finally:
         await conn.close()

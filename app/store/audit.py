@@ -1,7 +1,8 @@
-"""The audit log and usage counts (control-plane tables with row-level security)."""
+"""The audit log and usage counts, each tenant's in its own schema; the administration walks tenants."""
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -9,7 +10,7 @@ from typing import Any
 
 import asyncpg
 
-from app.store.database import Tx, timed
+from app.store.database import Tenant, Tx, timed
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,9 +34,8 @@ async def write(
 ) -> None:
     """One row for a successful change, in the change's own transaction."""
     await tx.execute(
-        "INSERT INTO engram.audit (tenant_id, subject, client_id, tool, affected, outcome, duration_ms, request_id)"
-        " VALUES ($1::uuid, $2, $3, $4, $5, 'ok', $6, $7)",
-        tx.tenant.id,
+        "INSERT INTO {s}.audit (subject, client_id, tool, affected, outcome, duration_ms, request_id)"
+        " VALUES ($1, $2, $3, $4, 'ok', $5, $6)",
         subject,
         client_id,
         tool,
@@ -47,9 +47,9 @@ async def write(
 
 @timed
 async def page(tx: Tx, limit: int, before: int | None, tool: str | None, subject: str | None = None) -> list[AuditRow]:
-    """The tenant's audit rows, newest first (row-level security keeps them to the tenant)."""
+    """The tenant's audit rows, newest first."""
     rows = await tx.fetch(
-        "SELECT id, at, subject, client_id, tool, affected, outcome, duration_ms, request_id FROM engram.audit"
+        "SELECT id, at, subject, client_id, tool, affected, outcome, duration_ms, request_id FROM {s}.audit"
         " WHERE ($1::bigint IS NULL OR id < $1) AND ($2::text IS NULL OR tool = $2)"
         " AND ($4::text IS NULL OR subject = $4) ORDER BY id DESC LIMIT $3",
         before,
@@ -88,26 +88,43 @@ class AdminAuditRow:
     request_id: str
 
 
+async def _tenants(conn: asyncpg.Connection, tenant_key: str | None) -> list[Tenant]:
+    """The tenants an administrative view walks (one, or all), each with its checked schema name."""
+    rows = await conn.fetch(
+        # cell 'main' is "here": in the control database, the tenants of its own cell; in a cell's, all
+        "SELECT id::text, key, schema_name FROM engram.tenants"
+        " WHERE cell = 'main' AND ($1::text IS NULL OR key = $1) ORDER BY key",
+        tenant_key,
+    )
+    return [Tenant(*r) for r in rows]  # Tenant refuses any schema name but the server's own pattern
+
+
 @timed
 async def admin_page(
     conn: asyncpg.Connection, tenant_key: str | None, limit: int, since: datetime | None
 ) -> list[AdminAuditRow]:
-    rows = await conn.fetch(
-        """SELECT a.id, a.at, t.key AS tenant, a.subject, a.client_id, a.tool, a.affected, a.duration_ms, a.request_id
-           FROM engram.audit a JOIN engram.tenants t ON t.id = a.tenant_id
-           WHERE ($1::text IS NULL OR t.key = $1) AND ($2::timestamptz IS NULL OR a.at >= $2)
-           ORDER BY a.id DESC LIMIT $3""",
-        tenant_key,
-        since,
-        limit,
-    )
-    return [AdminAuditRow(*r) for r in rows]
+    """The newest `limit` audit rows (of one tenant or all): at most `limit` read from each tenant."""
+    found: list[AdminAuditRow] = []
+    for t in await _tenants(conn, tenant_key):
+        rows = await conn.fetch(
+            f"""SELECT id, at, $1::text, subject, client_id, tool, affected, duration_ms, request_id
+                FROM {t.schema}.audit WHERE ($2::timestamptz IS NULL OR at >= $2) ORDER BY id DESC LIMIT $3""",
+            t.key,
+            since,
+            limit,
+        )
+        found = heapq.nlargest(limit, [*found, *(AdminAuditRow(*r) for r in rows)], key=lambda r: (r.at, r.id))
+    return found
 
 
 @timed
 async def cleanup(conn: asyncpg.Connection, days: int) -> int:
-    done = await conn.execute("DELETE FROM engram.audit WHERE at < now() - make_interval(days => $1)", days)
-    return int(done.split()[-1])
+    """Remove audit rows older than `days`, tenant by tenant (one statement each)."""
+    removed = 0
+    for t in await _tenants(conn, None):
+        done = await conn.execute(f"DELETE FROM {t.schema}.audit WHERE at < now() - make_interval(days => $1)", days)
+        removed += int(done.split()[-1])
+    return removed
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,12 +140,13 @@ class UsageRow:
 
 @timed
 async def usage(conn: asyncpg.Connection, tenant_key: str | None, days: int) -> list[UsageRow]:
-    rows = await conn.fetch(
-        """SELECT t.key AS tenant, u.day, u.tool, u.calls, u.errors
-           FROM engram.usage u JOIN engram.tenants t ON t.id = u.tenant_id
-           WHERE ($1::text IS NULL OR t.key = $1) AND u.day > current_date - $2
-           ORDER BY u.day DESC, t.key, u.calls DESC""",
-        tenant_key,
-        days,
-    )
-    return [UsageRow(*r) for r in rows]
+    """Calls per tenant, tool and day over the last `days` days, newest day first."""
+    found: list[UsageRow] = []
+    for t in await _tenants(conn, tenant_key):
+        rows = await conn.fetch(
+            f"SELECT $1::text, day, tool, calls, errors FROM {t.schema}.usage WHERE day > current_date - $2::integer",
+            t.key,
+            days,
+        )
+        found += [UsageRow(*r) for r in rows]
+    return sorted(found, key=lambda r: (-r.day.toordinal(), r.tenant, -r.calls))

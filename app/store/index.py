@@ -317,7 +317,6 @@ def _key(kind: str, doc: Any) -> Any:
 @timed
 async def mark_pending(tx: Tx) -> None:
     await tx.execute(
-        "INSERT INTO engram.index_pending (tenant_id) VALUES ($1) ON CONFLICT (tenant_id)"
-        " DO UPDATE SET generation = engram.index_pending.generation + 1",
-        tx.tenant.id,
+        "INSERT INTO {s}.index_pending AS p DEFAULT VALUES ON CONFLICT (one)"
+        " DO UPDATE SET generation = p.generation + 1"
     )

@@ -1,4 +1,4 @@
-"""Per-tenant limit overrides (control plane) and the usage totals quotas are checked against."""
+"""Per-tenant limit overrides and the usage totals quotas are checked against (both in the tenant's schema)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ COLUMNS = tuple(f.name for f in fields(Overrides))
 @timed
 async def overrides(tx: Tx) -> Overrides | None:
     """The tenant's overrides, or None when it has none."""
-    row = await tx.fetchrow(f"SELECT {', '.join(COLUMNS)} FROM engram.tenant_limits WHERE tenant_id = $1", tx.tenant.id)
+    row = await tx.fetchrow(f"SELECT {', '.join(COLUMNS)} FROM {{s}}.limits")
     return None if row is None else Overrides(*row)
 
 
@@ -88,26 +88,24 @@ async def observation_totals(tx: Tx, entity_ids: list[str]) -> tuple[int, int]:
 
 
 @timed
-async def set_overrides(conn: asyncpg.Connection, tenant_id: str, values: Mapping[str, float | int | None]) -> None:
-    """Set some overrides of a tenant (None: back to the server's default); others stay."""
+async def set_overrides(conn: asyncpg.Connection, schema: str, values: Mapping[str, float | int | None]) -> None:
+    """Set some overrides of a tenant (None: back to the server's default); others stay.
+    `schema` is a checked tenant schema name."""
     columns = [c for c in COLUMNS if c in values]
     if not columns:
         return
-    given = ", ".join(f"${n}" for n in range(2, len(columns) + 2))
+    given = ", ".join(f"${n}" for n in range(1, len(columns) + 1))
     update = ", ".join(f"{c} = excluded.{c}" for c in columns)
     await conn.execute(
-        f"INSERT INTO engram.tenant_limits (tenant_id, {', '.join(columns)}) VALUES ($1::uuid, {given})"
-        f" ON CONFLICT (tenant_id) DO UPDATE SET {update}, updated_at = now()",
-        tenant_id,
+        f"INSERT INTO {schema}.limits ({', '.join(columns)}) VALUES ({given})"
+        f" ON CONFLICT (one) DO UPDATE SET {update}, updated_at = now()",
         *(values[c] for c in columns),
     )
 
 
 @timed
-async def admin_view(conn: asyncpg.Connection, tenant_id: str, schema: str) -> tuple[dict[str, object], dict[str, int]]:
+async def admin_view(conn: asyncpg.Connection, schema: str) -> tuple[dict[str, object], dict[str, int]]:
     """A tenant's overrides (column: value, NULL ones left out) and its usage totals."""
-    row = await conn.fetchrow(
-        f"SELECT {', '.join(COLUMNS)} FROM engram.tenant_limits WHERE tenant_id = $1::uuid", tenant_id
-    )
+    row = await conn.fetchrow(f"SELECT {', '.join(COLUMNS)} FROM {schema}.limits")
     totals = await conn.fetchrow(f"SELECT entities, observations, text_bytes FROM {schema}.usage_totals")
     return ({k: v for k, v in dict(row).items() if v is not None} if row else {}), dict(totals or {})

@@ -83,7 +83,7 @@ async def show(conn: asyncpg.Connection, key: str, cell: asyncpg.Connection | No
     keys = await conn.fetchval(
         "SELECT count(*) FROM engram.api_keys WHERE tenant_id = $1::uuid AND revoked_at IS NULL", row.id
     )
-    overrides, totals = await limits.admin_view(on_cell, row.id, s)
+    overrides, totals = await limits.admin_view(on_cell, s)
     return TenantView(row, {**dict(counts or {}), "api_keys": keys}, overrides, totals)
 
 
@@ -91,7 +91,7 @@ async def show(conn: asyncpg.Connection, key: str, cell: asyncpg.Connection | No
 async def set_limits(conn: asyncpg.Connection, key: str, values: Mapping[str, float | int | None]) -> None:
     """Set some of a tenant's own limits (None: back to the server's default), on its cell (`conn`)."""
     row = await _get(conn, key)
-    await limits.set_overrides(conn, row.id, values)
+    await limits.set_overrides(conn, row.schema_name, values)
 
 
 @timed

@@ -15,6 +15,9 @@ import asyncpg
 from app.store.database import Database, Tenant, Tx, timed
 from app.store.index import Model, Vector, vector_value
 
+# Tenants looked at per statement when listing them (each one index probe for "pending only").
+TENANT_PAGE = 500
+
 
 class ModelRefused(Exception):
     """The database refused to record a model: one of the same name is known with another size."""
@@ -71,15 +74,24 @@ async def build_vector_index(tx: Tx, model: Model) -> None:
 @timed
 async def tenants(db: Database, *, pending_only: bool) -> list[Tenant]:
     """The tenants of one cell's database (`db`, a cell of the server's `Database.cells`) that the
-    filler (pending only) or `engram reindex` (all) works through."""
-    async with db.connection() as lease:
-        rows = await lease.conn.fetch(
-            """WITH s AS (SELECT * FROM engram.search_tenants($1) WITH ORDINALITY AS x (tenant_id, key, schema_name, n))
-               SELECT tenant_id, key, schema_name FROM s
-               WHERE tenant_id IN (SELECT engram.tenants_here((SELECT array_agg(tenant_id) FROM s))) ORDER BY n""",
-            pending_only,
-        )
-    return [Tenant(str(r["tenant_id"]), r["key"], r["schema_name"], db.name) for r in rows]
+    filler (pending only) or `engram reindex` (all) works through, in creation order, a page per
+    statement (the control database lists every tenant; those of other cells are left out)."""
+    found: list[Tenant] = []
+    after: tuple[object, object] = (None, None)
+    while True:
+        async with db.connection() as lease:
+            rows = await lease.conn.fetch(
+                """WITH s AS (SELECT * FROM engram.search_tenants($1, $2, $3, $4))
+                   SELECT s.*, s.tenant_id IN (SELECT engram.tenants_here((SELECT array_agg(tenant_id) FROM s))) AS here
+                   FROM s ORDER BY s.created_at, s.tenant_id""",
+                pending_only,
+                *after,
+                TENANT_PAGE,
+            )
+        found += [Tenant(str(r["tenant_id"]), r["key"], r["schema_name"], db.name) for r in rows if r["here"]]
+        if len(rows) < TENANT_PAGE:
+            return found
+        after = (rows[-1]["created_at"], rows[-1]["tenant_id"])
 
 
 @timed
@@ -93,15 +105,13 @@ async def adopt_model(db: Database, model: Model, current: bool) -> None:
 
 @timed
 async def pending_generation(tx: Tx) -> int | None:
-    return await tx.fetchval("SELECT generation FROM engram.index_pending WHERE tenant_id = $1", tx.tenant.id)
+    return await tx.fetchval("SELECT generation FROM {s}.index_pending")
 
 
 @timed
 async def clear_pending(tx: Tx, generation: int) -> None:
     """Drop the tenant's marker unless a write added work since `generation` was read."""
-    await tx.execute(
-        "DELETE FROM engram.index_pending WHERE tenant_id = $1 AND generation = $2", tx.tenant.id, generation
-    )
+    await tx.execute("DELETE FROM {s}.index_pending WHERE generation = $1", generation)
 
 
 @timed

@@ -115,7 +115,7 @@ async def migrate(
 # live on other cells (migration 0026), whose steps are applied on their cell.
 _BEHIND = """
 SELECT schema_name FROM engram.tenants
-WHERE steps_version < (SELECT coalesce(max(version), '') FROM engram.tenant_steps) AND cell = 'main'
+WHERE steps_version < (SELECT coalesce(max(version), '') FROM engram.tenant_steps) {here}
 ORDER BY schema_name
 """
 
@@ -150,7 +150,9 @@ async def apply_tenant_steps(
                 on_tenant(total, waiting)
 
     try:
-        while behind := [r[0] for r in await conn.fetch(_BEHIND)]:
+        # (a database migrated only up to a file before 0026 has no cells: every tenant is here)
+        behind_here = _BEHIND.format(here="AND cell = 'main'" if await _has_step_versions(conn, "cell") else "")
+        while behind := [r[0] for r in await conn.fetch(behind_here)]:
             behind.reverse()  # popped from the end: in name order
             try:
                 async with asyncio.TaskGroup() as group:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -25,11 +26,15 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_benchmarks_run_quick(tmp_path: Path) -> None:
-    results = tmp_path / "results.json"
-    done = _run("bench", "--quick", "--results", str(results))
+def _quick(module: str, results: Path) -> tuple[subprocess.CompletedProcess[str], Any]:
+    """`python -m module --quick`, which must succeed, and the results it wrote."""
+    done = _run(module, "--quick", "--results", str(results))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    r = orjson.loads(results.read_bytes())
+    return done, orjson.loads(results.read_bytes())
+
+
+def test_benchmarks_run_quick(tmp_path: Path) -> None:
+    done, r = _quick("bench", tmp_path / "results.json")
     assert r["machine"]["quick"] is True
     assert r["graph"]["shape"]["entities"] > 0
     assert len(r["store"]["cases"]) == 8 and r["store"]["writer"]["writes"] > 0
@@ -65,10 +70,7 @@ def test_search_benchmark_runs_quick() -> None:
 
 
 def test_transfer_benchmark_runs_quick(tmp_path: Path) -> None:
-    results = tmp_path / "transfer.json"
-    done = _run("bench.transfer", "--quick", "--results", str(results))
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    r = orjson.loads(results.read_bytes())
+    done, r = _quick("bench.transfer", tmp_path / "transfer.json")
     assert r["machine"]["quick"] is True
     for fmt in ("engram", "memory"):
         f = r["transfer"]["formats"][fmt]
@@ -78,10 +80,7 @@ def test_transfer_benchmark_runs_quick(tmp_path: Path) -> None:
 
 
 def test_authorization_server_benchmark_runs_quick(tmp_path: Path) -> None:
-    results = tmp_path / "auth.json"
-    done = _run("bench.auth", "--quick", "--results", str(results))
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    r = orjson.loads(results.read_bytes())
+    _, r = _quick("bench.auth", tmp_path / "auth.json")
     assert r["machine"]["quick"] is True
     assert all(r["steps"][step]["n"] > 0 for step in ("register", "sign in", "code exchange", "refresh", "revoke"))
     assert r["steps"]["refresh"]["n"] == r["rounds"] * r["refreshes_per_round"]
@@ -89,10 +88,7 @@ def test_authorization_server_benchmark_runs_quick(tmp_path: Path) -> None:
 
 
 def test_recall_benchmark_runs_quick(tmp_path: Path) -> None:
-    results = tmp_path / "recall.json"
-    done = _run("bench.recall", "--quick", "--results", str(results))
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    r = orjson.loads(results.read_bytes())
+    done, r = _quick("bench.recall", tmp_path / "recall.json")
     assert r["machine"]["quick"] is True
     systems = set(r["quality"])
     assert {"facts: engram recall", "facts: exact cosine", "facts: BM25", "facts: cosine+BM25 RRF"} <= systems
@@ -109,10 +105,7 @@ def test_recall_benchmark_runs_quick(tmp_path: Path) -> None:
 
 
 def test_scaling_benchmark_runs_quick(tmp_path: Path) -> None:
-    results = tmp_path / "scaling.json"
-    done = _run("bench.scaling", "--quick", "--results", str(results))
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    r = orjson.loads(results.read_bytes())
+    _, r = _quick("bench.scaling", tmp_path / "scaling.json")
     assert r["machine"]["quick"] is True
     assert r["tenants"]["tenants"] == 10 and r["tenants"]["bytes_per_tenant"] > 0
     assert 0 < r["tenants"]["catalog_bytes_per_tenant"] < r["tenants"]["bytes_per_tenant"]
@@ -123,10 +116,7 @@ def test_scaling_benchmark_runs_quick(tmp_path: Path) -> None:
 
 
 def test_move_benchmark_runs_quick(tmp_path: Path) -> None:
-    results = tmp_path / "move.json"
-    done = _run("bench.move", "--quick", "--results", str(results))
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    r = orjson.loads(results.read_bytes())
+    done, r = _quick("bench.move", tmp_path / "move.json")
     assert r["machine"]["quick"] is True
     assert r["move"]["switched"] and r["move"]["digests_equal"] and len(r["move"]["steps"]) == 11
     assert r["writes"]["acknowledged"] > 0 and r["writes"]["lost"] == 0 and r["writes"]["refused_count"] == 0

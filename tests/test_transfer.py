@@ -160,15 +160,14 @@ async def test_engram_round_trip_gives_the_same_file(server: Server, tenant: str
     assert done["entities"]["created"] == 4 and done["relations"]["created"] == 3
     assert export(server, copy, tmp_path / "b.jsonl", "--include-deleted") == first
 
-    # The import wrote history (by the importer), audit rows, and search documents left pending (the
-    # entities' own texts, their observations, and the relations as sentences).
+    # The import wrote history (by the importer), audit rows, and search documents (the entities' own
+    # texts, their observations, and the relations as sentences).
     after = await counts(server, copy)
     assert after["history"] >= 4 + 3 and after["audit"] >= 1 and after["search_docs"] == 4 + 6 + 3
     conn = await owner(server)
     try:
         s = await schema_of(conn, copy)
-        assert await conn.fetchval(f"SELECT count(*) FROM {s}.search_docs WHERE embedding IS NOT NULL") == 0
-        assert await conn.fetchval(f"SELECT count(*) FROM {s}.index_pending")
+        # (whether the session server's filler has embedded them yet is its business, not the import's)
         actors = {r[0] for r in await conn.fetch(f"SELECT DISTINCT actor FROM {s}.history")}
         assert actors == {f"import:{os.environ.get('USER') or 'root'}"} or all(a.startswith("import:") for a in actors)
         tools = {r[0] for r in await conn.fetch(f"SELECT DISTINCT tool FROM {s}.audit")}

@@ -299,3 +299,19 @@ def test_cell_urls_come_from_one_variable_each(monkeypatch: pytest.MonkeyPatch) 
     main = settings.cell("main")
     assert main is not None and main.read_url is not None and main.admin() == "postgresql://app@main/engram"
     assert "app@b" not in str(settings.redacted())  # secrets stay masked
+
+
+async def test_a_key_a_tenant_made_on_its_cell_is_found_from_the_control_database(db: Database) -> None:
+    import hashlib
+
+    from app.store import tenants
+
+    tenant = await db.tenant(f"cell-key-{uuid.uuid4().hex[:10]}")
+    assert tenant.cell in ("b", "c")
+    key_id = uuid.uuid4().hex[:12]  # the form the server gives key ids
+    audit = tenants.KeyAudit("someone", "console", "console:api_key", 1.0, "req")
+    async with db.transaction(tenant) as tx:  # as the console makes it: on the tenant's cell
+        await tenants.create_key_in_tenant(tx, key_id, hashlib.sha256(b"s").digest(), "k", ["memory:read"], None, audit)
+    found = await db.api_key(key_id)
+    assert found is not None and found.tenant_key == tenant.key and found.scopes == ["memory:read"]
+    assert await db.api_key(uuid.uuid4().hex[:12]) is None  # a key nowhere is unknown

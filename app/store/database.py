@@ -790,7 +790,26 @@ class Database:
                 )
 
     async def api_key(self, key_id: str) -> ApiKeyRecord | None:
-        """An API key's record by its public id, looked up before any tenant is known."""
+        """An API key's record by its public id, looked up before any tenant is known.
+
+        `engram apikey create` writes keys in the control database; a tenant's own key made in the
+        console is written in its transaction, so on its cell: looked up there when the control
+        database has none. A cell that does not answer makes a key found nowhere `unavailable`
+        rather than unknown (a client told 401 may throw a good key away)."""
+        found = await self._api_key_here(key_id)
+        failed: Unavailable | None = None
+        for cell in self._cells.values():
+            if found is not None:
+                break
+            try:
+                found = await cell._api_key_here(key_id)
+            except Unavailable as exc:
+                failed = exc
+        if found is None and failed is not None:
+            raise failed
+        return found
+
+    async def _api_key_here(self, key_id: str) -> ApiKeyRecord | None:
         async with self.connection() as lease:
             row = await lease.conn.fetchrow(
                 "SELECT tenant_key, secret_hash, scopes, expires_at, revoked_at FROM engram.api_key($1)", key_id

@@ -248,6 +248,9 @@ def test_migrate_and_cell_commands_reach_every_cell(
     cleaned = _engram(env_c, "audit", "cleanup")  # audit rows are written on each tenant's cell
     assert cleaned.returncode == 0, cleaned.stderr
     assert [line.rsplit(" ", 1)[-1] for line in cleaned.stdout.splitlines()] == ["main", "b", "c"]
+    for report in (("audit", "--limit", "5"), ("usage", "--days", "1")):  # read on every cell
+        read = _engram(env_c, *report)
+        assert read.returncode == 0 and "skipped" not in read.stderr, read.stderr
     listed = _engram(env, "cell", "list")
     assert listed.returncode == 0 and listed.stdout.startswith("b\t")
     assert _engram(env, "cell", "set", "b", "--state", "draining", "--capacity", "5").returncode == 0

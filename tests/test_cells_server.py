@@ -57,7 +57,7 @@ def cell_server(db_settings: Settings, cells: dict[str, CellDatabase]) -> Iterat
         with serve(db_settings, ENGRAM_EMBED_SYNC_TEXTS="0", **_cell_env(cells)) as running:
             yield running
     finally:
-        asyncio.run(_set_states(db_settings, main="open", b="open", c="open"))
+        asyncio.run(_set_states(db_settings, main="open", b="draining", c="draining"))
 
 
 async def _cell_of(settings: Settings, key: str) -> object:
@@ -273,7 +273,7 @@ def test_migrate_and_cell_commands_reach_every_cell(
             asyncio.run(_fetchval(cells["c"].admin_url, "SELECT count(*) FROM engram.tenants WHERE key = $1", key)) == 0
         )
     finally:
-        asyncio.run(_set_states(db_settings, main="open", b="open", c="open"))
+        asyncio.run(_set_states(db_settings, main="open", b="draining", c="draining"))
 
 
 @pytest.mark.parametrize(

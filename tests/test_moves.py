@@ -26,7 +26,7 @@ def cells(db_settings: Settings, cell_b: CellDatabase, cell_c: CellDatabase) -> 
     """Cells b and c open; `main` full, so that new tenants go to b or c."""
     asyncio.run(_set_states(db_settings, main="full", b="open", c="open"))
     yield {"b": cell_b, "c": cell_c}
-    asyncio.run(_set_states(db_settings, main="open", b="open", c="open"))
+    asyncio.run(_set_states(db_settings, main="open", b="draining", c="draining"))
     for cell in (cell_b, cell_c):  # a subscription left by a failed test would keep its database in use
         asyncio.run(_drop_subscriptions(cell.admin_url))
 

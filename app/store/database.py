@@ -796,18 +796,18 @@ class Database:
         console is written in its transaction, so on its cell: looked up there when the control
         database has none. A cell that does not answer makes a key found nowhere `unavailable`
         rather than unknown (a client told 401 may throw a good key away)."""
-        found = await self._api_key_here(key_id)
+        if (found := await self._api_key_here(key_id)) is not None:
+            return found
         failed: Unavailable | None = None
         for cell in self._cells.values():
-            if found is not None:
-                break
             try:
-                found = await cell._api_key_here(key_id)
+                if (found := await cell._api_key_here(key_id)) is not None:
+                    return found
             except Unavailable as exc:
                 failed = exc
-        if found is None and failed is not None:
+        if failed is not None:
             raise failed
-        return found
+        return None
 
     async def _api_key_here(self, key_id: str) -> ApiKeyRecord | None:
         async with self.connection() as lease:

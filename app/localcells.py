@@ -21,6 +21,7 @@ from app.provision import (
     APP_ROLE,
     DATABASE,
     PG_BIN,
+    START_SECONDS,
     Chroot,
     LocalState,
     ProvisionError,
@@ -92,7 +93,18 @@ def _start(root: Chroot, name: str, port: int) -> None:
     _run(root.in_root("chmod", "700", data))  # a base backup's folder is made by us, not initdb
     _run(
         root.in_root(
-            f"{PG_BIN}/pg_ctl", "-D", data, "-l", log, "-w", "-t", "60", "-o", f"-p {port}", "start", user="postgres"
+            f"{PG_BIN}/pg_ctl",
+            "-D",
+            data,
+            "-l",
+            log,
+            "-w",
+            "-t",
+            str(START_SECONDS),
+            "-o",
+            f"-p {port}",
+            "start",
+            user="postgres",
         )
     )
     _wait_for_port(port)

@@ -35,6 +35,7 @@ DATABASE = "engram"
 DEFAULT_PORT = 55432
 PG_BIN = "/usr/lib/postgresql/17/bin"
 PG_DATA = "/var/lib/engram/pgdata"  # inside the chroot
+START_SECONDS = 1800  # a start after an unclean stop recovers first: minutes for a large data directory
 DOCKER_IMAGE = "engram-postgres:17"
 DOCKER_CONTAINER = "engram-postgres"
 REQUIRED_EXTENSIONS = ("age", "vector", "pg_trgm")
@@ -221,6 +222,7 @@ class Chroot:
                 "shared_buffers = 256MB\n"
                 "fsync = on\n"
                 "wal_level = logical\n"  # tenants move between cells by logical replication
+                "recovery_init_sync_method = syncfs\n"  # after an unclean stop: one sync, not one per file
             )
         return True
 
@@ -236,6 +238,8 @@ class Chroot:
         if self.running():
             return
         self.say(f"starting PostgreSQL on 127.0.0.1:{state.port} ...")
+        if self._clear_stale_lock():
+            self.say("it was not stopped cleanly: recovering first (minutes for a large data directory) ...")
         log = "/var/lib/engram/postgres.log"
         _run(
             self.in_root(
@@ -246,7 +250,7 @@ class Chroot:
                 log,
                 "-w",
                 "-t",
-                "60",
+                str(START_SECONDS),
                 "-o",
                 f"-p {state.port}",
                 "start",
@@ -254,6 +258,22 @@ class Chroot:
             )
         )
         _wait_for_port(state.port)
+
+    def _clear_stale_lock(self) -> bool:
+        """Remove a lock file a killed server left, whose process id may now be another program's
+        (PostgreSQL refuses to start then); True if there was one."""
+        lock = self._data() / "postmaster.pid"
+        try:
+            pid = int(lock.read_text().split("\n", 1)[0])
+        except (FileNotFoundError, ValueError):
+            return lock.exists()
+        try:
+            alive = b"postgres" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            alive = False
+        if not alive:
+            lock.unlink(missing_ok=True)
+        return True
 
     def stop(self) -> None:
         if self.running():
@@ -345,9 +365,12 @@ async def _prepare_database(state: LocalState) -> None:
 
 
 async def _set_logical(state: LocalState) -> bool:
-    """Set wal_level = logical on a database made before it was the default; True if a restart is due."""
+    """Bring a database made before today's defaults up to them: wal_level = logical and a crash
+    recovery that syncs the file system once; True if a restart is due."""
     admin = await _connect_retrying(state.url(admin=True).rsplit("/", 1)[0] + "/postgres")
     try:
+        if await admin.fetchval("SELECT current_setting('recovery_init_sync_method')") != "syncfs":
+            await admin.execute("ALTER SYSTEM SET recovery_init_sync_method = syncfs")  # read at the next start
         if await admin.fetchval("SELECT current_setting('wal_level')") == "logical":
             return False
         await admin.execute("ALTER SYSTEM SET wal_level = logical")

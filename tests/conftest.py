@@ -59,18 +59,21 @@ def pgbouncer() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def db_settings(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Settings:
+def db_settings(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Settings]:
     """A database provisioned by the same code as `engram db up`, migrated to the latest schema.
 
-    On the local database the suite gets a database of its own, made afresh each run; with
+    On the local database the suite gets a database of its own, made afresh each run and dropped
+    at its end (a development server does not grow by a database per run); with
     ENGRAM_DATABASE_URL set, it uses that database as it is. With ENGRAM_TEST_PGBOUNCER, the
     run-time URL goes through PgBouncer (LISTEN keeps a direct one).
     """
     provision.up()
     key_file = tmp_path_factory.mktemp("keys") / "dev-key.json"
     settings = provision.with_local_database(Settings(dev_key_file=key_file))
-    if not os.environ.get("ENGRAM_DATABASE_URL"):
-        asyncio.run(provision.recreate_database(settings.admin_dsn(), TEST_DB))
+    local = not os.environ.get("ENGRAM_DATABASE_URL")
+    server_admin = settings.admin_dsn()
+    if local:
+        asyncio.run(provision.recreate_database(server_admin, TEST_DB))
         settings = settings.model_copy(
             update={
                 "database_url": SecretStr(provision.on_database(settings.runtime_dsn(), TEST_DB)),
@@ -86,7 +89,9 @@ def db_settings(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixtur
                 "database_url": SecretStr(bouncer.url(provision.APP_ROLE, TEST_DB)),
             }
         )
-    return settings
+    yield settings
+    if local:
+        asyncio.run(provision.drop_database(server_admin, TEST_DB))
 
 
 @pytest.fixture(scope="session")

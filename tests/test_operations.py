@@ -10,6 +10,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import asyncpg
 import httpx2
@@ -135,3 +136,40 @@ def test_db_status_and_url(db_settings):
     assert "running" in engram("db", "status", env=env).stdout
     url = engram("db", "url", env=env).stdout.strip()
     assert url.startswith("postgresql://engram_app:") and url.endswith("/engram")
+
+
+def test_db_up_starts_a_killed_server_whose_lock_names_a_live_process(db_settings):
+    """A machine restored from a snapshot holds the lock file of a server killed mid-work, and its
+    process id may belong to another program now: PostgreSQL would refuse to start over it."""
+    if os.environ.get("ENGRAM_DATABASE_URL"):
+        pytest.skip("the database is external: this test kills and starts the local one")
+    backend = provision.Chroot()
+    lock = backend.root / provision.PG_DATA.lstrip("/") / "postmaster.pid"
+    postmaster = int(lock.read_text().split("\n", 1)[0])
+    children = subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True, text=True).stdout.split()
+    other = subprocess.Popen(["sleep", "300"])
+    try:
+        os.kill(postmaster, 9)
+        deadline = time.monotonic() + 30
+        while any(Path(f"/proc/{pid}").exists() for pid in [postmaster, *children]):
+            assert time.monotonic() < deadline, "the killed server's processes did not exit"
+            time.sleep(0.2)
+        lines = lock.read_text().split("\n")
+        lock.write_text("\n".join([str(other.pid), *lines[1:]]))
+        said: list[str] = []
+        provision.up(said.append)
+    finally:
+        other.kill()
+        other.wait()
+    assert any("not stopped cleanly" in line for line in said), said
+    assert "running" in provision.status()
+    url = provision.on_database(db_settings.admin_dsn(), "postgres")
+
+    async def ask() -> int:
+        conn = await asyncpg.connect(url)
+        try:
+            return await conn.fetchval("SELECT 1")
+        finally:
+            await conn.close()
+
+    assert asyncio.run(ask()) == 1

@@ -68,20 +68,27 @@ async def many_tenants(db_settings: Settings) -> AsyncIterator[str]:
 
 
 async def _template(admin: str, migrations: Path) -> str:
-    """The template database with 2,000 tenants for these migrations, made if missing (older ones dropped)."""
+    """The template database with 2,000 tenants for these migrations, made if missing (older ones
+    dropped). One per server, whatever the suite's database is called; a lock lets one suite build
+    it while another waits."""
     digest = hashlib.sha256("".join(m.checksum for m in migrate.load(migrations)).encode()).hexdigest()[:10]
-    prefix = f"{TEST_DB}_tenants_"
+    prefix = "engram_template_tenants_"
     name = f"{prefix}{TENANTS}_{digest}"
     server = await asyncpg.connect(provision.on_database(admin, "postgres"))
     try:
+        await server.execute("SELECT pg_advisory_lock(hashtext($1))", prefix)
         rows = await server.fetch("SELECT datname::text FROM pg_database WHERE starts_with(datname, $1)", prefix)
         found = [r[0] for r in rows]
+        if name not in found:
+            for old in found:
+                await provision.drop_database(admin, old)
+            await _build(admin, migrations, name)
     finally:
-        await server.close()
-    if name in found:
-        return name
-    for old in found:
-        await provision.drop_database(admin, old)
+        await server.close()  # and its lock
+    return name
+
+
+async def _build(admin: str, migrations: Path, name: str) -> None:
     building = provision.on_database(admin, name + "_part")
     await provision.recreate_database(admin, name + "_part")
     await migrate.migrate(building, migrations)
@@ -102,7 +109,6 @@ async def _template(admin: str, migrations: Path) -> str:
         await server.execute(f'ALTER DATABASE "{name}_part" RENAME TO "{name}"')
     finally:
         await server.close()
-    return name
 
 
 def engram(owner: str, migrations: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -21,14 +21,12 @@ from app.provision import (
     APP_ROLE,
     DATABASE,
     PG_BIN,
-    START_SECONDS,
     Chroot,
     LocalState,
     ProvisionError,
     _port_open,
     _prepare_database,
     _run,
-    _wait_for_port,
 )
 
 _BASE = "/var/lib/engram/clusters"  # inside the root
@@ -89,25 +87,8 @@ def _start(root: Chroot, name: str, port: int) -> None:
         return
     if _port_open(port):
         raise ProvisionError(f"port {port} is taken by something other than local cell {name!r}")
-    log = f"{_BASE}/{name}.log"
     _run(root.in_root("chmod", "700", data))  # a base backup's folder is made by us, not initdb
-    _run(
-        root.in_root(
-            f"{PG_BIN}/pg_ctl",
-            "-D",
-            data,
-            "-l",
-            log,
-            "-w",
-            "-t",
-            str(START_SECONDS),
-            "-o",
-            f"-p {port}",
-            "start",
-            user="postgres",
-        )
-    )
-    _wait_for_port(port)
+    root.pg_start(data, f"{_BASE}/{name}.log", port)
 
 
 def _data(root: Chroot, name: str) -> Path:

@@ -240,24 +240,14 @@ class Chroot:
         self.say(f"starting PostgreSQL on 127.0.0.1:{state.port} ...")
         if self._clear_stale_lock():
             self.say("it was not stopped cleanly: recovering first (minutes for a large data directory) ...")
-        log = "/var/lib/engram/postgres.log"
-        _run(
-            self.in_root(
-                f"{PG_BIN}/pg_ctl",
-                "-D",
-                PG_DATA,
-                "-l",
-                log,
-                "-w",
-                "-t",
-                str(START_SECONDS),
-                "-o",
-                f"-p {state.port}",
-                "start",
-                user="postgres",
-            )
-        )
-        _wait_for_port(state.port)
+        self.pg_start(PG_DATA, "/var/lib/engram/postgres.log", state.port)
+
+    def pg_start(self, data: str, log: str, port: int) -> None:
+        """Start the cluster in `data` (a path inside the root) on `port`, waiting out a recovery."""
+        pg_ctl = f"{PG_BIN}/pg_ctl"
+        waiting = ["-w", "-t", str(START_SECONDS)]
+        _run(self.in_root(pg_ctl, "-D", data, "-l", log, *waiting, "-o", f"-p {port}", "start", user="postgres"))
+        _wait_for_port(port)
 
     def _clear_stale_lock(self) -> bool:
         """Remove a lock file a killed server left, whose process id may now be another program's

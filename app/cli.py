@@ -284,17 +284,22 @@ def _mover(args: argparse.Namespace) -> Any:
 
 
 def cmd_tenant_move(args: argparse.Namespace) -> None:
-    """`engram tenant move KEY CELL` (again: continues), `--dry-run`, `--status`, `--finish KEY`."""
+    """`engram tenant move KEY CELL` (again: continues), `--dry-run`, `--status`, `--finish KEY`,
+    `--abort KEY`."""
     mover = _mover(args)
     if args.status:
         for m in _exiting(mover.status):
-            state = "finished" if m.finished_at else ("switched" if m.switched_at else "running")
+            ended = "aborted" if m.step == "aborted" else "finished"
+            state = ended if m.finished_at else ("switched" if m.switched_at else "running")
             error = f"\terror: {m.error}" if m.error else ""
             when = f"{m.updated_at:%Y-%m-%d %H:%M:%S}"
             print(f"{m.key}\t{m.source} -> {m.target}\t{state}\tstep {m.step}\tupdated {when}{error}")
         return
     if args.finish:
         _exiting(lambda: mover.finish(args.tenant))
+        return
+    if args.abort:
+        _exiting(lambda: mover.abort(args.tenant))
         return
     if args.dry_run:
         plan = _exiting(lambda: mover.plan(args.tenant, args.cell))
@@ -805,6 +810,9 @@ def main(argv: list[str] | None = None) -> None:
     tenant.add_argument("--dry-run", action="store_true", help="with move: show the steps; change nothing")
     tenant.add_argument("--status", action="store_true", help="with move: the moves and their progress")
     tenant.add_argument("--finish", action="store_true", help="with move: drop the old copy of a switched move now")
+    tenant.add_argument(
+        "--abort", action="store_true", help="with move: undo a move that has not switched; the tenant stays"
+    )
     tenant.add_argument("--grace", type=float, help="with move: seconds an old copy is kept (default 600)")
     for flag, kind in _LIMIT_FLAGS.items():
         tenant.add_argument(
@@ -884,7 +892,7 @@ def main(argv: list[str] | None = None) -> None:
     moving = args.command == "tenant" and args.action == "move"
     if args.command == "tenant" and args.action != "list" and not args.tenant and not (moving and args.status):
         parser.error("tenant: give the tenant id")
-    if moving and not (args.status or args.finish or args.cell):
+    if moving and not (args.status or args.finish or args.abort or args.cell):
         parser.error("tenant move: give the cell to move the tenant to")
     if args.command == "tenant" and args.cell and not moving:
         parser.error(f"tenant {args.action}: takes no cell")

@@ -1,12 +1,14 @@
 """Moving a tenant between two real clusters (cells b and c) by logical replication: under a write
 loop over HTTP (no acknowledged write lost, reads never wrong), a second server that cached the
 old cell fenced and recovering, a stop after each step and the move resumed, `--dry-run`,
-`--status`, `--finish`, and refused input."""
+`--status`, `--finish`, `--abort`, and refused input."""
 
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 
@@ -14,9 +16,10 @@ import asyncpg
 import pytest
 
 from app.config import Settings
+from app.errors import EngramError
 from app.services.moves import STEPS, CellAccess, Interrupted, Mover, Timing
 from tests.cells_fixtures import CellDatabase
-from tests.helpers import Server, ok, serve, server_env
+from tests.helpers import ROOT, Server, ok, serve, server_env
 from tests.test_cells import _fetchval as _admin
 from tests.test_cells_server import _cell_env, _engram, _set_states
 
@@ -204,6 +207,114 @@ async def test_a_move_stopped_after_each_step_resumes(
     assert await _schema_on(cells[source], key) == 0
 
 
+def test_a_move_killed_mid_step_is_continued_by_the_same_command(
+    servers: tuple[Server, Server], db_settings: Settings, cells: dict[str, CellDatabase]
+) -> None:
+    """The command killed (SIGKILL, nothing cleaned up) while it waits for the copy, then while it
+    waits for the catch-up inside the write fence: running it again ends the move, data whole."""
+    writer, _ = servers
+    key, source, target = asyncio.run(_seeded(writer, db_settings, "kill", 20))
+    env = server_env(db_settings, 8000) | _cell_env(cells)
+    command = [sys.executable, "-u", "-m", "app.cli", "tenant", "move", key, target]
+    for killed_after in ("  subscribe done", "  fence_writes done"):
+        running = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+        assert running.stdout is not None
+        try:
+            for line in running.stdout:
+                if line.startswith(killed_after):
+                    running.send_signal(signal.SIGKILL)
+                    break
+        finally:
+            running.kill()
+            running.wait(timeout=60)
+        assert running.returncode == -signal.SIGKILL, f"the move ended before {killed_after!r}"
+        assert asyncio.run(_cell_of(db_settings, key)) == source
+    assert asyncio.run(_refused(cells[source], key)) == ["write"]  # killed inside the fence
+    done = _engram(env, "tenant", "move", key, target)
+    assert done.returncode == 0 and "continuing the move" in done.stdout, done.stderr
+    assert asyncio.run(_cell_of(db_settings, key)) == target
+
+    async def read_back() -> None:
+        async with writer.client(key) as c:
+            for i in (0, 19):
+                got = ok(await c.call_tool("get_entity", {"name": f"seed {i}"}))
+                assert got["observations"] == [f"seed fact {i}"]
+            ok(await c.call_tool("upsert_entities", {"entities": [{"name": "after the kill", "type": "thing"}]}))
+
+    asyncio.run(read_back())
+    asyncio.run(_mover(db_settings, cells).finish(key))
+
+
+async def test_an_aborted_move_leaves_the_tenant_served_where_it_was_and_nothing_behind(
+    servers: tuple[Server, Server], db_settings: Settings, cells: dict[str, CellDatabase]
+) -> None:
+    writer, replica = servers
+    key, source, target = await _seeded(writer, db_settings, "abort", 10)
+    async with replica.client(key) as c:  # the replica caches the tenant before the fence
+        ok(await c.call_tool("get_entity", {"name": "seed 1"}))
+    with pytest.raises(Interrupted):
+        await _mover(db_settings, cells, stop_after="compare").move(key, target)
+    assert await _refused(cells[source], key) == ["write"]
+    assert await _schema_on(cells[target], key) == 1
+
+    aborted = await _mover(db_settings, cells).abort(key)
+    assert (aborted.step, aborted.switched_at) == ("aborted", None) and aborted.finished_at is not None
+    assert await _cell_of(db_settings, key) == source
+    assert await _refused(cells[source], key) == []
+    assert await _schema_on(cells[target], key) == 0
+    schema = await _admin(db_settings.admin_dsn(), "SELECT schema_name FROM engram.tenants WHERE key = $1", key)
+    assert await _admin(cells[target].admin_url, "SELECT count(*) FROM pg_roles WHERE rolname = $1", schema) == 0
+    assert await _admin(cells[target].admin_url, "SELECT count(*) FROM pg_subscription") == 0
+    assert await _admin(cells[source].admin_url, "SELECT count(*) FROM pg_publication") == 0
+    assert await _admin(cells[source].admin_url, "SELECT count(*) FROM pg_replication_slots") == 0
+    assert await _admin(cells[source].admin_url, f"SELECT to_regclass('{schema}.engram_move_mark') IS NULL")
+    # least privilege as before: the tenant appends to its audit log and changes none of it
+    grants = "SELECT has_table_privilege($1, $2, 'UPDATE'), has_table_privilege($1, $2, 'INSERT')"
+    conn = await asyncpg.connect(cells[source].admin_url)
+    try:
+        assert tuple(await conn.fetchrow(grants, schema, f"{schema}.audit")) == (False, True)
+    finally:
+        await conn.close()
+    for i, server in enumerate((writer, replica)):  # both serve it, writes included, from where it was
+        async with server.client(key) as c:
+            ok(
+                await c.call_tool(
+                    "append_observations", {"items": [{"entity": "seed 2", "observations": [f"after {i}"]}]}
+                )
+            )
+            assert len(ok(await c.call_tool("get_entity", {"name": "seed 2"}))["observations"]) >= 2
+
+    # it may be moved afterwards as if never tried; an ended move cannot be aborted
+    with pytest.raises(EngramError, match="no move to abort"):
+        await _mover(db_settings, cells).abort(key)
+    moved = await _mover(db_settings, cells).move(key, target)
+    with pytest.raises(EngramError, match="served from cell"):
+        await _mover(db_settings, cells).abort(key)
+    assert moved.step == STEPS[-1] and await _cell_of(db_settings, key) == target
+    async with writer.client(key) as c:
+        assert len(ok(await c.call_tool("get_entity", {"name": "seed 2"}))["observations"]) == 3
+    await _mover(db_settings, cells).finish(key)
+
+
+async def test_an_abort_stopped_part_way_is_ended_by_running_it_again(
+    servers: tuple[Server, Server], db_settings: Settings, cells: dict[str, CellDatabase]
+) -> None:
+    writer, _ = servers
+    key, source, target = await _seeded(writer, db_settings, "abort2", 3)
+    with pytest.raises(Interrupted):
+        await _mover(db_settings, cells, stop_after="fence_writes").move(key, target)
+    stopped = await _mover(db_settings, cells).status()
+    move_id = next(m.id for m in stopped if m.key == key and m.finished_at is None)
+    # as if the abort died after its first part: recorded as aborting, replication dropped
+    await _admin(db_settings.admin_dsn(), "UPDATE engram.tenant_moves SET step = 'aborting' WHERE id = $1", move_id)
+    await _drop_subscriptions(cells[target].admin_url)
+    with pytest.raises(EngramError, match="being undone"):
+        await _mover(db_settings, cells).move(key, target)
+    assert (await _mover(db_settings, cells).abort(key)).step == "aborted"
+    assert await _refused(cells[source], key) == [] and await _schema_on(cells[target], key) == 0
+    assert await _admin(cells[source].admin_url, "SELECT count(*) FROM pg_replication_slots") == 0
+
+
 async def _refused(cell: CellDatabase, key: str) -> list[str]:
     """What the tenant's role may no longer do on `cell`, as the server runs it."""
     schema = await _admin(cell.admin_url, "SELECT schema_name FROM engram.tenants WHERE key = $1", key)
@@ -247,6 +358,7 @@ def test_the_command_plans_reports_and_refuses(
         (("tenant", "move", key, source), "lives on cell"),
         (("tenant", "move", key), "give the cell"),
         (("tenant", "move", key, "--finish"), "has no move to finish"),
+        (("tenant", "move", key, "--abort"), "has no move to abort"),
         (("tenant", "show", key, target), "takes no cell"),
     ]:
         refused = _engram(env, *args)
@@ -276,6 +388,12 @@ def test_the_command_plans_reports_and_refuses(
     assert refused.returncode != 0 and "run it to its end first" in refused.stderr
     status = _engram(env, "tenant", "move", "--status")
     assert status.returncode == 0 and f"{key}\t{source} -> {target}\trunning\tstep subscribe" in status.stdout
+    aborted = _engram(env, "tenant", "move", key, "--abort")
+    assert aborted.returncode == 0 and f"it stays on cell {source}" in aborted.stdout, aborted.stderr
+    status = _engram(env, "tenant", "move", "--status")
+    assert f"{key}\t{source} -> {target}\taborted\tstep aborted" in status.stdout, status.stdout
+    with pytest.raises(Interrupted):
+        asyncio.run(_mover(db_settings, cells, stop_after="subscribe").move(key, target))
     done = _engram(env, "tenant", "move", key, target)
     assert done.returncode == 0, done.stderr
     assert "continuing the move" in done.stdout and f"now lives on cell {target}" in done.stdout

@@ -33,6 +33,7 @@ STEPS = (
     "unsubscribe",  # subscription, slot and publication dropped
 )
 SWITCHED = STEPS[-1]
+ABORTING = "aborting"  # `--abort` has begun undoing the move (run it again to end it)
 
 
 class Interrupted(Exception):
@@ -104,6 +105,8 @@ class Mover:
         if target not in known:
             raise EngramError("not_found", f"no cell {target!r} is registered (`engram cell list`)")
         if move is not None:
+            if move.step == ABORTING:
+                raise EngramError("conflict", f"the move of {key!r} is being undone: run `--abort` again to end it")
             if move.step == SWITCHED and move.target != target:
                 raise EngramError(
                     "conflict", f"tenant {key!r} left cell {move.source!r} lately: `--finish` that move first"
@@ -161,6 +164,33 @@ class Mover:
             if move.step != SWITCHED:
                 raise EngramError("conflict", f"the move of {key!r} is at step {move.step}: run it to its end first")
             await self._cleanup(control, move)
+
+    async def abort(self, key: str) -> Move:
+        """Undo tenant `key`'s move that has not switched: replication dropped, the target's copy
+        dropped, the source's fence lifted; the tenant stays where it is, served as before. Each
+        part may be run again, so an abort stopped part-way is ended by running it again."""
+        async with moves.connect(self.control) as control:
+            tenant, _ = await self._resolve(control, key, None)
+            await moves.claim(control, tenant.id)
+            tenant, move = await self._resolve(control, key, None)
+            if move is None:
+                raise EngramError("not_found", f"tenant {key!r} has no move to abort")
+            if move.switched_at is not None or tenant.cell != move.source:
+                raise EngramError(
+                    "conflict",
+                    f"tenant {key!r} is served from cell {move.target!r} already: `--finish` the move, then move"
+                    " the tenant back",
+                )
+            source_access, target_access = self._access(move.source), self._access(move.target)
+            await moves.record(control, move.id, ABORTING)
+            async with moves.connect(source_access.admin) as source, moves.connect(target_access.admin) as target:
+                await moves.unsubscribe(target, tenant)
+                await moves.unpublish(source, tenant)
+                await moves.reopen(source, tenant)
+                await moves.drop_source(target, tenant, move.target)
+            await moves.finish(control, move.id, "aborted")
+            self.progress(f"tenant {key}: the move to cell {move.target} is undone; it stays on cell {move.source}")
+            return await moves.get(control, move.id)
 
     async def cleanup(self) -> int:
         """Drop the sources of switched moves whose grace period has passed; how many."""
@@ -223,7 +253,8 @@ class Mover:
             position = await moves.mark(source, tenant)
             await self._until(lambda: moves.reached(target, tenant, position), t.fence_seconds, "the last writes")
         elif step == "compare":
-            mine, theirs = await moves.digest(source, tenant), await moves.digest(target, tenant)
+            # both sides at once: the fence lasts as long as the slower one
+            mine, theirs = await asyncio.gather(moves.digest(source, tenant), moves.digest(target, tenant))
             if mine != theirs:
                 differ = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
                 raise EngramError("conflict", f"the copy differs from the source in {', '.join(differ[:5])}")

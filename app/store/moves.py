@@ -67,6 +67,13 @@ async def running(conn: asyncpg.Connection, tenant_id: str) -> Move | None:
 
 
 @timed
+async def get(conn: asyncpg.Connection, move_id: int) -> Move:
+    row = await conn.fetchrow(f"{_MOVE} WHERE m.id = $1", move_id)
+    assert row is not None
+    return Move(*row)
+
+
+@timed
 async def claim(conn: asyncpg.Connection, tenant_id: str) -> None:
     """This session runs the tenant's move (until it ends); `conflict` if another runs it now."""
     if not await conn.fetchval("SELECT pg_try_advisory_lock(hashtext('engram.move'), hashtext($1))", tenant_id):
@@ -103,11 +110,12 @@ async def record(conn: asyncpg.Connection, move_id: int, step: str, error: str |
 
 
 @timed
-async def finish(conn: asyncpg.Connection, move_id: int) -> None:
+async def finish(conn: asyncpg.Connection, move_id: int, step: str = "finished") -> None:
+    """The move ended: `finished` (its source dropped) or `aborted` (its target's copy dropped)."""
     await conn.execute(
-        "UPDATE engram.tenant_moves SET step = 'finished', error = NULL, updated_at = now(), finished_at = now()"
-        " WHERE id = $1",
+        "UPDATE engram.tenant_moves SET step = $2, error = NULL, updated_at = now(), finished_at = now() WHERE id = $1",
         move_id,
+        step,
     )
 
 
@@ -309,9 +317,20 @@ async def unpublish(conn: asyncpg.Connection, tenant: Tenant) -> None:
 
 
 @timed
+async def reopen(conn: asyncpg.Connection, tenant: Tenant) -> None:
+    """On the source of an abandoned move (never switched): the mark table dropped, the tenant
+    role's privileges as the tenant steps grant them, the fence lifted."""
+    async with conn.transaction():
+        await conn.execute(f"DROP TABLE IF EXISTS {tenant.schema}.{MARK}")
+        await conn.execute("SELECT engram.grant_tenant_tables($1)", tenant.schema)
+        await conn.execute("UPDATE engram.tenants SET fenced = NULL WHERE id = $1::uuid", tenant.id)
+
+
+@timed
 async def drop_source(conn: asyncpg.Connection, tenant: Tenant, cell: str) -> None:
-    """On the source after the grace period: the tenant's graph, tables and role; its cell row too
-    (on `main` that row is the directory's, kept)."""
+    """On a cell the tenant no longer lives on (the source after the grace period, or the target
+    of an abandoned move): the tenant's graph, tables and role; its cell row too (on `main` that
+    row is the directory's, kept)."""
     async with conn.transaction():
         if await conn.fetchval("SELECT count(*) FROM ag_catalog.ag_graph WHERE name = $1::name", tenant.schema):
             await conn.execute("SELECT ag_catalog.drop_graph($1, true)", tenant.schema)

@@ -91,6 +91,20 @@ def _start(root: Chroot, name: str, port: int) -> None:
     root.pg_start(data, f"{_BASE}/{name}.log", port)
 
 
+def _started(root: Chroot, name: str, port: int, *, remake: bool) -> bool:
+    """Start cluster `name`; False if its data would not start (a throw-away cluster, `fsync` off,
+    that a crash of the machine left damaged) and `remake`: it is deleted then, to be made anew."""
+    try:
+        _start(root, name, port)
+    except ProvisionError as failed:
+        if not remake or _port_open(port):
+            raise
+        root.say(f"local cell {name} did not start; making it anew: {str(failed)[-300:]}")
+        drop(name)
+        return False
+    return True
+
+
 def _data(root: Chroot, name: str) -> Path:
     return root.root / _BASE.lstrip("/") / name
 
@@ -106,7 +120,8 @@ def cluster(name: str, *, port: int) -> Cluster:
     _check_name(name)
     root, state = _state()
     data = _data(root, name)
-    if not (data / "PG_VERSION").exists():
+    fresh = not (data / "PG_VERSION").exists()
+    if fresh:
         data.mkdir(parents=True, exist_ok=True)
         pwfile = root.root / "tmp" / f"engram-pw-{name}"
         pwfile.write_text(state.admin_password)
@@ -123,7 +138,8 @@ def cluster(name: str, *, port: int) -> Cluster:
             pwfile.unlink(missing_ok=True)
         with (data / "postgresql.conf").open("a") as conf:
             conf.write(_SETTINGS)
-    _start(root, name, port)
+    if not _started(root, name, port, remake=not fresh):
+        return cluster(name, port=port)  # made anew
     made = Cluster(name, port, state)
     asyncio.run(_prepare_database(LocalState(state.kind, port, state.admin_password, state.app_password)))
     return made
@@ -134,7 +150,8 @@ def standby(primary: Cluster, *, name: str, port: int) -> Cluster:
     _check_name(name)
     root, state = _state()
     data = _data(root, name)
-    if not (data / "PG_VERSION").exists():
+    fresh = not (data / "PG_VERSION").exists()
+    if fresh:
         data.mkdir(parents=True, exist_ok=True)
         _run(root.in_root("chown", "-R", "postgres:postgres", _BASE))
         source = f"host=127.0.0.1 port={primary.port} user=postgres password={state.admin_password}"
@@ -144,7 +161,8 @@ def standby(primary: Cluster, *, name: str, port: int) -> Cluster:
                 "-c", "fast", user="postgres",
             )
         )  # fmt: skip
-    _start(root, name, port)
+    if not _started(root, name, port, remake=not fresh):
+        return standby(primary, name=name, port=port)  # made anew
     return Cluster(name, port, state)
 
 

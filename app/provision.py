@@ -238,21 +238,21 @@ class Chroot:
         if self.running():
             return
         self.say(f"starting PostgreSQL on 127.0.0.1:{state.port} ...")
-        if self._clear_stale_lock():
-            self.say("it was not stopped cleanly: recovering first (minutes for a large data directory) ...")
         self.pg_start(PG_DATA, "/var/lib/engram/postgres.log", state.port)
 
     def pg_start(self, data: str, log: str, port: int) -> None:
         """Start the cluster in `data` (a path inside the root) on `port`, waiting out a recovery."""
+        if self._clear_stale_lock(data):
+            self.say("it was not stopped cleanly: recovering first (minutes for a large data directory) ...")
         pg_ctl = f"{PG_BIN}/pg_ctl"
         waiting = ["-w", "-t", str(START_SECONDS)]
         _run(self.in_root(pg_ctl, "-D", data, "-l", log, *waiting, "-o", f"-p {port}", "start", user="postgres"))
         _wait_for_port(port)
 
-    def _clear_stale_lock(self) -> bool:
-        """Remove a lock file a killed server left, whose process id may now be another program's
-        (PostgreSQL refuses to start then); True if there was one."""
-        lock = self._data() / "postmaster.pid"
+    def _clear_stale_lock(self, data: str) -> bool:
+        """Remove a lock file a killed server left in `data`, whose process id may now be another
+        program's (PostgreSQL refuses to start then); True if there was one."""
+        lock = self.root / data.lstrip("/") / "postmaster.pid"
         try:
             pid = int(lock.read_text().split("\n", 1)[0])
         except (FileNotFoundError, ValueError):

@@ -1,13 +1,19 @@
-"""The local clusters the tests of several cells run on: separate clusters, and a standby that
-replays its primary."""
+"""The local clusters the tests of several cells run on: separate clusters, a standby that
+replays its primary, and a throw-away cluster that comes back after a kill or damage."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
 
 import asyncpg
 
 from app import localcells
+from app.provision import Chroot
 from tests.cells_fixtures import CellDatabase
 
 
@@ -48,3 +54,37 @@ def test_cells_are_separate_clusters_and_the_standby_replays(
         )
 
     asyncio.run(check())
+
+
+def test_a_killed_or_damaged_throw_away_cluster_comes_back(cell_b: CellDatabase) -> None:
+    """Killed with its lock file naming a live process, it recovers; damaged (its control file
+    gone, as a crash with `fsync` off may leave it), it is made anew."""
+    name, port = "scratch_crash", 55449
+    localcells.drop(name)
+    made = localcells.cluster(name, port=port)
+    url = made.url(admin=True, database="postgres")
+    try:
+        asyncio.run(_one(url, "CREATE TABLE kept (x int)"))
+        asyncio.run(_one(url, "CHECKPOINT"))  # commits are asynchronous here: on disk before the kill
+        data = Chroot().root / "var/lib/engram/clusters" / name
+        postmaster = int((data / "postmaster.pid").read_text().split("\n", 1)[0])
+        children = subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True, text=True).stdout.split()
+        other = subprocess.Popen(["sleep", "300"])
+        try:
+            os.kill(postmaster, signal.SIGKILL)
+            while any(Path(f"/proc/{pid}").exists() for pid in [postmaster, *children]):
+                time.sleep(0.1)
+            lines = (data / "postmaster.pid").read_text().split("\n")
+            (data / "postmaster.pid").write_text("\n".join([str(other.pid), *lines[1:]]))
+            localcells.cluster(name, port=port)
+        finally:
+            other.kill()
+            other.wait()
+        assert asyncio.run(_one(url, "SELECT to_regclass('kept') IS NOT NULL")) is True  # recovered, not remade
+
+        made.stop()
+        (data / "global" / "pg_control").unlink()
+        localcells.cluster(name, port=port)
+        assert asyncio.run(_one(url, "SELECT to_regclass('kept') IS NULL")) is True  # made anew, and serving
+    finally:
+        localcells.drop(name)

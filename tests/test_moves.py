@@ -51,7 +51,8 @@ async def _drop_subscriptions(url: str) -> None:
 @pytest.fixture(scope="module")
 def servers(db_settings: Settings, cells: dict[str, CellDatabase]) -> Iterator[tuple[Server, Server]]:
     """Two servers over the same cells: one writes, the other (a replica) keeps the old cell cached."""
-    env = {"ENGRAM_EMBEDDING_PROVIDER": "none", **_cell_env(cells)}
+    # reading back every acknowledged write, one call each, outruns the default 50 calls/s
+    env = {"ENGRAM_EMBEDDING_PROVIDER": "none", "ENGRAM_TENANT_RATE": "10000", **_cell_env(cells)}
     with serve(db_settings, **env) as first, serve(db_settings, **env) as second:
         yield first, second
 

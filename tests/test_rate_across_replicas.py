@@ -42,6 +42,19 @@ async def test_two_replicas_admit_one_burst_between_them(db_settings: Settings):
         assert refused == 4 * BURST - admitted
 
 
+async def test_a_replica_does_not_lease_away_what_another_needs_now(db_settings: Settings):
+    """A lease of a whole burst (rate x lease over it) would leave the next replica's first call
+    refused though the tenant is far under its rate: a lease is at most a quarter of the burst."""
+    tenant_id = str(uuid.uuid4())
+    async with (
+        open_database(db_settings.runtime_dsn()) as one,
+        open_database(db_settings.runtime_dsn()) as two,
+    ):
+        replicas = [SharedBuckets(db, lease_seconds=1) for db in (one, two)]  # rate x 1 s = 100: over the burst
+        waits = [await replicas[i % 2].take(tenant_id, 100, 10) for i in range(8)]  # 8 calls, burst 10
+    assert waits == [0.0] * 8
+
+
 async def test_replicas_never_take_more_than_the_bucket_holds(db_settings: Settings):
     """Many takers of one tenant's bucket at once, each leasing several calls' worth: the tokens they
     get in total are the burst, not more."""

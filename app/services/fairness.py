@@ -76,7 +76,8 @@ class Buckets:
 
 class SharedBuckets:
     """Each tenant's token bucket kept in the database, so that its rate holds whichever replicas
-    serve it. A replica takes `lease_seconds` of the rate at a time (at least one call's worth) and
+    serve it. A replica takes `lease_seconds` of the rate at a time (at least one call's worth, at
+    most a quarter of the burst) and
     spends it locally until it is used up or that time has passed: at a high rate most calls do
     not ask the database, at a low one each does (one short statement). Tokens never come from
     anywhere but the shared bucket, so replicas together never exceed it; a lease one replica
@@ -108,7 +109,8 @@ class SharedBuckets:
         async with asking:
             if self._spend(tenant_id):  # another call's lease came meanwhile
                 return 0.0
-            want = max(1, min(burst, int(rate * self.lease_seconds)))
+            # at most a quarter of the burst: a replica never takes what the others need right now
+            want = max(1, min(burst // 4, int(rate * self.lease_seconds)))
             granted, wait = await store.take_tokens(self.db, tenant_id, want, rate, burst)
             if granted == 0:
                 return wait

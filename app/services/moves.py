@@ -153,14 +153,19 @@ class Mover:
         assert found is not None
         return found
 
+    async def _claimed(self, control: moves.Connection, key: str, doing: str) -> tuple[Tenant, Move]:
+        """Tenant `key` and its unfinished move, claimed by this connection; `not_found` if none."""
+        tenant, _ = await self._resolve(control, key, None)
+        await moves.claim(control, tenant.id)
+        tenant, move = await self._resolve(control, key, None)
+        if move is None:
+            raise EngramError("not_found", f"tenant {key!r} has no move to {doing}")
+        return tenant, move
+
     async def finish(self, key: str) -> None:
         """Drop the source of tenant `key`'s switched move now, not waiting out the grace period."""
         async with moves.connect(self.control) as control:
-            tenant, _ = await self._resolve(control, key, None)
-            await moves.claim(control, tenant.id)
-            _, move = await self._resolve(control, key, None)
-            if move is None:
-                raise EngramError("not_found", f"tenant {key!r} has no move to finish")
+            _, move = await self._claimed(control, key, "finish")
             if move.step != SWITCHED:
                 raise EngramError("conflict", f"the move of {key!r} is at step {move.step}: run it to its end first")
             await self._cleanup(control, move)
@@ -170,11 +175,7 @@ class Mover:
         dropped, the source's fence lifted; the tenant stays where it is, served as before. Each
         part may be run again, so an abort stopped part-way is ended by running it again."""
         async with moves.connect(self.control) as control:
-            tenant, _ = await self._resolve(control, key, None)
-            await moves.claim(control, tenant.id)
-            tenant, move = await self._resolve(control, key, None)
-            if move is None:
-                raise EngramError("not_found", f"tenant {key!r} has no move to abort")
+            tenant, move = await self._claimed(control, key, "abort")
             if move.switched_at is not None or tenant.cell != move.source:
                 raise EngramError(
                     "conflict",

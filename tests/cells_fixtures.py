@@ -1,5 +1,6 @@
 """Fixtures of several clusters (app/localcells.py): cells `b` and `c` and a streaming standby of
-`b`, each with this suite's own database (ENGRAM_TEST_DB), made afresh and migrated once per run.
+`b`, each with this suite's own database (ENGRAM_TEST_DB), made afresh and migrated once per run
+and dropped at its end.
 
 tests/conftest.py registers them (`pytest_plugins`); where the local clusters cannot run (no
 trixie root, not root), the tests that ask for them skip.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 
+import asyncpg
 import pytest
 
 from app import localcells, provision
@@ -45,14 +47,37 @@ def _fresh(cluster: localcells.Cluster, settings: Settings) -> CellDatabase:
     return cell
 
 
+def _drop(cell: CellDatabase) -> None:
+    """This suite's database on the cell dropped at the end of the run, as the control database is
+    (with the replication slots a stopped move may have left on it)."""
+
+    async def drop() -> None:
+        server = await asyncpg.connect(cell.cluster.url(admin=True, database="postgres"))
+        try:
+            await server.execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+                " WHERE database = $1 AND NOT active",
+                TEST_DB,
+            )
+        finally:
+            await server.close()
+        await provision.drop_database(cell.cluster.url(admin=True), TEST_DB)
+
+    asyncio.run(drop())
+
+
 @pytest.fixture(scope="session")
 def cell_b(db_settings: Settings) -> Iterator[CellDatabase]:
-    yield _fresh(_cluster("b"), db_settings)
+    cell = _fresh(_cluster("b"), db_settings)
+    yield cell
+    _drop(cell)
 
 
 @pytest.fixture(scope="session")
 def cell_c(db_settings: Settings) -> Iterator[CellDatabase]:
-    yield _fresh(_cluster("c"), db_settings)
+    cell = _fresh(_cluster("c"), db_settings)
+    yield cell
+    _drop(cell)
 
 
 @pytest.fixture(scope="session")

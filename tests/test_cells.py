@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import asyncpg
 import pytest
 
-from app import localcells
+from app import localcells, provision
 from app.config import Settings
 from app.observability import metrics
+from app.pooler import PgBouncer
 from app.store.database import STANDBY_PROBE_SECONDS, Database, Tenant, Unavailable
 from tests.cells_fixtures import CellDatabase
+from tests.helpers import TEST_DB, free_port
 
 
 async def _fetchval(url: str, query: str, *args: object) -> object:
@@ -214,13 +216,38 @@ async def _on_standby(db: Database, tenant: Tenant, standby: CellDatabase) -> No
             await asyncio.sleep(STANDBY_PROBE_SECONDS if primary else 0)
 
 
+@pytest.fixture(params=["direct", "pgbouncer"])
+def reach(request: pytest.FixtureRequest) -> Iterator[Callable[[CellDatabase], str]]:
+    """How a server reaches a cell or standby: directly, or through a PgBouncer in transaction mode
+    of its own (two server connections), as a deployment with a pooler per cluster does."""
+    if request.param == "direct":
+        yield lambda cell: cell.url
+        return
+    state = provision.LocalState.load()
+    assert state is not None
+    started: list[PgBouncer] = []
+
+    def through(cell: CellDatabase) -> str:
+        bouncer = PgBouncer(free_port(), cell.cluster.port, {provision.APP_ROLE: state.app_password})
+        try:
+            bouncer.start()
+        except provision.ProvisionError as exc:
+            pytest.skip(str(exc))
+        started.append(bouncer)
+        return bouncer.url(provision.APP_ROLE, TEST_DB)
+
+    yield through
+    for bouncer in started:
+        bouncer.stop()
+
+
 async def test_reads_go_to_the_standby_and_a_writer_reads_its_own_writes(
-    db_settings: Settings, cells: dict[str, CellDatabase], standby_b: CellDatabase
+    db_settings: Settings, cells: dict[str, CellDatabase], standby_b: CellDatabase, reach: Callable[[CellDatabase], str]
 ) -> None:
     await _directory(db_settings, "UPDATE engram.cells SET state = 'draining' WHERE name = 'c'")
     b, standby = cells["b"], standby_b
     # lag is tested below; here a paused standby must stay in use
-    db = _database(db_settings, {"b": b.url, "c": cells["c"].url}, {"b": standby.url}, max_lag=3600)
+    db = _database(db_settings, {"b": reach(b), "c": cells["c"].url}, {"b": reach(standby)}, max_lag=3600)
     await db.open()
     standby_admin = await asyncpg.connect(standby.cluster.url(admin=True, database="postgres"))
     try:

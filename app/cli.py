@@ -662,17 +662,15 @@ def cmd_audit(args: argparse.Namespace) -> None:
             )
         return
     if args.action == "cleanup":  # on every cell: a tenant's audit rows are written on its cell
-        settings = _with_database(_settings())
-        days = settings.audit_retention_days
-        for name, removed in _every_cell(lambda c: audit.cleanup(c, days)):
-            print(
-                f"removed {removed} audit rows older than {days} days" + (f" on cell {name}" if settings.cells else "")
-            )
+        days = _settings().audit_retention_days
+        done = _every_cell(lambda c: audit.cleanup(c, days))
+        for name, removed in done:
+            where = f" on cell {name}" if len(done) > 1 else ""
+            print(f"removed {removed} audit rows older than {days} days{where}")
         return
     since = datetime.now(UTC) - timedelta(days=args.days) if args.days else None
     pages = _every_cell(lambda c: audit.admin_page(c, args.tenant, args.limit, since))
-    rows = sorted((row for _, page in pages for row in page), key=lambda r: r.at, reverse=True)
-    for row in rows[: args.limit]:
+    for row in audit.newest(args.limit, (row for _, page in pages for row in page)):
         print(
             f"{row.at:%Y-%m-%d %H:%M:%S}\t{row.tenant}\t{row.subject}\t{row.tool}\t"
             f"{len(row.affected)} changed\t{row.duration_ms:.1f} ms\t{row.request_id}"
@@ -683,7 +681,7 @@ def cmd_usage(args: argparse.Namespace) -> None:
     from app.store import audit
 
     found = _every_cell(lambda c: audit.usage(c, args.tenant, args.days))
-    for r in sorted((r for _, rows in found for r in rows), key=lambda r: (-r.day.toordinal(), r.tenant, -r.calls)):
+    for r in audit.in_order(r for _, rows in found for r in rows):
         print(f"{r.day}\t{r.tenant}\t{r.tool}\t{r.calls} calls\t{r.errors} errors")
 
 

@@ -140,7 +140,7 @@ def test_db_status_and_url(db_settings):
 
 def test_db_up_starts_a_killed_server_whose_lock_names_a_live_process(db_settings):
     """A machine restored from a snapshot holds the lock file of a server killed mid-work, and its
-    process id may belong to another program now: PostgreSQL would refuse to start over it."""
+    process id may belong to another program now; the start waits out the recovery, however long."""
     if os.environ.get("ENGRAM_DATABASE_URL"):
         pytest.skip("the database is external: this test kills and starts the local one")
     backend = provision.Chroot()

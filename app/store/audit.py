@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
@@ -113,8 +113,13 @@ async def admin_page(
             since,
             limit,
         )
-        found = heapq.nlargest(limit, [*found, *(AdminAuditRow(*r) for r in rows)], key=lambda r: (r.at, r.id))
+        found = newest(limit, [*found, *(AdminAuditRow(*r) for r in rows)])
     return found
+
+
+def newest(limit: int, rows: Iterable[AdminAuditRow]) -> list[AdminAuditRow]:
+    """The newest `limit` of `rows` (of one database's tenants, or merged from several cells)."""
+    return heapq.nlargest(limit, rows, key=lambda r: (r.at, r.id))
 
 
 @timed
@@ -149,4 +154,9 @@ async def usage(conn: asyncpg.Connection, tenant_key: str | None, days: int) -> 
             days,
         )
         found += [UsageRow(*r) for r in rows]
-    return sorted(found, key=lambda r: (-r.day.toordinal(), r.tenant, -r.calls))
+    return in_order(found)
+
+
+def in_order(rows: Iterable[UsageRow]) -> list[UsageRow]:
+    """Usage rows newest day first, then by tenant, then busiest tool first (also rows merged from cells)."""
+    return sorted(rows, key=lambda r: (-r.day.toordinal(), r.tenant, -r.calls))

@@ -74,6 +74,10 @@ def server_env(settings: Settings, port: int, **extra: str) -> dict[str, str]:
         # write made as soon as it returns, on however loaded a machine. The production budget is
         # tested where it is set (tests/test_embedding_pool.py); the benchmarks measure with it.
         "ENGRAM_EMBED_WRITE_BUDGET_MS": "10000",
+        # The suite reads records: its servers declare output schemas, so every native answer carries
+        # the complete record as structured content beside its concise text. The answers a default
+        # server gives (text only) are tested in tests/test_answers.py and tests/test_tool_list.py.
+        "ENGRAM_TOOL_OUTPUT_SCHEMAS": "true",
         **extra,
     }
 

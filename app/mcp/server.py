@@ -58,7 +58,9 @@ USAGE = {
   restore_entities.
 - Duplicates: find_duplicates proposes pairs; merge_entities folds one into another, keeping its
   name as an alias; add_aliases records other names an entity answers to.
-- Lists are paged: pass `next_cursor` back as `cursor`.
+- Answers are short lines: an entity by its name (which every tool takes as a handle), an episode
+  by `#id`. `detail="full"` gives the complete record as JSON; `max_tokens` bounds an answer's
+  size (what does not fit is counted, with a cursor). Lists are paged: pass the `cursor` back.
 """,
     "memory": """\
 - Look things up with search_nodes (text in names, types, observations) or open_nodes (exact

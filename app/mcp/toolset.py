@@ -16,13 +16,14 @@ from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
+from mcp.types import CallToolResult, ToolAnnotations
 from mcp.types import Tool as Listed
-from mcp.types import ToolAnnotations
 from pydantic import ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 from pydantic.fields import FieldInfo
 
 from app.auth.principal import Principal, principal_from_token
 from app.errors import EngramError
+from app.mcp.answers import Renderer, answer
 from app.observability.context import CALL, Call
 from app.services import models
 from app.services.calls import retrying, within
@@ -78,8 +79,12 @@ class ToolSet:
         answers_offline: bool = False,
         one_of: Sequence[str] = (),
         any_of: Sequence[str] = (),
+        render: Renderer | None = None,
     ) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
-        """Register a tool. `answers_offline`: the tool answers without waiting for the database (it
+        """Register a tool. `render`: the concise text of its answer (app/mcp/answers): the answer is
+        then that text, or the complete record as JSON when the call asks for `detail="full"`; a
+        tool without one (the drop-in dialects) answers as it returns.
+        `answers_offline`: the tool answers without waiting for the database (it
         bounds its own database work), so its admission does not read the tenant's limits either.
         `one_of` / `any_of`: arguments of which the call must give exactly one / at least one (the
         tool checks it; the schema says it)."""
@@ -118,7 +123,9 @@ class ToolSet:
                     _ended(call, "internal")
                     raise
                 _ended(call, "ok")
-                return result
+                if render is None:
+                    return result
+                return answer(result, render, kwargs.get("detail", "concise"), self.output_schemas)
 
             published = [p.replace(annotation=_as_text(p.annotation)) for p in list(signature.parameters.values())[1:]]
             run.__signature__ = signature.replace(parameters=published)  # type: ignore[attr-defined]
@@ -184,7 +191,8 @@ def lean(schema: Any, *, output: bool = False, compact: bool = False) -> Any:
     property and definition names (properties called `title` stay). In an output schema, defaults
     (which only inputs use) go too, and `anyOf: [{type: X}, {type: null}]` becomes `type: [X, null]`.
     `compact` (what a model needs to call the tool): an input's `{anyOf: [X, {type: null}], default:
-    null}` becomes X, an id's pattern `format: uuid`; a cursor (returned by the server, passed back
+    null}` becomes X, an id's pattern `format: uuid`; `type: string` goes beside an `enum` or a
+    `format: date-time`, which say it; a cursor (returned by the server, passed back
     as it came) loses its pattern, and the rules of `_unneeded` go. The arguments are still checked
     against the full rules, and a refusal names the field and the rule.
     """
@@ -213,6 +221,8 @@ def lean(schema: Any, *, output: bool = False, compact: bool = False) -> Any:
             out[key] = lean(value, output=output, compact=compact)
     if opaque:
         out.pop("maxLength", None)
+    if compact and out.get("type") == "string" and ("enum" in out or out.get("format") == "date-time"):
+        del out["type"]  # the values, or the format, say it
     branches = out.get("anyOf")
     if isinstance(branches, list) and len(branches) == 2 and {"type": "null"} in branches:
         other = next(b for b in branches if b != {"type": "null"})
@@ -256,9 +266,16 @@ class InvalidArguments(ValidationError):
 
 
 class _Arguments(FuncMetadata):
-    """The SDK's argument validation, with its refusals reported as `invalid` (field and rule, never the input)."""
+    """The SDK's argument validation, with its refusals reported as `invalid` (field and rule, never the
+    input); and an answer without structured content passed as it is (the output schema, when one is
+    listed, is what structured content is checked against: app/mcp/answers)."""
 
     known: frozenset[str] = frozenset()  # the argument names the tool takes, set at registration
+
+    def convert_result(self, result: Any) -> Any:
+        if isinstance(result, CallToolResult) and result.structured_content is None:
+            return result
+        return super().convert_result(result)
 
     def validate_arguments(self, arguments_to_validate: dict[str, Any]) -> dict[str, Any]:
         if unknown := sorted(arguments_to_validate.keys() - self.known):  # pydantic would drop them silently

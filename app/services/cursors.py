@@ -71,25 +71,28 @@ class Cursors:
         return ready[-1] if ready else next(iter(self._keys.values()))
 
     @staticmethod
-    def _mac(key: _Key, body: str) -> bytes:
-        return _b64(hmac.new(key.secret, body.encode(), hashlib.sha256).digest()[:18]).encode()
+    def _mac(key: _Key, tenant_id: str, listing: str, body: str) -> bytes:
+        """The signature binds the body to its tenant and listing, which the body need not carry:
+        a cursor is text a model reads back, so it is kept short (about 80 characters)."""
+        signed = f"{tenant_id}\n{listing}\n{body}".encode()
+        return _b64(hmac.new(key.secret, signed, hashlib.sha256).digest()[:18]).encode()
 
     def encode(self, tenant_id: str, listing: str, position: Any) -> str:
         key = self._signing_key()
-        body = _b64(orjson.dumps({"t": tenant_id, "l": listing, "p": position, "k": key.id, "i": int(time.time())}))
-        return f"{body}.{self._mac(key, body).decode()}"
+        body = _b64(orjson.dumps({"p": position, "k": key.id, "i": int(time.time())}))
+        return f"{body}.{self._mac(key, tenant_id, listing, body).decode()}"
 
     def decode(self, cursor: str, tenant_id: str, listing: str) -> Any:
-        payload = self._verified(cursor)
-        if payload is None or payload.get("t") != tenant_id or payload.get("l") != listing:
+        payload = self._verified(cursor, tenant_id, listing)
+        if payload is None:
             raise EngramError("invalid", "this cursor does not belong to this listing; start again without it")
         age = time.time() - payload.get("i", 0)
         if not -FUTURE_SLACK <= age <= self.max_age:
             raise EngramError("invalid", "this cursor has expired; start again without it")
         return payload.get("p")
 
-    def _verified(self, cursor: str) -> dict[str, Any] | None:
-        """The cursor's payload if a known key signed it exactly as it is; None otherwise."""
+    def _verified(self, cursor: str, tenant_id: str, listing: str) -> dict[str, Any] | None:
+        """The cursor's payload if a known key signed it exactly as it is, for this tenant and listing."""
         body, _, mac = cursor.partition(".")
         if not (body.isascii() and mac.isascii()):
             return None
@@ -101,4 +104,4 @@ class Cursors:
         key = self._keys.get(kid) if isinstance(kid, str) else None
         if key is None or not isinstance(payload.get("i"), int):
             return None
-        return payload if hmac.compare_digest(mac.encode(), self._mac(key, body)) else None
+        return payload if hmac.compare_digest(mac.encode(), self._mac(key, tenant_id, listing, body)) else None

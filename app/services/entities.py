@@ -20,6 +20,7 @@ from app.errors import EngramError
 from app.observability.context import CALL, REQUEST_ID
 from app.services import models
 from app.services.base import Service
+from app.services.budget import Budget
 from app.services.filters import EntityFilters
 from app.services.refs import choose, resolve
 from app.services.shapes import audit_entry, entity, found, history_entry, relation, summary
@@ -89,10 +90,11 @@ class Entities(Service):
         when: When = NOW,
         newest_first: bool = False,
         query: str | None = None,
+        budget: Budget | None = None,
     ) -> models.Entity:
         """One entity with the observations and relations that hold as `when` sees them; its
         observations oldest first, or `newest_first`, or nearest to `query` first (by meaning when
-        the query can be embedded, else by words)."""
+        the query can be embedded, else by words); of them, as many as fit `budget`."""
         cap = self.limits.max_results
         async with self.tx(who, readonly=True) as tx:
             order = relations.ObservationOrder(newest=newest_first, query=query)
@@ -116,7 +118,7 @@ class Entities(Service):
             if include_history:
                 entries = [history_entry(h) for h in await history.of_entity(tx, row.id, 20, None)]
         rels = None if got.relations is None else [relation(r) for r in got.relations[:cap]]
-        return entity(
+        whole = entity(
             row,
             aliases=list(got.entity.aliases),
             observations=[o.text for o in got.observations],
@@ -128,6 +130,7 @@ class Entities(Service):
             relations_truncated=got.relations is not None and len(got.relations) > cap,
             history=entries,
         )
+        return whole if budget is None else _fitted(whole, budget)
 
     async def update(
         self, who: Principal, ref: str, patch: models.EntityPatch, expected_version: int | None
@@ -447,3 +450,42 @@ def _texts(folded: Sequence[EntityIn]) -> list[str]:
 def hash_filters(filters: EntityFilters) -> str:
     """A short fingerprint of a listing's filters, so a cursor only continues the listing it came from."""
     return hashlib.sha256(orjson.dumps(filters, default=str)).hexdigest()[:16]
+
+
+_Part = models.Entity | models.ObservationRecord | models.Relation | models.HistoryEntry
+
+
+def _fitted(whole: models.Entity, budget: Budget) -> models.Entity:
+    """The entity with as many of its facts, then relations, then changes as fit `budget` (its own
+    fields first: a description too long for the budget is shortened)."""
+    parts: list[_Part] = [whole, *whole.observation_records, *(whole.relations or []), *(whole.history or [])]
+    kept = budget.take(parts, _part_text, _part_shortened)
+    head = kept[0]
+    assert isinstance(head, models.Entity)
+    records = [p for p in kept if isinstance(p, models.ObservationRecord)]
+    rels = [p for p in kept if isinstance(p, models.Relation)]
+    return head.model_copy(
+        update={
+            "observations": [o.text for o in records],
+            "observation_records": records,
+            "relations": None if whole.relations is None else rels,
+            "relations_truncated": whole.relations_truncated or len(rels) < len(whole.relations or []),
+            "history": None if whole.history is None else [p for p in kept if isinstance(p, models.HistoryEntry)],
+        }
+    )
+
+
+def _part_text(part: _Part) -> str:
+    if isinstance(part, models.Entity):
+        return part.description
+    if isinstance(part, models.ObservationRecord):
+        return part.text
+    return part.notes or "" if isinstance(part, models.Relation) else ""
+
+
+def _part_shortened(part: _Part, text: str) -> _Part:
+    if isinstance(part, models.Entity):
+        return part.model_copy(update={"description": text})
+    if isinstance(part, models.ObservationRecord):
+        return part.model_copy(update={"text": text})
+    return part.model_copy(update={"notes": text}) if isinstance(part, models.Relation) else part

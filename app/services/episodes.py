@@ -17,6 +17,7 @@ from app.auth.principal import Principal
 from app.errors import EngramError
 from app.services import refs
 from app.services.base import Service
+from app.services.budget import Budget
 from app.services.filters import moment
 from app.services.mentions import keys as name_keys
 from app.services.recall_models import Episode as EpisodeModel
@@ -103,8 +104,9 @@ class Episodes(Service):
         include_invalid: bool,
         limit: int,
         cursor: str | None,
+        budget: Budget | None = None,
     ) -> EpisodePage:
-        """Newest first by when they happened."""
+        """Newest first by when they happened; as many as fit `budget`, the rest from the cursor."""
         when = moment(as_of, include_invalid)
         key = orjson.dumps([entity, sources, since, until, as_of, include_invalid], default=str)
         listing = f"episodes:{hashlib.sha256(key).hexdigest()[:16]}"
@@ -126,12 +128,13 @@ class Episodes(Service):
                 limit=limit + 1,
                 before=before,
             )
-        page = rows[:limit]
+        page = [episode_model(r) for r in rows[:limit]]
+        shown = budget.take(page, _text, _shortened) if budget else page
         next_cursor = None
-        if len(rows) > limit:
-            last = page[-1]
+        if len(rows) > len(shown):
+            last = shown[-1]
             next_cursor = self.cursors.encode(tx.tenant.id, listing, [last.at.isoformat(), last.id])
-        return EpisodePage(episodes=[episode_model(r) for r in page], next_cursor=next_cursor)
+        return EpisodePage(episodes=shown, next_cursor=next_cursor, omitted=len(page) - len(shown))
 
     async def end(self, who: Principal, ids: Sequence[int], at: datetime | None, why: str | None) -> EpisodesChanged:
         """End episodes at `at` (default now): reads from then on no longer see them."""
@@ -150,3 +153,11 @@ class Episodes(Service):
         async with self.tx(who) as tx:
             gone = await episodes.delete(tx, list(dict.fromkeys(ids)))
         return EpisodesChanged(ids=gone, unchanged=[i for i in dict.fromkeys(ids) if i not in gone])
+
+
+def _text(episode: EpisodeModel) -> str:
+    return episode.text
+
+
+def _shortened(episode: EpisodeModel, text: str) -> EpisodeModel:
+    return episode.model_copy(update={"text": text})

@@ -30,6 +30,7 @@ from app.auth.principal import Principal
 from app.embeddings.provider import Vector
 from app.services import timespans
 from app.services.base import Service
+from app.services.budget import Budget
 from app.services.mentions import keys as name_keys
 from app.services.recall_models import EntityRef, Fact, FactRecord, Involved, RecallResult, RecallScores
 from app.services.search import CANDIDATES, RRF_K, WEB_SYNTAX, Search, pending_note, query_vector
@@ -60,6 +61,7 @@ class RecallQuery:
     scope: Scope = field(default_factory=Scope)
     limit: int = 10
     cursor: str | None = None
+    budget: Budget | None = None  # the facts that fit the caller's tokens; the rest from `next_cursor`
 
     def fingerprint(self) -> str:
         key = orjson.dumps([self.text, self.mode, *self.scope.params()], default=str)
@@ -114,16 +116,24 @@ class Recall(Service):
                 page = ranked[offset:depth]
                 shown = await recall.facts(tx, [d for c in page for d in (c.doc_id, *c.also)])
                 facts = [_fact(shown, c) for c in page if c.doc_id in shown]
+                fitting = q.budget.take(facts, _text, _shortened) if q.budget else facts
                 if vector is not None and (note := await pending_note(tx)):
                     notices.append(note)
         finally:
             if embedding is not None and not embedding.done():
                 embedding.cancel()
         mode: Mode = q.mode if vector is not None or q.mode == "keyword" else "keyword"
-        more = len(ranked) > depth and depth < self.limits.max_results
-        next_cursor = self.cursors.encode(tx.tenant.id, f"recall:{q.fingerprint()}", depth) if more else None
+        end = offset + len(fitting) if len(fitting) < len(facts) else depth
+        next_cursor = self._search.next_cursor(tx.tenant.id, f"recall:{q.fingerprint()}", len(ranked), end)
         named_refs = [EntityRef(id=e.id, name=e.name, type=e.type) for e in found if e.role == "named"]
-        return RecallResult(mode=mode, facts=facts, named=named_refs, next_cursor=next_cursor, notices=notices)
+        return RecallResult(
+            mode=mode,
+            facts=fitting,
+            named=named_refs,
+            next_cursor=next_cursor,
+            omitted=len(facts) - len(fitting),
+            notices=notices,
+        )
 
     @staticmethod
     async def _lift_in_time(
@@ -190,6 +200,14 @@ def _fuse(legs: dict[str, list[Ranked]]) -> list[_Candidate]:
         c.fused /= best_possible
     out.sort(key=lambda c: (-c.fused, c.doc_id))
     return out
+
+
+def _text(fact: Fact) -> str:
+    return fact.text
+
+
+def _shortened(fact: Fact, text: str) -> Fact:
+    return fact.model_copy(update={"text": text})
 
 
 def _ref(end: recall.End | None) -> EntityRef | None:

@@ -72,6 +72,7 @@ class EpisodesWritten(BaseModel):
 class EpisodePage(BaseModel):
     episodes: list[Episode]
     next_cursor: str | None = None
+    omitted: int = Field(0, description="Episodes of this page left out to keep within `max_tokens`.")
 
 
 class EpisodesChanged(BaseModel):
@@ -126,4 +127,7 @@ class RecallResult(BaseModel):
         default_factory=list, description="Entities the query names (their facts rank higher)."
     )
     next_cursor: str | None = Field(None, description="Pass as `cursor` for the next page; absent on the last.")
+    omitted: int = Field(
+        0, description="Facts of this page left out to keep within `max_tokens` (the cursor's page starts with them)."
+    )
     notices: list[str] = Field(default_factory=list, description="What limited this answer, if anything.")

@@ -27,6 +27,7 @@ from app.auth.principal import Principal
 from app.embeddings.provider import Vector
 from app.errors import EngramError
 from app.services.base import Limits, Service
+from app.services.budget import Budget, clip
 from app.services.cursors import Cursors
 from app.services.fairness import Fairness
 from app.services.filters import SearchFilters
@@ -57,6 +58,7 @@ class Query:
     min_score: float | None = None
     limit: int = 10
     cursor: str | None = None
+    budget: Budget | None = None  # the hits that fit the caller's tokens; the rest from `next_cursor`
 
     def fingerprint(self) -> str:
         key = orjson.dumps([self.text, self.mode, *self.filters.params(), *self.filters.fact_params(), self.min_score])
@@ -70,6 +72,18 @@ class _Candidate:
     scores: dict[str, float]
     docs: dict[str, int | None]
     fused: float = 0.0
+
+
+def _match_text(hit: SearchHit) -> str:
+    return hit.match.text
+
+
+def _shortened(hit: SearchHit, text: str) -> SearchHit:
+    """A hit too large for its budget: its matched text shortened, and its entity's description to as
+    many bytes (a hit is the two)."""
+    entity = hit.entity.model_copy(update={"description": clip(hit.entity.description, len(text.encode()))})
+    match = hit.match.model_copy(update={"text": text, "snippet": None})
+    return hit.model_copy(update={"entity": entity, "match": match})
 
 
 def _best_per_entity(rows: Sequence[Ranked]) -> list[Ranked]:
@@ -138,9 +152,17 @@ class Search(Service):
                 "and names only"
             )
         mode: Mode = q.mode if vector is not None or q.mode == "keyword" else "keyword"
-        more = len(ranked) > depth and depth < self.limits.max_results
-        next_cursor = self.cursors.encode(tenant.id, f"search:{q.fingerprint()}", depth) if more else None
-        return SearchResult(mode=mode, hits=hits, next_cursor=next_cursor, notices=notices)
+        shown = q.budget.take(hits, _match_text, _shortened) if q.budget else hits
+        end = offset + len(shown) if len(shown) < len(hits) else depth
+        next_cursor = self.next_cursor(tenant.id, f"search:{q.fingerprint()}", len(ranked), end)
+        return SearchResult(
+            mode=mode, hits=shown, next_cursor=next_cursor, omitted=len(hits) - len(shown), notices=notices
+        )
+
+    def next_cursor(self, tenant_id: str, listing: str, ranked: int, end: int) -> str | None:
+        """The cursor of the page starting at `end` of a ranking of `ranked` items; None when none is left."""
+        more = ranked > end and end < self.limits.max_results
+        return self.cursors.encode(tenant_id, listing, end) if more else None
 
     async def common_words(self, tx: Tx) -> list[str]:
         words = self._common.get(tx.tenant.id)

@@ -43,4 +43,7 @@ class SearchResult(BaseModel):
     mode: Mode = Field(description="The mode that ran (hybrid is keyword when no vectors can be made).")
     hits: list[SearchHit]
     next_cursor: str | None = Field(None, description="Pass as `cursor` for the next page; absent on the last.")
+    omitted: int = Field(
+        0, description="Hits of this page left out to keep within `max_tokens` (the cursor's page starts with them)."
+    )
     notices: list[str] = Field(default_factory=list, description="What limited this answer, if anything.")

@@ -277,6 +277,7 @@ async def by_words(
             FROM cand JOIN {{s}}.search_docs d ON d.id = cand.id, q
             WHERE true {_passes(7)}
         ) m, t
+        WHERE weight > 0
         ORDER BY share DESC, density DESC, id LIMIT $2
         """,
         query,

@@ -2,16 +2,20 @@
 
 # No `from __future__ import annotations`: the schemas use bounds known only at registration.
 from datetime import datetime
+from functools import partial
 from typing import Annotated, Literal
 
 from pydantic import Field
 
 from app.auth.principal import READ, WRITE, Principal
 from app.errors import EngramError
+from app.mcp import answers
+from app.mcp.answers import entities as shown
 from app.mcp.toolset import ADDITIVE, DESTRUCTIVE, READ_ONLY, ToolSet
 from app.services import Services, models
 from app.services.filters import EntityFilters, moment, time_range
 
+ENTITY_TOKENS = 4000  # room for one entity read whole: ~120 facts of a sentence each
 EntityId = models.Id | None
 EntityName = models.Ref | None
 
@@ -26,7 +30,7 @@ def register(tool: ToolSet, services: Services) -> None:
     batch = services.limits.max_batch
     cap = services.limits.max_results
 
-    @tool(WRITE, ADDITIVE, title="Save entities")
+    @tool(WRITE, ADDITIVE, title="Save entities", render=shown.upserted)
     async def upsert_entities(
         who: Principal,
         entities: Annotated[list[models.EntityIn], Field(min_length=1, max_length=batch)],
@@ -41,7 +45,7 @@ def register(tool: ToolSet, services: Services) -> None:
         """
         return await services.entities.upsert(who, entities, on_existing, source)
 
-    @tool(READ, READ_ONLY, title="Read an entity", one_of=("id", "name"))
+    @tool(READ, READ_ONLY, title="Read an entity", one_of=("id", "name"), render=shown.entity)
     async def get_entity(
         who: Principal,
         id: EntityId = None,
@@ -56,6 +60,8 @@ def register(tool: ToolSet, services: Services) -> None:
             Field(description="`relevant` needs `query`."),
         ] = "oldest",
         query: Annotated[models.LongText | None, Field(description="What the observations should answer.")] = None,
+        max_tokens: answers.MaxTokens = ENTITY_TOKENS,
+        detail: answers.DetailArg = "concise",
     ) -> models.Entity:
         """Read one entity by id or name (exact, else ignoring case; several match: `ambiguous`): fields,
         aliases, observations, relations, latest changes (`include_history`).
@@ -71,9 +77,12 @@ def register(tool: ToolSet, services: Services) -> None:
             when=moment(as_of, include_invalid),
             newest_first=observations_first == "newest",
             query=query.strip() if query is not None else None,
+            budget=answers.budget(max_tokens, detail, shown.entity_sizes),
         )
 
-    @tool(WRITE, DESTRUCTIVE, title="Edit an entity", one_of=("id", "name"))
+    @tool(
+        WRITE, DESTRUCTIVE, title="Edit an entity", one_of=("id", "name"), render=partial(shown.changed, verb="Changed")
+    )
     async def update_entity(
         who: Principal,
         changes: models.EntityPatch,
@@ -86,7 +95,7 @@ def register(tool: ToolSet, services: Services) -> None:
         """
         return await services.entities.update(who, one_ref(id, name), changes, expected_version)
 
-    @tool(WRITE, DESTRUCTIVE, title="Delete entities")
+    @tool(WRITE, DESTRUCTIVE, title="Delete entities", render=shown.removed)
     async def remove_entities(
         who: Principal,
         entities: Annotated[list[models.Ref], Field(min_length=1, max_length=batch, description="Ids or names.")],
@@ -96,7 +105,7 @@ def register(tool: ToolSet, services: Services) -> None:
         """
         return await services.entities.set_deleted(who, entities, True)
 
-    @tool(WRITE, ADDITIVE, title="Restore entities")
+    @tool(WRITE, ADDITIVE, title="Restore entities", render=partial(shown.changed, verb="Restored"))
     async def restore_entities(
         who: Principal,
         ids: Annotated[list[models.Id], Field(min_length=1, max_length=batch)],
@@ -106,7 +115,7 @@ def register(tool: ToolSet, services: Services) -> None:
         """
         return await services.entities.set_deleted(who, ids, False)
 
-    @tool(WRITE, ADDITIVE, title="Add facts")
+    @tool(WRITE, ADDITIVE, title="Add facts", render=partial(shown.observations_changed, verb="added"))
     async def append_observations(
         who: Principal, items: Annotated[list[models.NewObservations], Field(min_length=1, max_length=batch)]
     ) -> models.ObservationsResult:
@@ -115,7 +124,7 @@ def register(tool: ToolSet, services: Services) -> None:
         """
         return await services.entities.change_observations(who, items, add=True)
 
-    @tool(WRITE, DESTRUCTIVE, title="End facts")
+    @tool(WRITE, DESTRUCTIVE, title="End facts", render=partial(shown.observations_changed, verb="ended"))
     async def invalidate_observations(
         who: Principal,
         items: Annotated[list[models.ObservationsIn], Field(min_length=1, max_length=batch)],
@@ -127,7 +136,7 @@ def register(tool: ToolSet, services: Services) -> None:
         """
         return await services.entities.invalidate_observations(who, items, at, reason)
 
-    @tool(WRITE, DESTRUCTIVE, title="Delete facts")
+    @tool(WRITE, DESTRUCTIVE, title="Delete facts", render=partial(shown.observations_changed, verb="deleted"))
     async def remove_observations(
         who: Principal, items: Annotated[list[models.ObservationsIn], Field(min_length=1, max_length=batch)]
     ) -> models.ObservationsResult:
@@ -136,20 +145,21 @@ def register(tool: ToolSet, services: Services) -> None:
         """
         return await services.entities.change_observations(who, items, add=False)
 
-    @tool(READ, READ_ONLY, title="Entity history", one_of=("id", "name"))
+    @tool(READ, READ_ONLY, title="Entity history", one_of=("id", "name"), render=shown.history)
     async def entity_history(
         who: Principal,
         id: EntityId = None,
         name: EntityName = None,
         limit: Annotated[int, Field(ge=1, le=cap)] = 20,
         cursor: models.Cursor | None = None,
+        detail: answers.DetailArg = "concise",
     ) -> models.HistoryPage:
         """An entity's changes, newest first: when, who, what (fields old → new, facts, relations,
         merges).
         """
         return await services.entities.history(who, one_ref(id, name), limit, cursor)
 
-    @tool(READ, READ_ONLY, title="List entities")
+    @tool(READ, READ_ONLY, title="List entities", render=shown.found)
     async def find_entities(
         who: Principal,
         name_contains: models.Text | None = None,
@@ -170,6 +180,7 @@ def register(tool: ToolSet, services: Services) -> None:
         sort: Literal["recent", "name", "certainty"] = "recent",
         limit: Annotated[int, Field(ge=1, le=cap)] = 20,
         cursor: models.Cursor | None = None,
+        detail: answers.DetailArg = "concise",
     ) -> models.EntityPage:
         """List entities matching all filters; `name_contains` covers aliases, `text_contains` any text,
         `sources`/`since`/`until` the observations.

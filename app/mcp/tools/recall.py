@@ -2,12 +2,15 @@
 
 # No `from __future__ import annotations`: the schemas use bounds known only at registration.
 
+from functools import partial
 from typing import Annotated
 
 from pydantic import Field
 
 from app.auth.principal import READ, WRITE, Principal
 from app.errors import EngramError
+from app.mcp import answers
+from app.mcp.answers import facts
 from app.mcp.toolset import ADDITIVE, DESTRUCTIVE, READ_ONLY, ToolSet
 from app.services import Services, models
 from app.services.filters import RecallFilters, moment, time_range
@@ -18,6 +21,8 @@ from app.services.search_models import Mode
 QueryText = Annotated[models.LongText, Field(min_length=1, description="In plain words.")]
 EpisodeId = Annotated[int, Field(ge=1, le=2**63 - 1)]
 FactSince = Annotated[models.Moment | None, Field(description="Only facts since (episodes by `at`).")]
+RECALL_TOKENS = 1000  # a recall answer's default room: what a turn of conversation can spare
+LIST_TOKENS = 2000
 FactUntil = Annotated[models.Moment | None, Field(description="Only facts from before then.")]
 
 
@@ -25,7 +30,7 @@ def register(tool: ToolSet, services: Services) -> None:
     batch = services.limits.max_batch
     cap = services.limits.max_results
 
-    @tool(READ, READ_ONLY, title="Recall facts")
+    @tool(READ, READ_ONLY, title="Recall facts", render=facts.recall)
     async def recall(
         who: Principal,
         query: QueryText,
@@ -40,6 +45,8 @@ def register(tool: ToolSet, services: Services) -> None:
         include_invalid: models.IncludeInvalid = False,
         limit: Annotated[int, Field(ge=1, le=50)] = 10,
         cursor: Annotated[models.Cursor | None, Field(description="From `next_cursor`.")] = None,
+        max_tokens: answers.MaxTokens = RECALL_TOKENS,
+        detail: answers.DetailArg = "concise",
     ) -> RecallResult:
         """Answer a question from memory: facts ranked one by one (observations, relations, episodes,
         descriptions) with their entity, source and times. Use it before answering.
@@ -50,11 +57,12 @@ def register(tool: ToolSet, services: Services) -> None:
         scope = RecallFilters(
             types=types, sources=sources, since=since, until=until, when=moment(as_of, include_invalid)
         )
+        room = answers.budget(max_tokens, detail, facts.recall_sizes)
         return await services.recall.recall(
-            who, RecallQuery(text=query.strip(), mode=mode, scope=scope, limit=limit, cursor=cursor)
+            who, RecallQuery(text=query.strip(), mode=mode, scope=scope, limit=limit, cursor=cursor, budget=room)
         )
 
-    @tool(WRITE, ADDITIVE, title="Add episodes")
+    @tool(WRITE, ADDITIVE, title="Add episodes", render=facts.episodes_written)
     async def add_episodes(
         who: Principal,
         episodes: Annotated[list[EpisodeIn], Field(min_length=1, max_length=batch)],
@@ -65,7 +73,7 @@ def register(tool: ToolSet, services: Services) -> None:
         """
         return await services.episodes.add(who, episodes, source)
 
-    @tool(READ, READ_ONLY, title="List episodes")
+    @tool(READ, READ_ONLY, title="List episodes", render=facts.episodes)
     async def list_episodes(
         who: Principal,
         entity: Annotated[models.Ref | None, Field(description="Only those involving this entity.")] = None,
@@ -76,6 +84,8 @@ def register(tool: ToolSet, services: Services) -> None:
         include_invalid: models.IncludeInvalid = False,
         limit: Annotated[int, Field(ge=1, le=cap)] = 20,
         cursor: models.Cursor | None = None,
+        max_tokens: answers.MaxTokens = LIST_TOKENS,
+        detail: answers.DetailArg = "concise",
     ) -> EpisodePage:
         """Episodes, newest first, with their entities."""
         time_range(since, until)
@@ -89,9 +99,10 @@ def register(tool: ToolSet, services: Services) -> None:
             include_invalid=include_invalid,
             limit=limit,
             cursor=cursor,
+            budget=answers.budget(max_tokens, detail, facts.episode_sizes),
         )
 
-    @tool(WRITE, DESTRUCTIVE, title="End episodes")
+    @tool(WRITE, DESTRUCTIVE, title="End episodes", render=partial(facts.episodes_changed, verb="Ended"))
     async def invalidate_episodes(
         who: Principal,
         ids: Annotated[list[EpisodeId], Field(min_length=1, max_length=batch)],
@@ -101,7 +112,7 @@ def register(tool: ToolSet, services: Services) -> None:
         """Mark episodes as no longer holding from `at`, without deleting them."""
         return await services.episodes.end(who, ids, at, reason)
 
-    @tool(WRITE, DESTRUCTIVE, title="Delete episodes")
+    @tool(WRITE, DESTRUCTIVE, title="Delete episodes", render=partial(facts.episodes_changed, verb="Deleted"))
     async def remove_episodes(
         who: Principal, ids: Annotated[list[EpisodeId], Field(min_length=1, max_length=batch)]
     ) -> EpisodesChanged:

@@ -7,6 +7,7 @@ from pydantic import Field
 
 from app.auth.principal import WRITE, Principal
 from app.errors import EngramError
+from app.mcp.answers import entities as shown
 from app.mcp.toolset import ADDITIVE, DESTRUCTIVE, ToolSet
 from app.services import Services, models
 
@@ -14,7 +15,7 @@ from app.services import Services, models
 def register(tool: ToolSet, services: Services) -> None:
     batch = services.limits.max_batch
 
-    @tool(WRITE, ADDITIVE, title="Relate entities")
+    @tool(WRITE, ADDITIVE, title="Relate entities", render=shown.connected)
     async def connect_entities(
         who: Principal, relations: Annotated[list[models.RelationIn], Field(min_length=1, max_length=batch)]
     ) -> models.ConnectResult:
@@ -23,7 +24,7 @@ def register(tool: ToolSet, services: Services) -> None:
         """
         return await services.relations.connect(who, relations)
 
-    @tool(WRITE, DESTRUCTIVE, title="Delete relations", any_of=("relations", "ids"))
+    @tool(WRITE, DESTRUCTIVE, title="Delete relations", any_of=("relations", "ids"), render=shown.disconnected)
     async def disconnect_entities(
         who: Principal,
         relations: Annotated[list[models.RelationKey], Field(max_length=batch)] = [],  # noqa: B006
@@ -36,7 +37,7 @@ def register(tool: ToolSet, services: Services) -> None:
             raise EngramError("invalid", "give `relations` or `ids`")
         return await services.relations.disconnect(who, relations, ids)
 
-    @tool(WRITE, DESTRUCTIVE, title="End relations", any_of=("relations", "ids"))
+    @tool(WRITE, DESTRUCTIVE, title="End relations", any_of=("relations", "ids"), render=shown.relations_ended)
     async def invalidate_relations(
         who: Principal,
         relations: Annotated[list[models.RelationKey], Field(max_length=batch)] = [],  # noqa: B006

@@ -8,6 +8,8 @@ from pydantic import Field
 
 from app.auth.principal import READ, Principal
 from app.errors import EngramError
+from app.mcp import answers
+from app.mcp.answers import search as hits
 from app.mcp.toolset import READ_ONLY, ToolSet
 from app.services import Services
 from app.services.filters import SearchFilters, moment, time_range
@@ -26,11 +28,12 @@ from app.services.models import (
 from app.services.search import Query
 from app.services.search_models import Mode, SearchResult
 
+SEARCH_TOKENS = 1000
 QueryText = Annotated[LongText, Field(min_length=1, description="Any words.")]
 
 
 def register(tool: ToolSet, services: Services) -> None:
-    @tool(READ, READ_ONLY, name="search", title="Search memory")
+    @tool(READ, READ_ONLY, name="search", title="Search memory", render=hits.search)
     async def search_tool(
         who: Principal,
         query: QueryText,
@@ -51,9 +54,11 @@ def register(tool: ToolSet, services: Services) -> None:
         include_invalid: IncludeInvalid = False,
         limit: Annotated[int, Field(ge=1, le=50)] = 10,
         cursor: Annotated[Cursor | None, Field(description="From `next_cursor`.")] = None,
+        max_tokens: answers.MaxTokens = SEARCH_TOKENS,
+        detail: answers.DetailArg = "concise",
     ) -> SearchResult:
         """Find entities by meaning and words ("what do I know about X?"); keyword `mode` takes "a phrase",
-        `or`, `-word`. Hits carry a **marked** snippet and scores.
+        `or`, `-word`. Each hit: the entity and the text that matched.
         """
         time_range(since, until)
         if min_certainty is not None and max_certainty is not None and min_certainty > max_certainty:
@@ -79,5 +84,6 @@ def register(tool: ToolSet, services: Services) -> None:
                 min_score=min_score,
                 limit=limit,
                 cursor=cursor,
+                budget=answers.budget(max_tokens, detail, hits.hit_sizes),
             ),
         )

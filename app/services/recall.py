@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import orjson
 
@@ -50,6 +50,7 @@ CONTEXT_WEIGHT = 0.3  # the share of an episode's score each of the turns around
 CONTEXT_TURNS = 2  # turns before and after
 CONTEXT_GAP = timedelta(minutes=30)  # ... that happened within this of it
 CONTEXT_WINDOW = 100  # episodes, from the top of the ranking, that share their score
+EVENT_GAP = timedelta(days=1)  # "after X": from the day after X was said to happen
 FOLD_DISTANCE = 0.05  # cosine distance under which two facts say the same
 FOLD_WINDOW = 100  # facts compared for folding, from the top of the ranking
 
@@ -108,7 +109,10 @@ class Recall(Service):
                         within = recall.within(tx, model, vector, named, bridges, others, texts, q.scope)
                         legs["named"] = await within
                 ranked = _fuse(legs)
-                if spans := timespans.spans(q.text):
+                spans = timespans.spans(q.text, q.scope.when.at)
+                if (event := timespans.around(q.text)) and vector is not None:
+                    spans += await self._around(tx, *event, q.scope)
+                if spans:
                     await self._lift_in_time(tx, ranked, spans, texts)
                 ranked = await self._with_context(tx, ranked, q.scope)
                 if vector is not None and self.indexer.model is not None:
@@ -146,6 +150,22 @@ class Recall(Service):
             if at is not None and any(start <= at < end for start, end in spans):
                 c.fused *= 1 + TIME_LIFT
         ranked.sort(key=lambda c: (-c.fused, c.doc_id))
+
+    async def _around(self, tx: Tx, side: str, event: str, scope: Scope) -> list[tuple[datetime, datetime]]:
+        """The range before or after an event the question names, dated by the fact that best says it."""
+        model = self.indexer.model
+        vector, _ = await self.indexer.query_vector(tx.tenant, event)
+        if vector is None or model is None:
+            return []
+        best = await recall.by_vector(tx, model, vector, 1, scope)
+        at = (await recall.times(tx, [best[0].doc_id])).get(best[0].doc_id) if best else None
+        if at is None:
+            return []
+        return (
+            [(datetime.min.replace(tzinfo=UTC), at)]
+            if side == "before"
+            else [(at + EVENT_GAP, datetime.max.replace(tzinfo=UTC))]
+        )
 
     @staticmethod
     async def _with_context(tx: Tx, ranked: list[_Candidate], scope: Scope) -> list[_Candidate]:

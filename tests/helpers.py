@@ -3,6 +3,7 @@ readers of tool results. Fixtures are in conftest.py (which re-exports these for
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import socket
@@ -165,6 +166,23 @@ def ok(result: CallToolResult) -> dict[str, Any]:
     assert not result.is_error, result.content
     assert result.structured_content is not None
     return result.structured_content
+
+
+def record(result: CallToolResult) -> dict[str, Any]:
+    """The complete record of a successful call: its structured content, or its `detail="full"` text."""
+    assert not result.is_error, result.content
+    return result.structured_content or orjson.loads(text(result))
+
+
+async def embedded(client: Client, seconds: float = 60) -> None:
+    """Until every text the tenant holds has its embedding (rankings by meaning are then stable)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        r = record(await client.call_tool("recall", {"query": "anything", "limit": 1, "detail": "full"}))
+        if not any("no embedding" in n for n in r.get("notices", [])):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("texts still wait for their embeddings")
 
 
 def text(result: CallToolResult) -> str:

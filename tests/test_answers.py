@@ -7,7 +7,6 @@ through the SDK's client. The graph tools' answers: tests/test_answers_graph.py.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Server, error_code, ok, serve, text
+from tests.helpers import embedded
 
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -100,16 +100,6 @@ def _in_order(answer: str, needles: list[str]) -> None:
         at = found + len(n)
 
 
-async def settled(c: Any) -> None:
-    """Until every text written has its embedding (rankings by meaning are then stable)."""
-    for _ in range(600):
-        r = _record(await c.call_tool("recall", {"query": "anything", "limit": 1, "detail": "full"}))
-        if not any("no embedding" in n for n in r.get("notices", [])):
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError("texts still wait for their embeddings")
-
-
 ROOM = {t: {"max_tokens": 20_000} for t in ("recall", "search", "get_entity", "list_episodes")}
 READS = [
     ("recall", {"query": "What does Melanie do for fun?", "limit": 20}, lambda r: [f["text"] for f in r["facts"]]),
@@ -125,7 +115,7 @@ READS = [
 async def test_concise_and_full_name_the_same_items_in_the_same_order(plain, tenant, tool, args, items):
     async with plain.client(tenant) as c:
         await _seed(c)
-        await settled(c)
+        await embedded(c)
         full = await c.call_tool(tool, {**args, "detail": "full", **ROOM.get(tool, {})})
         concise = await c.call_tool(tool, {**args, **ROOM.get(tool, {})})
     record = _record(full)

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from app.services.timespans import around, spans
 from tests.conftest import ok
+from tests.helpers import embedded
 
 NOW = datetime(2026, 11, 28, 12, tzinfo=UTC)
 
@@ -51,6 +52,7 @@ async def test_recall_lifts_what_happened_when_the_question_says(client_for, ten
         ok(await c.call_tool("upsert_entities", {"entities": [{"name": "Ada", "type": "person"}]}))
         items = [{"entity": "Ada", "observations": [text], "valid_from": when} for text, when in facts]
         ok(await c.call_tool("append_observations", {"items": items}))
+        await embedded(c)
         firsts = {}
         for q in ("What did Ada do with her sister last week?", "What did Ada do with her sister two months ago?",
                   "What did Ada do with her sister last year?"):  # fmt: skip
@@ -68,6 +70,7 @@ async def test_recall_lifts_what_happened_before_an_event(client_for, tenant):
         ok(await c.call_tool("upsert_entities", {"entities": [{"name": "Ada", "type": "person"}]}))
         items = [{"entity": "Ada", "observations": [text], "valid_from": when} for text, when in facts]
         ok(await c.call_tool("append_observations", {"items": items}))
+        await embedded(c)
         before = ok(await c.call_tool("recall", {"query": "Where did Ada work before she moved to Lisbon?"}))
         after = ok(await c.call_tool("recall", {"query": "Where did Ada work after she moved to Lisbon?"}))
     work = [f["text"] for f in before["facts"] if "work" in f["text"]]

@@ -61,6 +61,7 @@ USAGE = {
 - Answers are short lines: an entity by its name (which every tool takes as a handle), an episode
   by `#id`. `detail="full"` gives the complete record as JSON; `max_tokens` bounds an answer's
   size (what does not fit is counted, with a cursor). Lists are paged: pass the `cursor` back.
+  Of an argument's listed values, the first is its default.
 """,
     "memory": """\
 - Look things up with search_nodes (text in names, types, observations) or open_nodes (exact

@@ -192,7 +192,8 @@ def lean(schema: Any, *, output: bool = False, compact: bool = False) -> Any:
     (which only inputs use) go too, and `anyOf: [{type: X}, {type: null}]` becomes `type: [X, null]`.
     `compact` (what a model needs to call the tool): an input's `{anyOf: [X, {type: null}], default:
     null}` becomes X, an id's pattern `format: uuid`; `type: string` goes beside an `enum` or a
-    `format: date-time`, which say it; a cursor (returned by the server, passed back
+    `format: date-time`, which say it, and an enum's default when it is its first value (the native
+    instructions say so); a cursor (returned by the server, passed back
     as it came) loses its pattern, and the rules of `_unneeded` go. The arguments are still checked
     against the full rules, and a refusal names the field and the rule.
     """
@@ -223,6 +224,8 @@ def lean(schema: Any, *, output: bool = False, compact: bool = False) -> Any:
         out.pop("maxLength", None)
     if compact and out.get("type") == "string" and ("enum" in out or out.get("format") == "date-time"):
         del out["type"]  # the values, or the format, say it
+    if compact and isinstance(out.get("enum"), list) and out["enum"] and out.get("default") == out["enum"][0]:
+        del out["default"]  # the instructions say: of listed values, the first is the default
     branches = out.get("anyOf")
     if isinstance(branches, list) and len(branches) == 2 and {"type": "null"} in branches:
         other = next(b for b in branches if b != {"type": "null"})

@@ -50,15 +50,24 @@ class Budget:
         return len(items)
 
     def take(self, items: Sequence[T], text: Callable[[T], str], shorten: Callable[[T, str], T]) -> list[T]:
-        """The leading items that fit; when not even the first does, the first with its text shortened
-        to fit, ending in a visible marker of how much was cut."""
+        """The leading items that fit; when not even the first does, the first with the longest
+        shortening of its text that fits, ending in a visible marker of how much was cut (at the
+        least, the marker alone: an answer with items shows one)."""
         n = self.fit(items)
         if n or not items:
             return list(items[:n])
-        first = items[0]
-        whole = text(first)
-        over = self.sizes([first])[0] - self.room
-        return [shorten(first, clip(whole, len(whole.encode()) - over))]
+        # Found by trying, since an item may print shorter than its text (a listing clips a long
+        # description): a handful of sizes, by bisection.
+        whole = text(items[0])
+        low, high, best = 0, len(whole.encode()), shorten(items[0], clip(whole, 0))
+        while low <= high:
+            mid = (low + high) // 2
+            item = shorten(items[0], clip(whole, mid))
+            if self.fit([item]):
+                best, low = item, mid + 1
+            else:
+                high = mid - 1
+        return [best]
 
 
 def clip(text: str, max_bytes: int) -> str:

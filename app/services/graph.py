@@ -16,6 +16,7 @@ from app.auth.principal import Principal
 from app.observability import metrics
 from app.services import models
 from app.services.base import Service
+from app.services.budget import Budget, clip
 from app.services.refs import resolve
 from app.services.shapes import relation, summary
 from app.store import entities, history, overview, relations, traversal
@@ -256,7 +257,9 @@ class Graph(Service):
         types: list[str] | None,
         limit: int,
         when: When = NOW,
+        budget: Budget | None = None,
     ) -> models.NeighborsResult:
+        """Nearest first; as many as fit `budget` (`omitted` counts the rest)."""
         async with self.tx(who, readonly=True) as tx:
             start = (await resolve(tx, [ref]))[ref]
             reached, cut = await walk(tx, [start.gid], depth, direction, types, limit + 1, self._bounds, when=when)
@@ -264,14 +267,26 @@ class Graph(Service):
             # Each node's parent was reached before it: the start and the kept nodes are every end.
             rows = await traversal.reached(tx, [(start.gid, None), *((r.gid, r.via) for r in kept)], types, when)
         rows[start.gid] = (start, None)
+        head = summary(start)
+        found = [
+            models.Neighbor(entity=summary(rows[r.gid][0]), depth=r.depth, via=_step(r.via, r.gid, rows))
+            for r in kept
+            if _shown(r.via, r.gid, rows)
+        ]
+        shown = found
+        if budget:  # the start counts too: the complete record carries it whole
+            walked: list[models.EntitySummary | models.Neighbor] = [head, *found]
+            fit = budget.take(walked, _walk_text, _walk_shortened)
+            first = fit[0] if fit else None
+            head = (
+                first if isinstance(first, models.EntitySummary) else _entity_shortened(head, clip(head.description, 0))
+            )
+            shown = [n for n in fit if isinstance(n, models.Neighbor)]
         return models.NeighborsResult(
-            start=summary(start),
-            neighbors=[
-                models.Neighbor(entity=summary(rows[r.gid][0]), depth=r.depth, via=_step(r.via, r.gid, rows))
-                for r in kept
-                if _shown(r.via, r.gid, rows)
-            ],
+            start=head,
+            neighbors=shown,
             truncated=_truncated("walk", cut or len(reached) > limit),
+            omitted=len(found) - len(shown),
         )
 
     async def path(
@@ -322,7 +337,10 @@ class Graph(Service):
         max_nodes: int,
         max_relations: int,
         when: When = NOW,
+        budget: Budget | None = None,
     ) -> models.SubgraphResult:
+        """The entities, then the relations among them; as many as fit `budget`, the relations only
+        among the entities kept (`omitted` counts the rest)."""
         async with self.tx(who, readonly=True) as tx:
             starts = await resolve(tx, list(dict.fromkeys(refs)))
             gids = list(dict.fromkeys(r.gid for r in starts.values()))
@@ -331,10 +349,19 @@ class Graph(Service):
             gids += [r.gid for r in reached[:room]]
             rels = await relations.among(tx, gids, either_end=False, limit=max_relations + 1, when=when)
             rows = await entities.by_gids(tx, gids)
+        found = [summary(rows[g]) for g in gids if g in rows]
+        links = [relation(r) for r in rels[:max_relations]]
+        kept, among = found, links
+        if budget:
+            kept = budget.take(found, _entity_text, _entity_shortened)
+            ids = {e.id for e in kept}
+            among = [r for r in links if r.from_id in ids and r.to_id in ids]
+            among = among[: budget.fit([*kept, *among]) - len(kept)]
         return models.SubgraphResult(
-            entities=[summary(rows[g]) for g in gids if g in rows],
-            relations=[relation(r) for r in rels[:max_relations]],
+            entities=kept,
+            relations=among,
             truncated=_truncated("walk", cut or len(reached) > room or len(rels) > max_relations),
+            omitted=len(found) + len(links) - len(kept) - len(among),
         )
 
     async def hierarchy(self, who: Principal) -> models.HierarchyResult:
@@ -436,6 +463,26 @@ class Graph(Service):
             ],
             relations=[relation(r) for r in rels],
         )
+
+
+def _entity_text(e: models.EntitySummary) -> str:
+    return e.description
+
+
+def _entity_shortened(e: models.EntitySummary, description: str) -> models.EntitySummary:
+    return e.model_copy(update={"description": description})
+
+
+def _walk_text(item: models.EntitySummary | models.Neighbor) -> str:
+    return item.entity.description if isinstance(item, models.Neighbor) else item.description
+
+
+def _walk_shortened(
+    item: models.EntitySummary | models.Neighbor, description: str
+) -> models.EntitySummary | models.Neighbor:
+    if isinstance(item, models.Neighbor):
+        return item.model_copy(update={"entity": _entity_shortened(item.entity, description)})
+    return _entity_shortened(item, description)
 
 
 def _truncated(what: str, cut: bool) -> bool:

@@ -427,6 +427,7 @@ class NeighborsResult(BaseModel):
     truncated: bool = Field(
         description="`limit` or a server bound (a hub) cut the walk: narrow it with `relation_types` or `direction`."
     )
+    omitted: int = Field(0, description="Neighbours found but left out: they did not fit `max_tokens`.")
 
 
 class PathResult(BaseModel):
@@ -444,6 +445,7 @@ class SubgraphResult(BaseModel):
     entities: list[EntitySummary]
     relations: list[Relation]
     truncated: bool
+    omitted: int = Field(0, description="Entities and relations found but left out: they did not fit `max_tokens`.")
 
 
 class HierarchyNode(BaseModel):

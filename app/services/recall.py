@@ -53,6 +53,8 @@ CONTEXT_WINDOW = 100  # episodes, from the top of the ranking, that share their 
 EVENT_GAP = timedelta(days=1)  # "after X": from the day after X was said to happen
 FOLD_DISTANCE = 0.05  # cosine distance under which two facts say the same
 FOLD_WINDOW = 100  # facts compared for folding, from the top of the ranking
+SPREAD = 0.0  # how much a fact yields to a better one it is like (maximal marginal relevance)
+SPREAD_FLOOR = 0.6  # likeness below which two facts do not count as alike
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,21 +187,47 @@ class Recall(Service):
         return sorted(by_id.values(), key=lambda c: (-c.fused, c.doc_id))
 
     async def _fold(self, tx: Tx, ranked: list[_Candidate], upto: int) -> None:
-        """Fold each fact that says what a better one says (near-identical embedding) into it, in place."""
+        """In place: fold each fact that says what a better one says (near-identical embedding) into
+        it; then, among the first facts, let each yield to the facts above it in proportion to how
+        alike they are (maximal marginal relevance), so an answer's first lines say different things."""
         window = ranked[: min(FOLD_WINDOW, 2 * upto)]
         assert self.indexer.model is not None
-        pairs = await recall.near_duplicates(tx, self.indexer.model, [c.doc_id for c in window], FOLD_DISTANCE)
+        floor = min(1 - FOLD_DISTANCE, SPREAD_FLOOR) if SPREAD else 1 - FOLD_DISTANCE
+        pairs = await recall.similar(tx, self.indexer.model, [c.doc_id for c in window], floor)
         if not pairs:
             return
         by_id = {c.doc_id: c for c in window}
         position = {c.doc_id: i for i, c in enumerate(window)}
         gone: set[int] = set()
-        for a, b in sorted(pairs, key=lambda p: (position[p[0]], position[p[1]])):
-            if a in gone or b in gone:
+        for a, b, alike in sorted(pairs, key=lambda p: (position[p[0]], position[p[1]])):
+            if alike < 1 - FOLD_DISTANCE or a in gone or b in gone:
                 continue
             by_id[a].also.append(b)
             gone.add(b)
-        ranked[:] = [c for c in ranked if c.doc_id not in gone]
+        kept = [c for c in window if c.doc_id not in gone]
+        if SPREAD:
+            kept = _spread(kept, [(a, b, s) for a, b, s in pairs if a not in gone and b not in gone])
+        ranked[:] = kept + [c for c in ranked[len(window) :] if c.doc_id not in gone]
+
+
+def _spread(window: list[_Candidate], pairs: list[tuple[int, int, float]]) -> list[_Candidate]:
+    """The window in maximal-marginal-relevance order: each next fact the one whose score, less SPREAD
+    times its likeness to the nearest fact already chosen, is highest."""
+    alike: dict[int, dict[int, float]] = {}
+    for a, b, s in pairs:
+        alike.setdefault(a, {})[b] = s
+        alike.setdefault(b, {})[a] = s
+    left = list(window)
+    nearest = {c.doc_id: 0.0 for c in window}
+    out = []
+    while left:
+        best = max(left, key=lambda c: c.fused - SPREAD * nearest[c.doc_id])
+        left.remove(best)
+        out.append(best)
+        for other, s in alike.get(best.doc_id, {}).items():
+            if other in nearest and s > nearest[other]:
+                nearest[other] = s
+    return out
 
 
 def _fuse(legs: dict[str, list[Ranked]]) -> list[_Candidate]:

@@ -437,19 +437,20 @@ def _time(value: str | None) -> datetime | None:
 
 
 @timed
-async def near_duplicates(tx: Tx, model: Model, doc_ids: Sequence[int], distance: float) -> list[tuple[int, int]]:
-    """Pairs (a, b) of these documents, a before b in the given order, whose vectors are within
-    `distance` of each other (cosine): the later one says what the earlier does."""
+async def similar(tx: Tx, model: Model, doc_ids: Sequence[int], floor: float) -> list[tuple[int, int, float]]:
+    """Pairs (a, b, cosine similarity) of these documents, a before b in the given order, at least
+    `floor` alike."""
     cast = f"::vector({int(model.dimensions)})"
     rows = await tx.fetch(
         f"""
-        SELECT a.id, b.id FROM unnest($1::bigint[]) WITH ORDINALITY AS x(id, n)
+        SELECT a.id, b.id, 1 - (a.embedding{cast} <=> b.embedding{cast})
+        FROM unnest($1::bigint[]) WITH ORDINALITY AS x(id, n)
         JOIN unnest($1::bigint[]) WITH ORDINALITY AS y(id, n) ON y.n > x.n
         JOIN {{s}}.search_docs a ON a.id = x.id JOIN {{s}}.search_docs b ON b.id = y.id
         WHERE a.model_id = {int(model.id)} AND b.model_id = {int(model.id)}
           AND a.embedding{cast} <=> b.embedding{cast} < $2
         """,
         list(doc_ids),
-        distance,
+        1.0 - floor,
     )
-    return [(r[0], r[1]) for r in rows]
+    return [(r[0], r[1], r[2]) for r in rows]

@@ -6,17 +6,20 @@ from typing import Annotated
 from pydantic import Field
 
 from app.auth.principal import READ, Principal
+from app.mcp import answers
+from app.mcp.answers import graph
 from app.mcp.toolset import READ_ONLY, ToolSet
 from app.services import Services, models
 from app.services.filters import moment
 
+WALK_TOKENS = 2000  # a walk's default room: a few dozen entities with their relations
 RelationTypes = Annotated[list[models.TypeName] | None, Field(max_length=20, description="Exact relation types.")]
 
 
 def register(tool: ToolSet, services: Services) -> None:
     cap = services.limits.max_results
 
-    @tool(READ, READ_ONLY, title="Neighbours")
+    @tool(READ, READ_ONLY, title="Neighbours", render=graph.neighbors)
     async def neighbors(
         who: Principal,
         entity: Annotated[models.Ref, Field(description="Id or name.")],
@@ -26,6 +29,8 @@ def register(tool: ToolSet, services: Services) -> None:
         limit: Annotated[int, Field(ge=1, le=cap)] = 50,
         as_of: models.AsOf = None,
         include_invalid: models.IncludeInvalid = False,
+        max_tokens: answers.MaxTokens = WALK_TOKENS,
+        detail: answers.DetailArg = "concise",
     ) -> models.NeighborsResult:
         """Entities within `depth` relations of one, each once at its shortest distance with the relation
         that reached it (`via`).
@@ -38,9 +43,10 @@ def register(tool: ToolSet, services: Services) -> None:
             types=relation_types,
             limit=limit,
             when=moment(as_of, include_invalid),
+            budget=answers.budget(max_tokens, detail, graph.neighbor_sizes),
         )
 
-    @tool(READ, READ_ONLY, title="Shortest path")
+    @tool(READ, READ_ONLY, title="Shortest path", render=graph.path)
     async def shortest_path(
         who: Principal,
         from_: Annotated[models.Ref, Field(alias="from", description="Id or name.")],
@@ -50,10 +56,9 @@ def register(tool: ToolSet, services: Services) -> None:
         relation_types: RelationTypes = None,
         as_of: models.AsOf = None,
         include_invalid: models.IncludeInvalid = False,
+        detail: answers.DetailArg = "concise",
     ) -> models.PathResult:
-        """How two entities connect: a shortest chain of relations; `relations[i]` joins `nodes[i]` and
-        `nodes[i+1]`. No path is `found: false`.
-        """
+        """How two entities connect: a shortest chain of relations."""
         return await services.graph.path(
             who,
             from_,
@@ -64,7 +69,7 @@ def register(tool: ToolSet, services: Services) -> None:
             when=moment(as_of, include_invalid),
         )
 
-    @tool(READ, READ_ONLY, title="Relation chain")
+    @tool(READ, READ_ONLY, title="Relation chain", render=graph.chain)
     async def relation_chain(
         who: Principal,
         entity: Annotated[models.Ref, Field(description="Id or name.")],
@@ -73,6 +78,7 @@ def register(tool: ToolSet, services: Services) -> None:
         depth: Annotated[int, Field(ge=1, le=10)] = 5,
         as_of: models.AsOf = None,
         include_invalid: models.IncludeInvalid = False,
+        detail: answers.DetailArg = "concise",
     ) -> models.NeighborsResult:
         """Follow one relation type transitively (e.g. every prerequisite), nearest first."""
         return await services.graph.chain(
@@ -84,7 +90,7 @@ def register(tool: ToolSet, services: Services) -> None:
             when=moment(as_of, include_invalid),
         )
 
-    @tool(READ, READ_ONLY, title="Subgraph")
+    @tool(READ, READ_ONLY, title="Subgraph", render=graph.subgraph)
     async def subgraph(
         who: Principal,
         entities: Annotated[list[models.Ref], Field(min_length=1, max_length=20, description="Ids or names.")],
@@ -93,6 +99,8 @@ def register(tool: ToolSet, services: Services) -> None:
         max_relations: Annotated[int, Field(ge=1, le=2000)] = 300,
         as_of: models.AsOf = None,
         include_invalid: models.IncludeInvalid = False,
+        max_tokens: answers.MaxTokens = WALK_TOKENS,
+        detail: answers.DetailArg = "concise",
     ) -> models.SubgraphResult:
         """Context in one call: the given entities, all within `depth` relations of them, and the
         relations among them.
@@ -104,19 +112,20 @@ def register(tool: ToolSet, services: Services) -> None:
             max_nodes=max_nodes,
             max_relations=max_relations,
             when=moment(as_of, include_invalid),
+            budget=answers.budget(max_tokens, detail, graph.subgraph_sizes),
         )
 
-    @tool(READ, READ_ONLY, title="Category tree")
-    async def hierarchy(who: Principal) -> models.HierarchyResult:
-        """The area → topic → subtopic tree with entity counts (`name: null`: no value)."""
+    @tool(READ, READ_ONLY, title="Category tree", render=graph.hierarchy)
+    async def hierarchy(who: Principal, detail: answers.DetailArg = "concise") -> models.HierarchyResult:
+        """The area → topic → subtopic tree with entity counts."""
         return await services.graph.hierarchy(who)
 
-    @tool(READ, READ_ONLY, title="Graph statistics")
-    async def graph_stats(who: Principal) -> models.StatsResult:
+    @tool(READ, READ_ONLY, title="Graph statistics", render=graph.stats)
+    async def graph_stats(who: Principal, detail: answers.DetailArg = "concise") -> models.StatsResult:
         """Counts, top types, most connected entities, latest changes."""
         return await services.graph.stats(who)
 
-    @tool(READ, READ_ONLY, answers_offline=True, title="Server status")
-    async def server_status(who: Principal) -> models.StatusResult:
+    @tool(READ, READ_ONLY, answers_offline=True, title="Server status", render=graph.status)
+    async def server_status(who: Principal, detail: answers.DetailArg = "concise") -> models.StatusResult:
         """Whether the memory works now, and which tools are usable."""
         return await services.status.check(who, list(tool.scopes))

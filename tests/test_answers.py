@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from app.services.excerpts import excerpt
 from tests.conftest import Server, error_code, ok, serve, text
 from tests.helpers import embedded
 
@@ -134,7 +135,7 @@ async def test_a_concise_recall_carries_dates_sources_and_episode_handles(plain,
         await _seed(c)
         answer = text(await c.call_tool("recall", {"query": "charity race mental health", "limit": 20}))
         assert "Melanie ran a charity race for mental health (2023-" in answer and "D1:1" in answer
-        episode = re.search(r"^#(\d+) 2023-05-20 13:5\d Melanie: I ran a charity race", answer, re.M)
+        episode = re.search(r"^2023-05-20 13:56:\n#(\d+) Melanie: I ran a charity race", answer, re.M)
         assert episode, answer
         # The handle is the episode's id: the episode tools take it.
         removed = await c.call_tool("remove_episodes", {"ids": [int(episode.group(1))]})
@@ -271,3 +272,27 @@ async def test_with_output_schemas_the_record_is_structured_and_the_text_concise
     record = ok(result)
     assert record["facts"] and not text(result).startswith("{")
     _in_order(text(result), [f["text"] for f in record["facts"]])
+
+
+def test_a_long_text_is_shown_by_the_sentences_that_answer():
+    text = (
+        "Hey Caroline, so good to hear from you! The kids were wild all week. "
+        "On Saturday I finally ran the charity race for mental health, ten kilometres. "
+        "Anyway, how was your week? Tell me everything."
+    )
+    shown = excerpt(text, "When did Melanie run the charity race?")
+    assert shown == "… On Saturday I finally ran the charity race for mental health, ten kilometres. …"
+    assert excerpt("Short enough.", "anything") is None
+
+
+async def test_a_long_episode_answers_with_its_excerpt_and_the_record_keeps_it_whole(plain, tenant):
+    filler = "We talked about many other things that afternoon, none of them memorable at all. " * 4
+    long = f"{filler}Melanie said the charity race raised four thousand dollars for the clinic. {filler}"
+    async with plain.client(tenant) as c:
+        done(await c.call_tool("add_episodes", {"episodes": [{"text": long, "source": "chat"}]}))
+        await embedded(c)
+        concise = text(await c.call_tool("recall", {"query": "How much did the charity race raise?"}))
+        full = _record(await c.call_tool("recall", {"query": "How much did the charity race raise?", "detail": "full"}))
+    assert "… Melanie said the charity race raised four thousand dollars for the clinic. …" in concise
+    assert len(concise) < len(long) / 3
+    assert full["facts"][0]["text"] == long.strip() and "excerpt" not in full["facts"][0]

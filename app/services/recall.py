@@ -31,6 +31,7 @@ from app.embeddings.provider import Vector
 from app.services import timespans
 from app.services.base import Service
 from app.services.budget import Budget
+from app.services.excerpts import excerpt
 from app.services.mentions import keys as name_keys
 from app.services.recall_models import EntityRef, Fact, FactRecord, Involved, RecallResult, RecallScores
 from app.services.search import CANDIDATES, RRF_K, WEB_SYNTAX, Search, pending_note, query_vector
@@ -53,7 +54,7 @@ CONTEXT_WINDOW = 100  # episodes, from the top of the ranking, that share their 
 EVENT_GAP = timedelta(days=1)  # "after X": from the day after X was said to happen
 FOLD_DISTANCE = 0.05  # cosine distance under which two facts say the same
 FOLD_WINDOW = 100  # facts compared for folding, from the top of the ranking
-SPREAD = 0.0  # how much a fact yields to a better one it is like (maximal marginal relevance)
+SPREAD = 0.05  # how much a fact yields to a better one it is like (maximal marginal relevance)
 SPREAD_FLOOR = 0.6  # likeness below which two facts do not count as alike
 
 
@@ -121,7 +122,7 @@ class Recall(Service):
                     await self._fold(tx, ranked, depth)
                 page = ranked[offset:depth]
                 shown = await recall.facts(tx, [d for c in page for d in (c.doc_id, *c.also)])
-                facts = [_fact(shown, c) for c in page if c.doc_id in shown]
+                facts = [_fact(shown, c, q.text) for c in page if c.doc_id in shown]
                 fitting = q.budget.take(facts, _text, _shortened) if q.budget else facts
                 if vector is not None and (note := await pending_note(tx)):
                     notices.append(note)
@@ -262,7 +263,7 @@ def _ref(end: recall.End | None) -> EntityRef | None:
     return None if end is None else EntityRef(id=end.id, name=end.name, type=end.type)
 
 
-def _fact(found: dict[int, recall.Fact], c: _Candidate) -> Fact:
+def _fact(found: dict[int, recall.Fact], c: _Candidate, question: str) -> Fact:
     f = found[c.doc_id]
     relation = None
     if f.relation is not None:
@@ -284,6 +285,7 @@ def _fact(found: dict[int, recall.Fact], c: _Candidate) -> Fact:
         valid_from=f.valid_from,
         valid_until=f.valid_until,
         also=[_record(found[d]) for d in c.also if d in found],
+        excerpt=excerpt(f.text, question) if f.kind == "episode" else None,
         scores=RecallScores(
             semantic=_round(c.scores.get("semantic")),
             keyword=_round(c.scores.get("keyword")),

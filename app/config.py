@@ -228,7 +228,9 @@ class Settings(BaseSettings):
         default_factory=list, description="Tools not served, as set/tool: native/query_graph,memory/delete_entities."
     )
     tool_output_schemas: bool = Field(
-        False, description="List output schemas on the native endpoint too (the dialects always list theirs)."
+        False,
+        description="List output schemas on the native endpoint too, and carry the complete record as structured "
+        "content in every native result (the dialects always list theirs).",
     )
 
     # limits

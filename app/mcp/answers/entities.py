@@ -111,14 +111,21 @@ def entity(e: models.Entity) -> str:
 
 
 def change_line(h: models.HistoryEntry) -> str:
-    changed = ", ".join(_change(k, v) for k, v in h.changes.items())
-    return f"{day(h.at)} {block(h.actor)} {h.action}{': ' + changed if changed else ''}"
+    c = h.changes
+    if {"from", "to", "type"} <= c.keys():  # a relation made, ended or removed
+        what = f"{block(str(c['from']))} {block(str(c['type']))} {block(str(c['to']))}"
+    else:
+        what = ", ".join(_change(k, v, pair=h.action == "updated") for k, v in c.items())
+    return f"{day(h.at)} {block(h.actor)} {h.action}{': ' + what if what else ''}"
 
 
-def _change(field: str, value: Any) -> str:
-    if isinstance(value, list) and len(value) == 2:
+def _change(field: str, value: Any, *, pair: bool) -> str:
+    """A field's change: `old → new` for an update, else its value (a list as its items)."""
+    if pair and isinstance(value, list) and len(value) == 2:
         old, new = (clip(str(v), 80) if v is not None else "∅" for v in value)
         return f"{field} {block(old)} → {block(new)}"
+    if isinstance(value, list):
+        return f"{field} " + "; ".join(block(clip(str(v), 80)) for v in value[:5]) + (" …" if len(value) > 5 else "")
     return f"{field} {block(clip(str(value), 120))}"
 
 

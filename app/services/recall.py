@@ -189,8 +189,9 @@ class Recall(Service):
 
     async def _fold(self, tx: Tx, ranked: list[_Candidate], upto: int) -> None:
         """In place: fold each fact that says what a better one says (near-identical embedding) into
-        it; then, among the first facts, let each yield to the facts above it in proportion to how
-        alike they are (maximal marginal relevance), so an answer's first lines say different things."""
+        it; then, among the first facts, let each yield to the facts of the same entity above it (or
+        the episodes) in proportion to how alike they are (maximal marginal relevance), so an answer's
+        first lines do not say one thing ten ways."""
         window = ranked[: min(FOLD_WINDOW, 2 * upto)]
         assert self.indexer.model is not None
         floor = min(1 - FOLD_DISTANCE, SPREAD_FLOOR) if SPREAD else 1 - FOLD_DISTANCE
@@ -200,14 +201,14 @@ class Recall(Service):
         by_id = {c.doc_id: c for c in window}
         position = {c.doc_id: i for i, c in enumerate(window)}
         gone: set[int] = set()
-        for a, b, alike in sorted(pairs, key=lambda p: (position[p[0]], position[p[1]])):
+        for a, b, alike, _ in sorted(pairs, key=lambda p: (position[p[0]], position[p[1]])):
             if alike < 1 - FOLD_DISTANCE or a in gone or b in gone:
                 continue
             by_id[a].also.append(b)
             gone.add(b)
         kept = [c for c in window if c.doc_id not in gone]
         if SPREAD:
-            kept = _spread(kept, [(a, b, s) for a, b, s in pairs if a not in gone and b not in gone])
+            kept = _spread(kept, [(a, b, s) for a, b, s, owned in pairs if owned and a not in gone and b not in gone])
         ranked[:] = kept + [c for c in ranked[len(window) :] if c.doc_id not in gone]
 
 

@@ -54,6 +54,7 @@ LIMIT = 50
 BATCH = 100
 EPISODE_BATCH = 50  # turns per add_episodes call: what a write can embed within its deadline on a busy machine
 RRF_K = 60
+ROOM = 20_000  # max_tokens: room for every fact of a page, so recall@50 measures the ranking, not the budget
 
 
 @dataclass
@@ -329,7 +330,7 @@ async def evaluate(
     for q, qv, qs in zip(questions, q_vectors, q_stems, strict=True):
         cat = CATEGORIES[q.category]
         started = time.perf_counter_ns()
-        r = ok(await client.call_tool("recall", {"query": q.text, "limit": LIMIT}))
+        r = ok(await client.call_tool("recall", {"query": q.text, "limit": LIMIT, "max_tokens": ROOM}))
         latencies.append(time.perf_counter_ns() - started)
         tally.add(f"{layout}: engram recall", cat, scores([_returned(f) for f in r["facts"]], q.evidence))
         if layout == "facts":

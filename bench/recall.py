@@ -334,7 +334,7 @@ async def evaluate(
         latencies.append(time.perf_counter_ns() - started)
         tally.add(f"{layout}: engram recall", cat, scores([_returned(f) for f in r["facts"]], q.evidence))
         if layout == "facts":
-            hits = ok(await client.call_tool("search", {"query": q.text, "limit": LIMIT}))["hits"]
+            hits = ok(await client.call_tool("search", {"query": q.text, "limit": LIMIT, "max_tokens": ROOM}))["hits"]
             found = [_ids_of_source(h["match"].get("source")) for h in hits]
             tally.add(f"{layout}: engram search (before)", cat, scores(found, q.evidence))
         cos = base.cosine(qv / np.linalg.norm(qv))

@@ -405,10 +405,9 @@ async def floor(questions: list[Question], rounds: int) -> Latency:
     return Latency.of(samples)
 
 
-async def main(args: argparse.Namespace) -> dict[str, Any]:
-    s = env.settings()
-    name = env.scratch_name("recall") if args.quick else "engram_bench_recall"
-    s = await env.fresh_database(s, name)
+def conversations(args: argparse.Namespace, quick_questions: int) -> tuple[list[Conversation], str | None]:
+    """The relevance set and the development set's conversations (`--conversations`), a few
+    questions each in quick mode; and why the development set was skipped, if it was."""
     convs = [own()]
     skipped = None
     if DATA.exists():
@@ -419,11 +418,25 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     if args.quick:
         convs = convs[:2]
         for c in convs:
-            c.questions = c.questions[:8]
+            c.questions = c.questions[:quick_questions]
+    return convs, skipped
+
+
+async def embedder(s: Any) -> Any:
+    """The server's embedding model, started, for the baselines."""
     provider = create_provider(s)
     if provider is None:
         raise SystemExit("an embedding provider is needed (ENGRAM_EMBEDDING_PROVIDER)")
     await provider.start()
+    return provider
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    s = env.settings()
+    name = env.scratch_name("recall") if args.quick else "engram_bench_recall"
+    s = await env.fresh_database(s, name)
+    convs, skipped = conversations(args, 8)
+    provider = await embedder(s)
     tally = Tally()
     loading: dict[str, Any] = {}
     recall_ns: list[int] = []

@@ -9,22 +9,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from app.services.excerpts import excerpt
-from tests.conftest import Server, error_code, ok, serve, text
-from tests.helpers import embedded
+from tests.conftest import error_code, ok, text
+from tests.helpers import embedded, in_order
 
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-@pytest.fixture(scope="module")
-def plain(db_settings) -> Iterator[Server]:
-    with serve(db_settings, ENGRAM_TOOL_OUTPUT_SCHEMAS="false") as s:
-        yield s
 
 
 PEOPLE = {
@@ -92,15 +85,6 @@ def _record(result: Any) -> dict[str, Any]:
     return json.loads(text(result))
 
 
-def _in_order(answer: str, needles: list[str]) -> None:
-    """Every needle appears in `answer`, in the given order."""
-    at = 0
-    for n in needles:
-        found = answer.find(n, at)
-        assert found >= 0, (n, answer)
-        at = found + len(n)
-
-
 ROOM = {t: {"max_tokens": 20_000} for t in ("recall", "search", "get_entity", "list_episodes")}
 READS = [
     ("recall", {"query": "What does Melanie do for fun?", "limit": 20}, lambda r: [f["text"] for f in r["facts"]]),
@@ -124,7 +108,7 @@ async def test_concise_and_full_name_the_same_items_in_the_same_order(plain, ten
     assert shown, record
     answer = text(concise)
     assert concise.structured_content is None
-    _in_order(answer, shown)
+    in_order(answer, shown)
     assert "null" not in answer and not UUID.search(answer), answer
     # Today's answer was the record pretty-printed (and its nulls): the concise one is 3x smaller at least.
     assert 3 * len(answer.encode()) <= len(json.dumps(record, indent=2, ensure_ascii=False).encode()), answer
@@ -271,7 +255,7 @@ async def test_with_output_schemas_the_record_is_structured_and_the_text_concise
         result = await c.call_tool("recall", {"query": "charity race"})
     record = ok(result)
     assert record["facts"] and not text(result).startswith("{")
-    _in_order(text(result), [f["text"] for f in record["facts"]])
+    in_order(text(result), [f["text"] for f in record["facts"]])
 
 
 def test_a_long_text_is_shown_by_the_sentences_that_answer():

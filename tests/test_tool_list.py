@@ -56,13 +56,6 @@ async def _listing(server: Server, tenant: str, tool_set: str, scopes: tuple[str
     return tools, len(next(b for b in bodies if b.startswith(b"{") and b'"tools"' in b))
 
 
-@pytest.fixture(scope="module")
-def plain(db_settings) -> Iterator[Server]:
-    """A server as deployed by default: no output schemas listed, answers in text."""
-    with serve(db_settings, ENGRAM_TOOL_OUTPUT_SCHEMAS="false") as s:
-        yield s
-
-
 async def test_the_native_list_fits_the_budget(plain, tenant):
     tools, size = await _listing(plain, tenant, "native", (READ, WRITE))
     assert size <= BUDGET, f"the native tools/list is {size} bytes, over {BUDGET}"

@@ -744,6 +744,28 @@ def cmd_import(args: argparse.Namespace) -> None:
     cli_transfer.import_(_with_database(_settings()), args)
 
 
+def cmd_backup(args: argparse.Namespace) -> None:
+    from app import cli_backup
+
+    cli_backup.run_backup(_with_database(_settings()), args)
+
+
+def cmd_restore(args: argparse.Namespace) -> None:
+    from app import cli_backup
+
+    cli_backup.run_restore(_with_database(_settings()), args)
+
+
+def _backup_commands(sub: Any) -> None:
+    made = sub.add_parser("backup", help="write the whole database (or one tenant) to a file, consistently")
+    made.add_argument("file", type=Path, help="the file to write (must not exist)")
+    made.add_argument("--tenant", help="only this tenant: its memory, limits, API keys, usage and audit")
+    made.set_defaults(func=cmd_backup)
+    back = sub.add_parser("restore", help="load a backup into this database (see docs/operations.md)")
+    back.add_argument("file", type=Path)
+    back.set_defaults(func=cmd_restore)
+
+
 _FORMATS = ["engram", "memory", "neo4j"]
 
 
@@ -886,6 +908,7 @@ def main(argv: list[str] | None = None) -> None:
     reindex.add_argument("--max-texts", type=int, help="stop after embedding this many texts (resume later)")
     reindex.set_defaults(func=cmd_reindex)
     _transfer_commands(sub)
+    _backup_commands(sub)
     args = parser.parse_args(argv)
     moving = args.command == "tenant" and args.action == "move"
     if args.command == "tenant" and args.action != "list" and not args.tenant and not (moving and args.status):

@@ -105,7 +105,17 @@ def _wait_for_port(port: int, seconds: float = 60) -> None:
 
 def _new_state(kind: str) -> LocalState:
     port = int(os.environ.get("ENGRAM_LOCAL_DB_PORT", DEFAULT_PORT))
+    if _port_open(port):  # before anything is built or remembered
+        raise ProvisionError(_port_in_use(port))
     return LocalState(kind, port, secrets.token_urlsafe(24), secrets.token_urlsafe(24))
+
+
+def _port_in_use(port: int) -> str:
+    return (
+        f"127.0.0.1:{port} is in use by another program, so the local PostgreSQL cannot listen there: "
+        f"stop that program, or choose another port with ENGRAM_LOCAL_DB_PORT (remove "
+        f"{cache_dir() / 'local-db.json'} first if it names {port})"
+    )
 
 
 # --- Debian trixie root -------------------------------------------------------------------
@@ -238,6 +248,8 @@ class Chroot:
     def start(self, state: LocalState) -> None:
         if self.running():
             return
+        if _port_open(state.port):
+            raise ProvisionError(_port_in_use(state.port))
         self.say(f"starting PostgreSQL on 127.0.0.1:{state.port} ...")
         self.pg_start(PG_DATA, "/var/lib/engram/postgres.log", state.port)
 

@@ -66,7 +66,7 @@ async def test_an_admin_connects_an_assistant_and_makes_a_key_for_an_agent(built
             "type": "http",
             "url": native,
             "headers": {"Authorization": f"Bearer {key}"},
-        }  # noqa: E501
+        }
         await page.screenshot(path=ARTIFACTS / "connect-key.png", full_page=True)
     assert not blocked, blocked
 

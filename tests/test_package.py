@@ -43,11 +43,20 @@ class Installed:
     venv: Path
     install_seconds: float
 
+    def engram_python(self, code: str) -> Path:
+        return _python_in(self.venv, code)
+
     def engram(self, *args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [str(self.venv / "bin/engram"), *args],
             env=env, cwd=self.venv, capture_output=True, text=True, timeout=timeout,
         )  # fmt: skip
+
+
+def _python_in(venv: Path, code: str) -> Path:
+    """A path the installed package computes (run by the environment's own Python, from outside)."""
+    out = subprocess.run([str(venv / "bin/python"), "-c", code], cwd=venv, capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip())
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
@@ -151,6 +160,13 @@ async def test_installed_package_migrates_serves_and_answers(
         HF_HUB_OFFLINE="1",
     )
     assert installed.engram("--version", env=env).stdout.startswith("engram ")
+    # `engram db up` from the package: the suite's local database (its state in the default cache),
+    # and the database image's recipe it builds where a Docker engine answers, inside the package.
+    up = installed.engram("db", "up", env=_clean_env())
+    assert up.returncode == 0 and "ready on 127.0.0.1:" in up.stderr, up.stderr
+    recipe = installed.engram_python("from app.provision import sql_dir; print(sql_dir())")
+    assert recipe.is_relative_to(installed.venv) and (recipe / "Dockerfile").is_file()
+    assert (recipe / "initdb/20-app-role.sh").is_file() and (recipe / "migrations").is_dir()
     migrated = installed.engram("migrate", env={**env, "ENGRAM_DATABASE_URL": owner})
     assert migrated.returncode == 0, migrated.stderr
     shipped = sorted(p.name for p in (ROOT / "app/sql/migrations").glob("*.sql"))

@@ -24,7 +24,7 @@ import pytest
 
 from app import provision
 from app.config import Settings
-from tests.helpers import ROOT, TEST_DB, connect, free_port, ok
+from tests.helpers import ROOT, TEST_DB, connect, free_port, record, text
 
 # What a server's environment must not hold: torch and its kin, and the tools that judge the code.
 FORBIDDEN = {
@@ -194,8 +194,12 @@ async def test_installed_package_migrates_serves_and_answers(
         assert httpx2.get(f"{base}/readyz").json()["embeddings"].startswith("ok (all-MiniLM-L6-v2")
         async with connect(f"{base}/mcp", token.stdout.strip()) as client:
             entity = {"name": "Billing Service", "type": "service", "description": "Charges customers' cards"}
-            ok(await client.call_tool("upsert_entities", {"entities": [entity]}))
-            found = ok(await client.call_tool("search", {"query": "who takes card payments?", "mode": "semantic"}))
+            made = await client.call_tool("upsert_entities", {"entities": [entity]})
+            assert not made.is_error, made.content
+            # A plain server (as installed): concise text by default, the record with detail=full.
+            ask = {"query": "who takes card payments?", "mode": "semantic"}
+            assert "Billing Service" in text(await client.call_tool("search", ask))
+            found = record(await client.call_tool("search", {**ask, "detail": "full"}))
             assert [h["entity"]["name"] for h in found["hits"]][:1] == ["Billing Service"]
     finally:
         process.terminate()

@@ -132,6 +132,20 @@ def test_the_install_holds_no_torch_and_no_development_tool(installed: Installed
     assert size <= INSTALLED_MB, f"the fresh environment takes {size:.0f} MB"
 
 
+def test_uvx_runs_the_wheel_without_torch(installed: Installed, tmp_path: Path) -> None:
+    """`uvx engram-graph …` as the MCP Registry's entry runs it: uv resolves the wheel's own
+    metadata (no lock) into an environment of its own."""
+    uv = Path(sys.executable).parent / "uv"
+    env = _clean_env(UV_TOOL_DIR=str(tmp_path / "tools"))
+    run = [str(uv), "tool", "run", "--from", str(installed.wheel)]
+    version = subprocess.run([*run, "engram-graph", "--version"], env=env, capture_output=True, text=True, timeout=600)
+    assert version.returncode == 0 and version.stdout.startswith("engram "), version.stderr[-2000:]
+    listing = "import importlib.metadata as m; print('\\n'.join(d.metadata['Name'] for d in m.distributions()))"
+    names = subprocess.run([*run, "python", "-c", listing], env=env, capture_output=True, text=True, timeout=600)
+    found = {n.lower().replace("_", "-") for n in names.stdout.split()}
+    assert "engram-graph" in found and not found & FORBIDDEN, sorted(found & FORBIDDEN)
+
+
 @pytest.fixture(scope="module")
 def fresh_database() -> Iterator[tuple[str, str]]:
     """A fresh, empty database on the local cluster: (run-time URL, owner URL)."""

@@ -20,9 +20,11 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import tarfile
 import tempfile
 import time
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -138,7 +140,52 @@ def read_manifest(path: Path) -> dict[str, Any]:
         raise EngramError("invalid", f"{path} is not an Engram backup: {exc}") from None
     if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
         raise EngramError("invalid", f"{path} is not an Engram backup of format {FORMAT_VERSION}")
+    try:
+        _check_manifest(manifest)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise EngramError("invalid", f"{path}: its manifest is damaged ({type(exc).__name__}: {exc})") from None
     return manifest
+
+
+_SCHEMA = re.compile(r"t_[0-9a-f]{32}")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+_FILE = re.compile(r"data/\d{5}\.copy\.gz")
+
+
+def _check_manifest(manifest: dict[str, Any]) -> None:
+    """What a restore will touch stays what a backup can hold, whatever the file says: each tenant's
+    schema is the one its id gives; tables are the control schema's or a listed tenant's; a tenant
+    backup empties only its tenant's schema and loads only that tenant's rows of the control tables."""
+    kind = manifest["kind"]
+    if kind not in ("cell", "tenant"):
+        raise ValueError(f"kind {kind!r}")
+    tenants = [store.TenantRow(**t) for t in manifest["tenants"]]
+    schemas = set()
+    for tenant in tenants:
+        if tenant.schema != "t_" + str(uuid.UUID(tenant.id)).replace("-", "") or not _SCHEMA.fullmatch(tenant.schema):
+            raise ValueError(f"tenant {tenant.key!r}: schema {tenant.schema!r} is not its id's")
+        schemas.add(tenant.schema)
+    if kind == "tenant" and len(tenants) != 1:
+        raise ValueError("a tenant backup holds one tenant")
+    for t in manifest["tables"]:
+        schema, name, columns, tenant_id = t["schema"], t["name"], t["columns"], t["tenant_id"]
+        if not (_NAME.fullmatch(name) and columns and all(_NAME.fullmatch(c) for c in columns)):
+            raise ValueError(f"table {schema}.{name!r}")
+        if schema not in schemas and schema != store.CONTROL:
+            raise ValueError(f"table {schema}.{name}: not a listed tenant's")
+        if (
+            kind == "tenant"
+            and schema == store.CONTROL
+            and (tenant_id != tenants[0].id or name not in store.TENANT_ROWS)
+        ):
+            raise ValueError(f"table {schema}.{name}: not the tenant's own rows")
+        if not _FILE.fullmatch(t["file"]):
+            raise ValueError(f"file {t['file']!r}")
+    for seq in manifest["sequences"]:
+        if seq["schema"] not in schemas | {store.CONTROL} or not _NAME.fullmatch(seq["name"]):
+            raise ValueError(f"sequence {seq['schema']}.{seq['name']}")
+        if kind == "tenant" and seq["schema"] == store.CONTROL:
+            raise ValueError("a tenant backup sets no control sequence")
 
 
 async def restore(owner_url: str, path: Path) -> Report:

@@ -1,8 +1,10 @@
 """compose.yaml, the one-command quick start: there is no container engine here, so the file is
 checked against the Compose Specification's JSON schema (tests/data/compose-spec.json, from
 github.com/compose-spec/compose-spec, schema/compose-spec.json at 170098ba), its images against
-what the release publishes, the server's environment against Engram's own settings, and the
-first-account job's script is run for real against the test database."""
+what the release publishes, the server's environment against Engram's own settings; then the
+services' own commands and environments are run here in Compose's order against a real database
+(migrate, the first-account job, `engram serve` as engram_app with the built-in sign-in), and an
+assistant signs in by URL as the first account and calls a tool."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx2
 import jsonschema
 import yaml
 
@@ -119,3 +122,62 @@ def test_first_account_job_makes_the_account_once(db_settings: Settings, tmp_pat
         ["engram", "member", "list", "--tenant", "compose-tenant"], env=env, capture_output=True, text=True, check=True
     ).stdout
     assert "compose-admin\tadmin" in members
+
+
+async def test_the_stack_as_compose_runs_it_serves_mcp_to_the_first_account(tmp_path: Path) -> None:
+    """The services' own commands and environments, run here in order as Compose runs them (the
+    database URLs pointed at a fresh database of the local cluster instead of the `db` service):
+    `migrate`, then the first-account job, then `engram serve` as engram_app only, with the
+    built-in sign-in; then an assistant signs in by URL alone as the first account and calls a tool."""
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    from app import provision
+    from tests.helpers import TEST_DB, free_port, start_server
+    from tests.oauth_agent import Person, oauth_client
+
+    services = _compose()["services"]
+    filled = {k: v or f"a long secret for {k.lower()}" for k, v in _example_env().items()}
+    local = provision.with_local_database(Settings())
+    name = f"{TEST_DB}_compose"
+    await provision.recreate_database(local.admin_dsn(), name)
+    owner, runtime = provision.on_database(local.admin_dsn(), name), provision.on_database(local.runtime_dsn(), name)
+    port = free_port()
+
+    def env_of(service: str, database: str, **extra: str) -> dict[str, str]:
+        given = {k: _interpolate(str(v), filled) for k, v in services[service]["environment"].items()}
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
+        return {**clean, **given, "ENGRAM_DATABASE_URL": database, "ENGRAM_CACHE_DIR": str(tmp_path), **extra}
+
+    try:
+        for job, command in (
+            ("migrate", ["engram", *services["migrate"]["command"]]),
+            (
+                "first-account",
+                [*services["first-account"]["entrypoint"], services["first-account"]["command"][0].replace("$$", "$")],
+            ),
+        ):
+            env = env_of(job, owner, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+            run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+            assert run.returncode == 0, (job, run.stdout, run.stderr)
+        public = f"http://127.0.0.1:{port}"
+        env = env_of("engram", runtime, ENGRAM_PUBLIC_URL=public, ENGRAM_PORT=str(port),
+                     ENGRAM_METRICS_PORT=str(free_port()), ENGRAM_HOST="127.0.0.1",
+                     ENGRAM_EMBEDDING_PROVIDER="none")  # fmt: skip
+        assert "ENGRAM_ADMIN_DATABASE_URL" not in env  # the server holds no owner credentials
+        server = start_server(env)
+        try:
+            person = Person(
+                filled["ENGRAM_FIRST_USER"], filled["ENGRAM_FIRST_PASSWORD"], tenant=filled["ENGRAM_FIRST_TENANT"]
+            )
+            http, _ = oauth_client(f"{public}/mcp", person)
+            async with Client(streamable_http_client(f"{public}/mcp", http_client=http), mode="legacy") as c:
+                made = await c.call_tool("upsert_entities", {"entities": [{"name": "Compose", "type": "tool"}]})
+                assert not made.is_error, made.content
+            console = httpx2.get(f"{public}/console", timeout=10)
+            assert console.status_code == 200 and "Sign in" in console.text
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    finally:
+        await provision.drop_database(local.admin_dsn(), name)

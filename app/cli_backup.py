@@ -8,6 +8,8 @@ import asyncio
 import math
 import sys
 
+import asyncpg
+
 from app.config import Settings
 from app.errors import EngramError
 from app.observability.context import deadline
@@ -31,6 +33,8 @@ def run_backup(settings: Settings, args: argparse.Namespace) -> None:
         print(_summary(asyncio.run(run()), f"wrote {args.file} with"))
     except EngramError as exc:
         sys.exit(f"backup error: {exc}")
+    except (OSError, asyncpg.PostgresError) as exc:  # no database there, or not the owner's URL
+        sys.exit(f"backup error: {exc} (a backup reads as the database's owner: ENGRAM_ADMIN_DATABASE_URL)")
 
 
 def run_restore(settings: Settings, args: argparse.Namespace) -> None:
@@ -42,3 +46,5 @@ def run_restore(settings: Settings, args: argparse.Namespace) -> None:
         print(_summary(asyncio.run(run()), "restored") + "; every table's rows and digest match the backup")
     except EngramError as exc:
         sys.exit(f"restore error: {exc}")
+    except (OSError, asyncpg.PostgresError) as exc:  # nothing was committed: the restore is one transaction
+        sys.exit(f"restore error: {exc}; nothing was restored")

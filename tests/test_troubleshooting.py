@@ -68,7 +68,7 @@ def test_a_taken_port(db_settings: Settings, tmp_path: Path) -> None:
         assert not list(tmp_path.iterdir())
 
 
-def test_a_database_that_cannot_be_used(db_settings: Settings, empty_database: str) -> None:
+def test_a_database_that_cannot_be_used(db_settings: Settings, empty_database: str, tmp_path: Path) -> None:
     runtime = empty_database
     database = runtime.rsplit("/", 1)[1]
     host = runtime.split("@", 1)[1].rsplit("/", 1)[0]
@@ -78,6 +78,9 @@ def test_a_database_that_cannot_be_used(db_settings: Settings, empty_database: s
     as_app = _engram("migrate", ENGRAM_DATABASE_URL=runtime)
     assert as_app.returncode == 1
     _quoted(as_app.stderr, **{database: "engram"})
+    saved = _engram("backup", str(tmp_path / "cell.engram"), ENGRAM_DATABASE_URL=db_settings.runtime_dsn())
+    assert saved.returncode == 1 and not list(tmp_path.iterdir())
+    _quoted(saved.stderr)
     free = str(free_port())
     unreachable = f"postgresql://engram_app:x@127.0.0.1:{free}/engram"
     gone = _engram(

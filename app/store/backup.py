@@ -252,7 +252,14 @@ async def load_rows(conn: asyncpg.Connection, loading: list[Table], empty: list[
     """Make room for the copy: with triggers and foreign-key checks off for this transaction (the
     rows arrive as a consistent whole, not in dependency order), the tables of `empty` emptied and
     a tenant's own rows of the control tables of `loading` deleted."""
-    await conn.execute("SET LOCAL session_replication_role = replica")
+    try:
+        await conn.execute("SET LOCAL session_replication_role = replica")
+    except asyncpg.InsufficientPrivilegeError:
+        raise EngramError(
+            "forbidden",
+            "a restore turns triggers off for its transaction, which needs a superuser, or "
+            "`GRANT SET ON PARAMETER session_replication_role TO <owner>` (docs/operations.md)",
+        ) from None
     if empty:
         await conn.execute("TRUNCATE " + ", ".join(t.qualified for t in empty))
     for table in loading:

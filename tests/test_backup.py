@@ -264,6 +264,21 @@ def test_restore_refuses_a_manifest_that_reaches_beyond_its_tenant(
     tenant's schema and loads only its rows; an edited manifest is refused and nothing changes."""
     assert _engram(source, "tenant", "create", "backup-hostile").returncode == 0
     original = tmp_path / "tenant.backup"
+
+    async def steps_version(value: str | None) -> str:
+        async with store.connect(source.admin_dsn()) as conn:
+            sql = (
+                "UPDATE engram.tenants SET steps_version = coalesce($2, steps_version)"
+                " WHERE key = $1 RETURNING steps_version"
+            )
+            return await conn.fetchval(sql, "backup-hostile", value)
+
+    current = asyncio.run(steps_version(None))
+    asyncio.run(steps_version(""))  # as a tenant still waiting for `engram migrate`
+    with pytest.raises(EngramError, match="run `engram migrate` first") as waiting:
+        asyncio.run(backup.backup(source.admin_dsn(), original, "backup-hostile"))
+    assert waiting.value.code == "unavailable" and not original.exists()
+    asyncio.run(steps_version(current))
     asyncio.run(backup.backup(source.admin_dsn(), original, "backup-hostile"))
     target = _fresh(restored_cluster, f"{TEST_DB}_hostile", source)
     before = asyncio.run(_state(target.admin_dsn(), None))

@@ -65,6 +65,11 @@ async def backup(owner_url: str, path: Path, tenant: str | None = None) -> Repor
             tenants = await store.tenants_here(conn, tenant)
             if tenant is not None and not tenants:
                 raise EngramError("not_found", f"no tenant {tenant!r} in this database")
+            if waiting := await store.behind(conn, tenants):
+                raise EngramError(
+                    "unavailable",
+                    f"run `engram migrate` first: {len(waiting)} tenant(s) wait for steps, {waiting[0]!r} first",
+                )
             tables = await store.tables(conn, store.CONTROL, tenant_id=tenants[0].id if tenant else None)
             sequences = [] if tenant else await store.sequences(conn, store.CONTROL)
             labels = {}

@@ -24,10 +24,11 @@ from app.store.database import owner_connection, timed
 Connection = asyncpg.Connection
 connect = owner_connection
 CONTROL = "engram"
-# The `engram` tables a tenant's backup takes its own rows of (by tenant id), besides its schema.
+# The `engram` tables a tenant's backup takes its own rows of (by tenant id), besides its schema
+# (which holds its limits, usage, audit and pending work since the tenant steps moved them there).
 # Accounts, memberships and grants are the cell's people, not the tenant's memory; rate buckets,
 # subscriptions and moves are the running service's state.
-TENANT_ROWS = ("tenants", "tenant_limits", "api_keys", "usage", "audit", "index_pending")
+TENANT_ROWS = ("tenants", "api_keys")
 # One fixed text form on either side, for the digests.
 _FIXED = "SET LOCAL TimeZone = 'UTC'; SET LOCAL DateStyle = 'ISO'; SET LOCAL extra_float_digits = 3"
 
@@ -118,6 +119,17 @@ async def tenants_here(conn: asyncpg.Connection, key: str | None = None) -> list
         key,
     )
     return [TenantRow(*r) for r in rows]
+
+
+@timed
+async def behind(conn: asyncpg.Connection, tenants: list[TenantRow]) -> list[str]:
+    """Those of `tenants` still waiting for tenant steps (`engram migrate` brings them up to date)."""
+    rows = await conn.fetch(
+        "SELECT t.key FROM engram.tenants t WHERE t.id = ANY($1::uuid[])"
+        " AND coalesce(t.steps_version, '') < (SELECT coalesce(max(version), '') FROM engram.tenant_steps)",
+        [t.id for t in tenants],
+    )
+    return [r[0] for r in rows]
 
 
 @timed

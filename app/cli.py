@@ -52,6 +52,20 @@ def _with_database(settings: Settings) -> Settings:
         sys.exit(f"error: {exc}")
 
 
+def _port_taken(host: str, port: int) -> str:
+    """Why `engram serve` could not listen on host:port, or "" (checked before loading anything)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return ""
+
+
 def cmd_serve(args: argparse.Namespace) -> None:
     import logging
 
@@ -63,6 +77,13 @@ def cmd_serve(args: argparse.Namespace) -> None:
         settings.check_serving()
     except ValueError as exc:
         sys.exit(f"configuration error:\n  {exc}")
+    from app.health import preflight
+
+    for port, setting in ((settings.port, "ENGRAM_PORT"), (settings.metrics_port, "ENGRAM_METRICS_PORT")):
+        if port and (taken := _port_taken(settings.host, port)):
+            sys.exit(f"error: {settings.host}:{port} is in use ({taken}): stop what listens there, or set {setting}")
+    if problem := asyncio.run(preflight(settings.runtime_dsn(), settings.database_wait_seconds)):
+        sys.exit(f"error: {problem}")
     allocator.limit_arenas()  # before any thread starts (docs/operations.md, "Memory")
     factory.preload(settings)  # the model loads on its own thread while the server's code is imported
 
@@ -96,6 +117,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
 def cmd_migrate(args: argparse.Namespace) -> None:
     """The control database (the cell `main`), then every other cell ENGRAM_CELLS names, each with its
     tenant steps; a cell without an owner URL here is reported and skipped."""
+    import asyncpg
+
     from app.store import migrate
 
     settings = _with_database(_settings())
@@ -115,6 +138,13 @@ def cmd_migrate(args: argparse.Namespace) -> None:
             done = asyncio.run(run)
         except migrate.MigrationError as exc:
             sys.exit(f"{prefix}migration error: {exc}")
+        except asyncpg.InsufficientPrivilegeError as exc:
+            sys.exit(
+                f"{prefix}migration error: {exc}: migrations run as the database's owner "
+                "(ENGRAM_ADMIN_DATABASE_URL), not the run-time role"
+            )
+        except (OSError, asyncpg.PostgresError) as exc:
+            sys.exit(f"{prefix}migration error: cannot reach the database: {exc}")
         print(prefix + ("applied: " + ", ".join(done) if done else "database schema is up to date"))
 
 
@@ -744,6 +774,28 @@ def cmd_import(args: argparse.Namespace) -> None:
     cli_transfer.import_(_with_database(_settings()), args)
 
 
+def cmd_backup(args: argparse.Namespace) -> None:
+    from app import cli_backup
+
+    cli_backup.run_backup(_with_database(_settings()), args)
+
+
+def cmd_restore(args: argparse.Namespace) -> None:
+    from app import cli_backup
+
+    cli_backup.run_restore(_with_database(_settings()), args)
+
+
+def _backup_commands(sub: Any) -> None:
+    made = sub.add_parser("backup", help="write the whole database (or one tenant) to a file, consistently")
+    made.add_argument("file", type=Path, help="the file to write (must not exist)")
+    made.add_argument("--tenant", help="only this tenant: its memory, limits, API keys, usage and audit")
+    made.set_defaults(func=cmd_backup)
+    back = sub.add_parser("restore", help="load a backup into this database (see docs/operations.md)")
+    back.add_argument("file", type=Path)
+    back.set_defaults(func=cmd_restore)
+
+
 _FORMATS = ["engram", "memory", "neo4j"]
 
 
@@ -886,6 +938,7 @@ def main(argv: list[str] | None = None) -> None:
     reindex.add_argument("--max-texts", type=int, help="stop after embedding this many texts (resume later)")
     reindex.set_defaults(func=cmd_reindex)
     _transfer_commands(sub)
+    _backup_commands(sub)
     args = parser.parse_args(argv)
     moving = args.command == "tenant" and args.action == "move"
     if args.command == "tenant" and args.action != "list" and not args.tenant and not (moving and args.status):

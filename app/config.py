@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-_DEFAULT_MIGRATIONS = Path(__file__).resolve().parent.parent / "sql" / "migrations"
+_DEFAULT_MIGRATIONS = Path(__file__).resolve().parent / "sql" / "migrations"  # shipped in the package
 # Each tool set is served at its own MCP endpoint (ENGRAM_TOOL_SETS picks which), with its own audience.
 ENDPOINT_PATHS = {"native": "/mcp", "memory": "/mcp/memory", "neo4j": "/mcp/neo4j", "chatgpt": "/mcp/chatgpt"}
 

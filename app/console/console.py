@@ -29,6 +29,7 @@ from app.authserver.server import AuthServer
 from app.console.account import AccountPage
 from app.console.admin import AdminPages
 from app.console.calls import Runner
+from app.console.connect import ConnectPage
 from app.console.connected import ConnectedApps
 from app.console.cypher import QueryPage
 from app.console.memory import MemoryPages
@@ -103,6 +104,7 @@ class Console:
         resource: str,
         scopes: list[str],
         tenant_claims: list[str],
+        endpoints: Mapping[str, str],
     ) -> None:
         self.auth = auth
         self.verifier = verifier
@@ -111,6 +113,7 @@ class Console:
         self.transfer_max_bytes = transfer_max_bytes
         self.transfer_seconds = transfer_seconds
         self.claims = tenant_claims
+        self.endpoints = dict(endpoints)  # the served MCP endpoints' URLs, by tool set (the Connect page)
         self.sign = SignIn(auth, issuer=issuer, resource=resource, scopes=scopes, callback=f"{issuer}{PREFIX}/callback")
         self.sessions = Sessions(auth.client_sessions)
         self.cookies = Cookies(secure=issuer.startswith("https://"))
@@ -127,6 +130,7 @@ class Console:
             "visit": visit,
             "csrf": visit.session.csrf if visit else "",
             "flash": visit.session.take_notice() if visit else "",
+            "endpoint": self.endpoints.get("native", next(iter(self.endpoints.values()), "")),
         }
         return render(request, template, context, status, **base)
 
@@ -291,6 +295,7 @@ class Console:
         apps = ConnectedApps(self, auth.connections, self.signed_out)
         account = AccountPage(self, auth.accounts, auth.cookies.session)
         cypher = QueryPage(self, services.queries)
+        connect = ConnectPage(self, self.endpoints)
         get = [
             ("", self.home),
             ("/sign-in", self.begin),
@@ -305,6 +310,7 @@ class Console:
             ("/admin/audit", self.signed_in(tenant_admin.audit)),
             ("/apps", self.signed_in(apps.listing)),
             ("/account", self.signed_in(account.show)),
+            ("/connect", self.signed_in(connect.show)),
         ]
         post = [
             ("/sign-out", self.sign_out),

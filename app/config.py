@@ -257,6 +257,27 @@ class Settings(BaseSettings):
     query_graph_max_bytes: int = Field(
         1024 * 1024, ge=1024, le=64 * 1024 * 1024, description="JSON one query_graph call returns, about."
     )
+    query_graph_max_value_bytes: int = Field(
+        128 * 1024,
+        ge=1024,
+        le=16 * 1024 * 1024,
+        description="Largest value (string, list, map, collected list) one query_graph query may build.",
+    )
+    query_graph_max_sorted_rows: int = Field(
+        10_000, ge=10, le=1_000_000, description="Rows the ORDER BY clauses of one query_graph query may sort."
+    )
+    query_graph_max_sort_key_bytes: int = Field(
+        512, ge=64, le=65_536, description="Largest ORDER BY key (bytes) in a query_graph query."
+    )
+    query_graph_max_running: int = Field(
+        4,
+        ge=1,
+        le=1000,
+        description="query_graph calls one server process runs at once (each may hold its backend's bound).",
+    )
+    query_graph_tenant_running: int = Field(
+        2, ge=1, le=1000, description="query_graph calls of one tenant one server process runs at once."
+    )
     query_graph_timeout_ms: int = Field(
         2000, ge=10, le=600_000, description="How long one query_graph statement may run (within the call deadline)."
     )

@@ -313,6 +313,12 @@ class Settings(BaseSettings):
     quota_entities: int = Field(1_000_000, ge=0, description="Live entities per tenant.")
     quota_observations: int = Field(10_000_000, ge=0, description="Observations of live entities per tenant.")
     quota_text_bytes: int = Field(4 * 1024**3, ge=0, description="UTF-8 bytes of those observations per tenant.")
+    deleted_retention_days: float = Field(
+        30, ge=0, le=36_500, description="Days a soft-deleted entity is kept (restorable) before it is erased for good."
+    )
+    retention_sweep_seconds: float = Field(
+        3600, ge=1, le=86_400, description="How often a server erases soft-deleted entities past their retention."
+    )
     limits_cache_seconds: float = Field(30, ge=0, le=3600, description="How long a tenant's overrides are cached.")
     cursor_max_age_seconds: int = Field(
         86400, ge=1, le=30 * 86400, description="How long a pagination cursor stays valid after it was issued."

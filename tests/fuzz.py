@@ -234,6 +234,7 @@ class Harness:
         self._conn: asyncpg.Connection | None = None
         self._digest_sql: dict[str, str] = {}
         self.seconds = {"digest": 0.0, "call": 0.0}
+        self.reconnects = 0
 
     def run(self, coro: Coroutine[Any, Any, Any], timeout: float = 180) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
@@ -327,7 +328,13 @@ class Harness:
                 for t in tables
             )
         started = time.perf_counter()
-        rows = await self._conn.fetch(self._digest_sql[endpoint])
+        try:
+            rows = await self._conn.fetch(self._digest_sql[endpoint])
+        except (asyncpg.InterfaceError, asyncpg.PostgresConnectionError, OSError):
+            # A connection closed from elsewhere (an administrator's terminate, a restart): open it anew.
+            self.reconnects += 1
+            self._conn = await asyncpg.connect(self.admin_dsn)
+            rows = await self._conn.fetch(self._digest_sql[endpoint])
         self.seconds["digest"] += time.perf_counter() - started
         return {r[0]: (r[1], r[2]) for r in rows}
 

@@ -118,6 +118,7 @@ def test_every_tool_survives_its_own_schema(fuzzed):
         "seconds": round(seconds, 1),
         "tools": len(plan),
         "in_calls_and_digests": {k: round(v, 1) for k, v in harness.seconds.items()},
+        "digest_reconnects": harness.reconnects,
         "findings": [str(f) for f in harness.findings],
         "log_errors": errors[:20],
         "statuses": {str(s): harness.statuses.count(s) for s in sorted(set(harness.statuses))},

@@ -69,6 +69,10 @@ QUERIES: dict[str, str] = {
         f"WITH '{'x' * 490}' AS s UNWIND {_numbers(100)} AS a UNWIND {_numbers(100)} AS b"
         " RETURN s + toString(a * 100 + b) AS v ORDER BY v DESC LIMIT 3"
     ),
+    "count(DISTINCT) of 10,000 keys near their bound (500 B)": (
+        f"WITH '{'x' * 490}' AS s UNWIND {_numbers(100)} AS a UNWIND {_numbers(100)} AS b"
+        " RETURN count(DISTINCT s + toString(a * 100 + b))"
+    ),
     "distinct over 10,000 rows near the bound": (
         NEAR_BOUND + f"UNWIND {_numbers(100)} AS a UNWIND {_numbers(100)} AS b"
         " RETURN DISTINCT size(s + toString(a * 100 + b)) AS v"

@@ -46,6 +46,13 @@ TOO_LARGE = {
     "map literal": NEAR_BOUND + "RETURN size(keys({a: s, b: s, c: s}))",
     "upper case": NEAR_BOUND + "WITH s + s AS s RETURN size(toUpper(s))",
     "sort key": NEAR_BOUND + f"UNWIND {_numbers(3)} AS r RETURN s + toString(r) AS v ORDER BY v",
+    "count distinct": (
+        f"UNWIND {_numbers(101)} AS a UNWIND {_numbers(100)} AS b RETURN count(DISTINCT toString(a * 100 + b))"
+    ),
+    "collect distinct rows": (
+        f"UNWIND {_numbers(101)} AS a UNWIND {_numbers(100)} AS b RETURN size(collect(DISTINCT a * 100 + b))"
+    ),
+    "max of many": f"UNWIND {_numbers(101)} AS a UNWIND {_numbers(100)} AS b RETURN max(toString(a * 100 + b))",
     "rows sorted": (
         f"UNWIND {_numbers(101)} AS a UNWIND {_numbers(100)} AS b WITH a * 100 + b AS v ORDER BY v RETURN count(v)"
     ),

@@ -701,10 +701,16 @@ class _Parser:
             self.p(")")
         finally:
             self.depth -= 1
-        called = f"{spelled}({distinct}{', '.join(args)})"
         lower = tok.text.lower()
+        if (distinct or lower in ("min", "max")) and args != ["*"]:
+            # A DISTINCT aggregate sorts its input, and min and max compare every row: what AGE's
+            # agtype comparison leaves allocated is bounded as for ORDER BY.
+            called = f"{spelled}({distinct}{SORT_KEY}({args[0]}))"
+        else:
+            called = f"{spelled}({distinct}{', '.join(args)})"
         if lower == "collect":  # beside a guard that refuses a collected list past the value bound
-            return f"coalesce({COLLECT_GUARD}({distinct}{args[0]}), {called})"
+            guarded = f"{SORT_KEY_SIZE}({args[0]})" if distinct else args[0]
+            return f"coalesce({COLLECT_GUARD}({distinct}{guarded}), {called})"
         if lower == "replace":  # its result's size is checked before it is built
             return f"{REPLACE}({', '.join(args)})"
         if lower == "split":  # and so is its number of pieces

@@ -46,6 +46,8 @@ def fuzzed(db_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> I
         ENGRAM_TENANT_RATE="100000",
         ENGRAM_TENANT_BURST="100000",
         ENGRAM_TENANT_MAX_CONCURRENT="100",
+        ENGRAM_TOKEN_RATE="100000",  # the calls are one credential's: its request rate is not what is tested
+        ENGRAM_TOKEN_BURST="100000",
     )
     settings_ = db_settings.model_copy(update={"port": port})
     tenant = f"fuzz-{uuid.uuid4().hex[:10]}"

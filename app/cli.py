@@ -447,6 +447,7 @@ _LIMIT_FLAGS = {
     "max_entities": int,
     "max_observations": int,
     "max_text_bytes": int,
+    "deleted_retention_days": float,
 }
 _UNSET = object()
 _LIMIT_HELP = {
@@ -456,6 +457,7 @@ _LIMIT_HELP = {
     "max_entities": "live entities (0: unlimited)",
     "max_observations": "observations of live entities (0: unlimited)",
     "max_text_bytes": "UTF-8 bytes of those observations (0: unlimited)",
+    "deleted_retention_days": "days a soft-deleted entity is kept before it is erased for good",
 }
 
 
@@ -482,6 +484,7 @@ def _default_limits(settings: Settings) -> dict[str, float | int]:
         "max_entities": settings.quota_entities,
         "max_observations": settings.quota_observations,
         "max_text_bytes": settings.quota_text_bytes,
+        "deleted_retention_days": settings.deleted_retention_days,
     }
 
 
@@ -762,6 +765,41 @@ def cmd_reindex(args: argparse.Namespace) -> None:
         sys.exit(f"reindex error: {exc}")
 
 
+def cmd_purge(args: argparse.Namespace) -> None:
+    """Erase entities of a tenant for good (as purge_entities does): first what would go, then,
+    with --confirm N naming that number of entities, the purge. The audit log records it."""
+    import getpass
+
+    from app.auth.principal import ADMIN, Principal
+    from app.errors import EngramError
+    from app.services import Services
+    from app.services.indexing import Indexer
+    from app.store.database import Database
+
+    settings = _with_database(_settings())
+    who = Principal(
+        subject=f"operator:{getpass.getuser()}", client_id="engram-cli", tenant=args.tenant,
+        scopes=frozenset({ADMIN}), issuer="",
+    )  # fmt: skip
+
+    async def run() -> str:
+        db = Database.from_settings(settings)
+        await db.open()
+        try:
+            indexer = Indexer(db, None, batch_size=settings.embedding_batch_size)
+            services = Services.from_settings(settings, db, indexer)
+            result = await services.purges.purge(who, args.match, confirm=args.confirm, episodes=args.episodes)
+        finally:
+            await db.close()
+        shown = "".join(f"\n  {name}" for name in result.names)
+        return result.summary + shown
+
+    try:
+        print(asyncio.run(run()))
+    except EngramError as exc:
+        sys.exit(f"purge error: {exc}")
+
+
 def cmd_export(args: argparse.Namespace) -> None:
     from app import cli_transfer
 
@@ -937,6 +975,12 @@ def main(argv: list[str] | None = None) -> None:
     reindex.add_argument("--tenant", action="append", help="only this tenant (repeat for several)")
     reindex.add_argument("--max-texts", type=int, help="stop after embedding this many texts (resume later)")
     reindex.set_defaults(func=cmd_reindex)
+    purge = sub.add_parser("purge", help="erase a tenant's entities for good (first shows what would go)")
+    purge.add_argument("--tenant", required=True)
+    purge.add_argument("--match", action="append", required=True, help="an entity's id, name or alias (repeat)")
+    purge.add_argument("--episodes", choices=["keep", "remove"], default="keep", help="episodes that mention them")
+    purge.add_argument("--confirm", type=int, help="the number of entities the first run showed: erase them")
+    purge.set_defaults(func=cmd_purge)
     _transfer_commands(sub)
     _backup_commands(sub)
     args = parser.parse_args(argv)

@@ -143,3 +143,10 @@ def test_move_benchmark_runs_quick(tmp_path: Path) -> None:
     assert r["writes"]["acknowledged"] > 0 and r["writes"]["lost"] == 0 and r["writes"]["refused_count"] == 0
     assert r["tenant"]["relations"] == 600
     assert "## Moving a tenant" in done.stdout
+
+
+def test_query_graph_memory_benchmark_runs_quick(tmp_path: Path) -> None:
+    _, r = _quick("bench.query_memory", tmp_path / "query_memory.json")
+    queries = r["query_memory"]["queries"]
+    assert len(queries) == 3 and all("backend_growth_mib" in q for q in queries.values())
+    assert queries["collect over a 100,000-row product"]["answer"].startswith("limit")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hmac
+import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -41,6 +42,7 @@ from app.errors import EngramError, http_problem
 from app.services import Services
 from app.services.models import UUID_PATTERN
 
+logger = logging.getLogger("engram")
 PREFIX = "/console"
 ENTITY_ID = re.compile(UUID_PATTERN)
 FORM_BYTES = 64 * 1024  # a console form: a few fields of at most a few KiB each
@@ -189,6 +191,10 @@ class Console:
                 return await handler(request, visit)
             except EngramError as exc:
                 return self.refused(request, visit, exc, _back_to(request))
+            except Exception:  # a fault of ours: logged with its traceback, answered as a page with the policy
+                logger.exception("console page %s failed", request.url.path)
+                context = {"heading": "That did not work", "message": "an internal error; it was logged", "back": ""}
+                return self.page(request, "problem.html", context, visit, 500)
             finally:
                 if visit is not None:
                     await self.sessions.settle(visit.session)

@@ -16,6 +16,7 @@ from app.services.graph_query import GraphQueries
 from app.services.indexing import Indexer
 from app.services.live import Live
 from app.services.merges import Merges
+from app.services.purges import Purges
 from app.services.recall import Recall
 from app.services.relations import Relations
 from app.services.search import Search
@@ -41,6 +42,7 @@ class Services:
     merges: Merges
     duplicates: Duplicates
     queries: GraphQueries
+    purges: Purges
     indexer: Indexer
     limits: Limits
     cursors: Cursors
@@ -74,6 +76,7 @@ class Services:
             merges=Merges(*shared),
             duplicates=Duplicates(*shared),
             queries=GraphQueries(*shared),
+            purges=Purges(*shared),
             indexer=indexer,
             limits=limits,
             cursors=cursors,

@@ -294,3 +294,50 @@ async def test_a_session_id_from_another_tenant_reaches_only_the_callers_tenant(
     await post(server, server.token(ours), common(sid, "Stop", last_assistant_message="No plan is known."))
     assert sorted(e["text"] for e in await kept(server, theirs)) == ["their secret plan"]
     assert sorted(e["text"] for e in await kept(server, ours)) == ["No plan is known.", "what is the plan?"]
+
+
+def run_helper(server: Server, key: str, event: dict[str, Any], url: str | None = None) -> Any:
+    """The plugin's local helper as Claude Code runs a command hook: the input on standard input."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "clients" / "claude-code" / "scripts" / "engram_hook.py")],
+        input=orjson.dumps(event).decode(),
+        env={"PATH": "/usr/bin:/bin", "ENGRAM_URL": url or server.base, "ENGRAM_API_KEY": key},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+async def test_the_local_helper_keeps_the_last_answer_from_the_transcript(server: Server, tmp_path: Any) -> None:
+    tenant = new_tenant(server)
+    key = engram(server, "apikey", "create", "--tenant", tenant, "--scope", READ, "--scope", WRITE).strip()
+    sid = session()
+    transcript = tmp_path / f"{sid}.jsonl"
+    entries = [
+        {"type": "user", "uuid": "u1", "sessionId": sid, "message": {"role": "user", "content": "Fix the flaky test"}},
+        {
+            "type": "assistant",
+            "uuid": "a1",
+            "sessionId": sid,
+            "message": {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "pytest"}},
+                    {"type": "text", "text": "The test raced the clock; it now waits for the event."},
+                ],
+            },
+        },
+        {"type": "summary", "summary": "flaky test"},
+    ]
+    transcript.write_text("\n".join(orjson.dumps(e).decode() for e in entries) + "\n")
+    event = {**common(sid, "SessionEnd", reason="prompt_input_exit"), "transcript_path": str(transcript)}
+    for _ in range(2):  # sent twice (PreCompact, then SessionEnd): kept once
+        done = run_helper(server, key, event)
+        assert done.returncode == 0 and done.stdout == "", done.stderr
+    assert [e["text"] for e in await kept(server, tenant)] == ["The test raced the clock; it now waits for the event."]
+    # Another session's start through the helper prints what Claude Code reads (the brief).
+    start = run_helper(server, key, common(session(), "SessionStart", source="startup"))
+    assert start.returncode == 0 and orjson.loads(start.stdout)["hookSpecificOutput"]["hookEventName"] == "SessionStart"
+    # No server: nothing printed, exit 0 (the session goes on).
+    gone = run_helper(server, key, event, url="http://127.0.0.1:9")
+    assert gone.returncode == 0 and gone.stdout == ""

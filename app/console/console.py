@@ -31,6 +31,7 @@ from app.console.admin import AdminPages
 from app.console.calls import Runner
 from app.console.connected import ConnectedApps
 from app.console.cypher import QueryPage
+from app.console.hook_pages import HookPages
 from app.console.memory import MemoryPages
 from app.console.merging import MergePages
 from app.console.sessions import PendingSignIn, Session, Sessions
@@ -111,6 +112,7 @@ class Console:
         self.transfer_max_bytes = transfer_max_bytes
         self.transfer_seconds = transfer_seconds
         self.claims = tenant_claims
+        self.base_url = issuer  # the server's own address: the console's, the hooks'
         self.sign = SignIn(auth, issuer=issuer, resource=resource, scopes=scopes, callback=f"{issuer}{PREFIX}/callback")
         self.sessions = Sessions(auth.client_sessions)
         self.cookies = Cookies(secure=issuer.startswith("https://"))
@@ -291,6 +293,7 @@ class Console:
         apps = ConnectedApps(self, auth.connections, self.signed_out)
         account = AccountPage(self, auth.accounts, auth.cookies.session)
         cypher = QueryPage(self, services.queries)
+        hook_pages = HookPages(self, services.hooks, self.base_url)
         get = [
             ("", self.home),
             ("/sign-in", self.begin),
@@ -300,6 +303,7 @@ class Console:
             ("/entity/{id}/merge", self.signed_in(merging.review)),
             ("/graph", self.signed_in(pages.graph)),
             ("/query", self.signed_in(cypher.show)),
+            ("/hooks", self.signed_in(hook_pages.show)),
             ("/api/graph", self.signed_in(pages.graph_data)),
             ("/admin", self.signed_in(tenant_admin.overview)),
             ("/admin/audit", self.signed_in(tenant_admin.audit)),

@@ -4,6 +4,7 @@ ignored (clients add fields from version to version)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
@@ -77,3 +78,14 @@ class HookOutcome(BaseModel):
     brief: Brief | None = None
     kept: int = 0
     redacted: int = 0
+
+
+class HookTurn(BaseModel):
+    """A turn a hook kept: its episode, session, place in the session and speaker."""
+
+    id: int
+    session: str
+    turn: int
+    speaker: str
+    text: str
+    at: datetime

@@ -34,7 +34,7 @@ from app.config import Settings
 from app.services.base import Service
 from app.services.budget import Budget, clip
 from app.services.episodes import Episodes, episode_model
-from app.services.hook_models import Brief, HookInput, HookOutcome, HookPolicy
+from app.services.hook_models import Brief, HookInput, HookOutcome, HookPolicy, HookTurn
 from app.services.recall import Recall, RecallQuery
 from app.services.recall_models import EPISODE_MAX_CHARS, Episode, EpisodeIn, Fact
 from app.services.redaction import redact
@@ -47,7 +47,7 @@ logger = logging.getLogger(__name__)
 
 PREFIX = "claude-code:"  # the source of every episode a hook keeps
 QUERY_CHARS = 1000  # of a prompt, what recall reads (as a tool's query)
-CANDIDATES = 12  # facts recall ranks for a prompt, before the filters
+CANDIDATES = 20  # facts recall ranks for a prompt, before the filters and the budget
 RECENT = 8  # episodes a brief considers
 FORGET_BATCH = 100  # idle sessions dropped per session start
 ECHO_SIMILARITY = 0.95  # cosine at which an episode restates the prompt
@@ -88,6 +88,27 @@ def fact_key(f: Fact) -> int:
     else:
         ident = f"{f.kind}:{f.entity.id if f.entity else ''}:{f.to.id if f.to else ''}:{f.text}"
     return int.from_bytes(hashlib.sha256(ident.encode()).digest()[:8], "big", signed=True)
+
+
+# Words that carry no question on their own: what "thanks!", "ok, go on" or "yes please" are made of.
+# fmt: off
+FILLER = frozenset((
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "can", "could", "did", "do", "does", "for", "from",
+    "go", "going", "got", "had", "has", "have", "he", "her", "his", "how", "i", "if", "in", "is", "it", "its",
+    "just", "me", "my", "no", "not", "now", "of", "oh", "ok", "okay", "on", "or", "our", "out", "please", "right",
+    "she", "so", "sure", "that", "the", "their", "them", "then", "there", "they", "this", "to", "too", "up", "us",
+    "was", "we", "well", "were", "what", "when", "where", "which", "who", "why", "will", "with", "would", "yes",
+    "yeah", "yep", "you", "your", "thanks", "thank", "thx", "ty", "great", "good", "nice", "cool", "fine",
+    "awesome", "perfect", "sounds", "sound", "lol", "haha", "hmm", "hm", "ah", "wow", "alright", "continue",
+    "proceed", "done", "ahead", "keep", "next", "more", "again", "let", "lets",
+))
+# fmt: on
+
+
+def asks_something(prompt: str) -> bool:
+    """Whether a prompt has a word of substance (three letters or more, not filler): small talk is
+    not recalled for, so "thanks!" is never answered with memory."""
+    return any(len(w) >= 3 and w not in FILLER for w in re.findall(r"[^\W_]+", prompt.lower()))
 
 
 def _words(text: str) -> str:
@@ -176,7 +197,7 @@ class Hooks(Service):
 
     async def prompt(self, who: Principal, session: str, text: str, policy: HookPolicy, sizes: Sizes) -> Brief | None:
         """The facts to inject for a prompt, or None when nothing relevant is new to this session."""
-        if policy.prompt_tokens <= 0:
+        if policy.prompt_tokens <= 0 or not asks_something(text):
             return None
         result = await self._recall.recall(who, RecallQuery(text=text[:QUERY_CHARS].strip(), limit=CANDIDATES))
         wanted = [f for f in result.facts if f.scores.fused >= policy.min_score and not _echo(f, who, session, text)]
@@ -266,10 +287,15 @@ class Hooks(Service):
                 await store.set_turn(tx, session, state.turns, state.last_user, answered=True)
         return 1
 
-    async def episodes(self, who: Principal, session: str | None, limit: int) -> list[store.HookEpisode]:
-        """The newest episodes hooks kept, of one session or of all (the console's listing)."""
+    async def turns(self, who: Principal, session: str | None, limit: int) -> list[HookTurn]:
+        """The newest turns hooks kept, of one session or of all (the console's listing)."""
         async with self.tx(who, readonly=True) as tx:
-            return await store.episodes(tx, PREFIX, session, limit)
+            rows = await store.episodes(tx, PREFIX, session, limit)
+        out = []
+        for r in rows:
+            where, turn, speaker = r.source[len(PREFIX) :].rsplit(":", 2)
+            out.append(HookTurn(id=r.id, session=where, turn=int(turn), speaker=speaker, text=r.content, at=r.at))
+        return out
 
 
 def _prompt_source(source: str | None) -> bool:

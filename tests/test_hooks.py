@@ -341,3 +341,16 @@ async def test_the_local_helper_keeps_the_last_answer_from_the_transcript(server
     # No server: nothing printed, exit 0 (the session goes on).
     gone = run_helper(server, key, event, url="http://127.0.0.1:9")
     assert gone.returncode == 0 and gone.stdout == ""
+
+
+async def test_long_answers_and_ids_at_their_bounds_are_kept_clipped(server: Server) -> None:
+    tenant = new_tenant(server)
+    token = server.token(tenant)
+    sid = "s" + "x" * 127  # the longest session id taken
+    answer = "word " * 5000  # 25,000 characters: more than an episode keeps
+    sub = common(sid, "SubagentStop", agent_type="A" * 200, last_assistant_message=answer)
+    assert (await post(server, token, sub)).status_code == 200
+    (e,) = await kept(server, tenant)
+    assert len(e["text"]) <= 8000 and e["text"].startswith("word word") and e["text"].endswith("chars]")
+    assert e["source"] == f"claude-code:{sid}:0:subagent-{'a' * 30}" and len(e["source"]) <= 200
+    assert (await post(server, token, {**sub, "session_id": "s" * 129})).status_code == 400

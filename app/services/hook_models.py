@@ -14,7 +14,9 @@ from app.services.recall_models import Episode, Fact
 
 # Claude Code's session ids are UUIDs; other clients' are opaque words. Nothing else is a session.
 SESSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
-PROMPT_MAX_CHARS = 100_000  # the body's byte bound (ENGRAM_HOOK_MAX_BYTES) is the real limit
+# A prompt or an answer is bounded by the body's bytes (ENGRAM_HOOK_MAX_BYTES); what is kept of it
+# is clipped to an episode's length, with a visible marker.
+PROMPT_MAX_CHARS = 16 * 1024 * 1024
 Short = Annotated[str, StringConstraints(max_length=200), Clean]
 Path = Annotated[str, StringConstraints(max_length=4096), Clean]  # text only: never opened
 Long = Annotated[str, StringConstraints(max_length=PROMPT_MAX_CHARS), Clean]

@@ -159,13 +159,6 @@ class Hooks(Service):
         self._policies[who.tenant] = (now + self._cache_seconds, policy)
         return policy
 
-    async def set_policy(self, who: Principal, values: dict[str, object]) -> HookPolicy:
-        """Change some of the tenant's hook settings (None: back to the server's default)."""
-        async with self.tx(who, primary=True) as tx:
-            await store.set_overrides(tx, values)
-        self._policies.pop(who.tenant, None)
-        return await self.policy(who)
-
     # --- events
 
     async def handle(self, who: Principal, event: HookInput, fact_sizes: Sizes, episode_sizes: Sizes) -> HookOutcome:
@@ -342,7 +335,7 @@ def fact_key_of_episode(e: Episode) -> int:
 
 
 def _slug(text: str | None) -> str:
-    return re.sub(r"[^a-z0-9-]+", "-", (text or "").lower()).strip("-")[:40]
+    return re.sub(r"[^a-z0-9-]+", "-", (text or "").lower()).strip("-")[:30]  # a source stays within 200
 
 
 def _fact_text(f: Fact) -> str:

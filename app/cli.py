@@ -379,6 +379,66 @@ def cmd_tenant(args: argparse.Namespace) -> None:
         print(f"tenant {args.tenant} and all its data deleted")
 
 
+def cmd_hooks(args: argparse.Namespace) -> None:
+    """A tenant's hook settings (docs/clients.md, "Controls"): show them, or set some."""
+    from app.store import tenants
+
+    settings = _settings()
+    if args.action == "show":
+        own = _admin_tenant(args.tenant, lambda _, cell: tenants.hook_view(cell, args.tenant))
+        for name in _HOOK_FLAGS:
+            value = own.get(name, getattr(settings, f"hook_{name}") if name != "deny" else [])
+            print(f"{name}: {value} ({'set for this tenant' if name in own else 'default'})")
+        return
+    changes = {k: v for k in _HOOK_FLAGS if (v := getattr(args, f"hook_{k}")) is not _UNSET}
+    if not changes:
+        sys.exit("error: give at least one of " + ", ".join(f"--{k.replace('_', '-')}" for k in _HOOK_FLAGS))
+    _admin_tenant(args.tenant, lambda _, cell: tenants.set_hooks(cell, args.tenant, changes))
+    shown = ", ".join(f"{k}={'default' if v is None else v}" for k, v in changes.items())
+    print(f"tenant {args.tenant}: hooks {shown} (servers apply it within ENGRAM_LIMITS_CACHE_SECONDS)")
+
+
+def _hook_value(name: str) -> Callable[[str], object]:
+    """Parse one `engram hooks set` flag: `default` drops the tenant's own value."""
+    from app.config import HOOK_EVENTS
+    from app.services.redaction import check_patterns
+
+    def parse(text: str) -> object:
+        if text == "default":
+            return None
+        try:
+            if name == "capture":
+                if text not in ("on", "off"):
+                    raise ValueError("on, off or default")
+                return text == "on"
+            if name in ("events", "deny"):
+                items = [t.strip() for t in text.split(",") if t.strip()]
+                if name == "deny":
+                    return check_patterns(items)
+                if unknown := set(items) - set(HOOK_EVENTS):
+                    raise ValueError(f"unknown events {sorted(unknown)}; known: {', '.join(HOOK_EVENTS)}")
+                return items
+            value: float = float(text) if name == "min_score" else int(text)
+            bound = 1 if name == "min_score" else 20_000
+            if not 0 <= value <= bound:
+                raise ValueError(f"from 0 to {bound}")
+            return value
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+_HOOK_FLAGS = {
+    "capture": "keep prompts and answers as episodes: on, off",
+    "events": "the events answered, comma-separated (SessionStart,UserPromptSubmit,Stop,...)",
+    "deny": "globs of words to redact before storing, comma-separated (ACME-*,*.corp.example)",
+    "prompt_tokens": "most tokens injected for one prompt (0: none)",
+    "start_tokens": "most tokens of a session's brief (0: none)",
+    "min_score": "fused recall score a fact needs to be injected (0-1)",
+}
+
+
 def cmd_cell(args: argparse.Namespace) -> None:
     """The directory of cells: register one (migrated first), list them, open, drain or fill one."""
     from app.errors import EngramError
@@ -911,6 +971,18 @@ def main(argv: list[str] | None = None) -> None:
             help=f"with set-limits: {_LIMIT_HELP[flag]} (`default`: the server's setting)",
         )
     tenant.set_defaults(func=cmd_tenant)
+    hooks = sub.add_parser("hooks", help="a tenant's hook settings: capture, events, deny-list, budgets")
+    hooks.add_argument("action", choices=["show", "set"])
+    hooks.add_argument("tenant", help="the tenant id")
+    for flag, what in _HOOK_FLAGS.items():
+        hooks.add_argument(
+            f"--{flag.replace('_', '-')}",
+            dest=f"hook_{flag}",
+            type=_hook_value(flag),
+            default=_UNSET,
+            help=f"with set: {what} (`default`: the server's setting)",
+        )
+    hooks.set_defaults(func=cmd_hooks)
     cell = sub.add_parser("cell", help="the cells tenants are placed on: add, list, or set one's state")
     cell.add_argument("action", choices=["add", "list", "set", "cleanup"])
     cell.add_argument("name", nargs="?", help="the cell's name (not for list)")

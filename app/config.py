@@ -14,6 +14,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 _DEFAULT_MIGRATIONS = Path(__file__).resolve().parent / "sql" / "migrations"  # shipped in the package
 # Each tool set is served at its own MCP endpoint (ENGRAM_TOOL_SETS picks which), with its own audience.
+# The hook events /hooks/claude-code answers (docs/clients.md); the rest are answered empty.
+HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "Stop", "SubagentStop", "PreCompact", "SessionEnd")
 ENDPOINT_PATHS = {"native": "/mcp", "memory": "/mcp/memory", "neo4j": "/mcp/neo4j", "chatgpt": "/mcp/chatgpt"}
 
 
@@ -294,6 +296,27 @@ class Settings(BaseSettings):
         600, gt=0, le=86400, description="Database work of one /admin/export or /admin/import request."
     )
 
+    # hooks: memory in an assistant's loop (docs/clients.md); a tenant may override the last five
+    hooks: bool = Field(True, description="Serve /hooks/claude-code (recall on each prompt, turns kept as episodes).")
+    hook_deadline_seconds: float = Field(
+        0.8, gt=0, le=30, description="A hook answers by then; past it, an empty answer that blocks nothing."
+    )
+    hook_max_bytes: int = Field(
+        256 * 1024, ge=1024, le=16 * 1024 * 1024, description="Largest hook input taken (larger: 413)."
+    )
+    hook_capture: bool = Field(True, description="Keep prompts and answers that hooks post as episodes.")
+    hook_events: CommaList = Field(
+        default_factory=lambda: list(HOOK_EVENTS), description="Hook events answered; others get an empty answer."
+    )
+    hook_prompt_tokens: int = Field(500, ge=0, le=20_000, description="Most tokens injected for one prompt.")
+    hook_start_tokens: int = Field(800, ge=0, le=20_000, description="Most tokens of the brief a session starts with.")
+    hook_min_score: float = Field(
+        0.2, ge=0, le=1, description="Fused recall score under which a fact is not injected (docs/benchmarks.md)."
+    )
+    hook_session_days: float = Field(
+        30, gt=0, le=3650, description="A hook session idle this long forgets what it was shown."
+    )
+
     # fair sharing (docs/security.md); 0 switches a rate or a quota off
     tenant_rate: float = Field(50, ge=0, le=1_000_000, description="Tool calls per second per tenant (refill).")
     tenant_rate_shared: bool = Field(True, description="Count a tenant's rate across replicas, in the database.")
@@ -382,8 +405,17 @@ class Settings(BaseSettings):
         "oidc_audiences",
         "metrics_tenants",
         "scope_claims",
+        "hook_events",
         mode="before",
     )(_comma_list)
+
+    @field_validator("hook_events")
+    @classmethod
+    def _check_hook_events(cls, value: list[str]) -> list[str]:
+        unknown = set(value) - set(HOOK_EVENTS)
+        if unknown:
+            raise ValueError(f"a comma-separated list of: {', '.join(HOOK_EVENTS)}")
+        return value
 
     @model_validator(mode="before")
     @classmethod

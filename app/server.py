@@ -28,6 +28,8 @@ from app.auth_mode import authorization_server, token_verifier
 from app.config import Settings
 from app.console import console_routes
 from app.home import home_routes
+from app.hook_routes import PATH as HOOKS_PATH
+from app.hook_routes import HookRoutes
 from app.lifespan import Lifespan
 from app.mcp.http_guard import HttpGuard, OutageAnswers
 from app.mcp.live import SessionStreams
@@ -68,6 +70,11 @@ def create_app(settings: Settings) -> Starlette:
         *_resource_metadata(settings, endpoints),
         # A token for any served endpoint (the first one's metadata named in challenges).
         *AdminRoutes(settings, services.transfer, verifier, _metadata_url(endpoints[0].url)).routes(),
+        *(
+            HookRoutes(settings, services.hooks, verifier, _metadata_url(endpoints[0].url), services.fairness).routes()
+            if settings.hooks
+            else []
+        ),
         *console_routes(settings, services, auth, verifier),
         *home_routes(
             settings.base_url,
@@ -151,7 +158,7 @@ def _resource_metadata(settings: Settings, endpoints: Sequence[Endpoint]) -> lis
 def _middleware(settings: Settings, endpoints: Sequence[Endpoint]) -> list[Middleware]:
     guard = Middleware(
         HttpGuard,
-        paths={e.path for e in endpoints},
+        paths={e.path for e in endpoints} | ({HOOKS_PATH} if settings.hooks else set()),
         stream_paths={e.path for e in endpoints if e.live is not None},
         token_rate=settings.token_rate,
         token_burst=settings.token_burst,

@@ -150,3 +150,14 @@ def test_query_graph_memory_benchmark_runs_quick(tmp_path: Path) -> None:
     queries = r["query_memory"]["queries"]
     assert len(queries) == 3 and all("backend_growth_mib" in q for q in queries.values())
     assert queries["collect over a 100,000-row product"]["answer"].startswith("limit")
+
+
+def test_hooks_benchmark_runs_quick(tmp_path: Path) -> None:
+    done, r = _quick("bench.hooks", tmp_path / "hooks.json")
+    assert r["machine"]["quick"] is True
+    if r["data"]["skipped"] is None:  # the development set beside the project: the replay measured
+        assert r["replay"]["prompts"] > 0 and r["replay"]["latency"]["n"] == r["replay"]["prompts"]
+        evidence = r["evidence"][str(r["default_threshold"])]
+        assert evidence["all"]["n"] > 0 and 0 <= evidence["all"]["hit"] <= 1
+    assert r["large"]["latency"]["n"] > 0 and r["large"]["bulk"]["episodes"] == 200
+    assert "## Hooks" in done.stdout

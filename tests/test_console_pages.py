@@ -5,6 +5,7 @@ test-artifacts/console/."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -14,7 +15,7 @@ import pytest
 from playwright.async_api import expect
 
 from tests.helpers import serve
-from tests.test_authserver import CHROMIUM_ARGS
+from tests.test_authserver import CHROMIUM_ARGS, engram
 from tests.test_console import (
     ARTIFACTS,
     CHROMIUM,
@@ -167,3 +168,42 @@ async def test_the_edit_controls_work_without_javascript(builtin):  # noqa: F811
             await page.screenshot(path=ARTIFACTS / "entity-no-script.png", full_page=True)
         finally:
             await browser.close()
+
+
+@needs_chromium
+async def test_the_hooks_page_shows_which_episodes_came_from_hooks_by_session(builtin):  # noqa: F811
+    t = await three_facts(builtin)
+    made = engram(builtin.env, "apikey", "create", "--tenant", t.id, "--scope", "memory:write", "--name", "hooks")
+    assert made.returncode == 0, made.stderr
+    key = made.stdout.strip()
+    sid = f"s-{uuid.uuid4().hex[:12]}"
+    async with httpx2.AsyncClient(base_url=builtin.base, timeout=30) as http:
+        for body in (
+            {"hook_event_name": "UserPromptSubmit", "prompt": "Who translated Menabrea's paper?"},
+            {"hook_event_name": "Stop", "stop_hook_active": False, "last_assistant_message": "Ada Lovelace did."},
+        ):
+            r = await http.post(
+                "/hooks/claude-code",
+                json={"session_id": sid, "cwd": "/home/ada/engine", "transcript_path": "/tmp/t.jsonl", **body},
+                headers={"Authorization": f"Bearer {key}"},
+            )
+            assert r.status_code == 200, r.text
+    blocked: list[str] = []
+    async with console_in_chromium(blocked) as page:
+        await sign_in_with_browser(page, builtin, t)
+        await page.get_by_role("link", name="Hooks").click()
+        sessions = page.locator("#sessions")
+        await expect(sessions).to_contain_text(sid)
+        assert "2" in await sessions.locator("tr", has_text=sid).inner_text()  # two turns kept
+        settings = await page.locator("#claude-code-hooks").inner_text()
+        assert f"{builtin.base}/hooks/claude-code" in settings and "allowedEnvVars" in settings
+        await page.get_by_role("link", name=sid).click()
+        rows = page.locator("#turns tbody tr")
+        await expect(rows).to_have_count(2)
+        assert "user" in await rows.nth(0).inner_text() and "Menabrea" in await rows.nth(0).inner_text()
+        assert "assistant" in await rows.nth(1).inner_text() and "Ada Lovelace did." in await rows.nth(1).inner_text()
+        await page.screenshot(path=ARTIFACTS / "hooks-session.png", full_page=True)
+        for bad in ("../../etc/passwd", "a%00b", "x" * 300):  # no session id: refused, said so, not a 5xx
+            answer = await page.goto(f"{builtin.base}/console/hooks?session={bad}")
+            assert answer is not None and answer.status == 400, (bad, answer and answer.status)
+    assert not blocked, blocked  # the strict policy blocked nothing the page uses

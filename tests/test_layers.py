@@ -96,6 +96,11 @@ def test_the_console_does_not_reach_the_store_or_the_driver() -> None:
     assert not _violations("app.console", ("asyncpg",)), "app/console/ must not use the database driver"
 
 
+def test_the_hook_endpoint_does_not_reach_the_store_or_the_driver() -> None:
+    """/hooks/claude-code is a transport like app/mcp: it calls the hooks service."""
+    assert not _violations("app.hook_routes", ("app.store", "asyncpg")), "app/hook_routes.py must call services"
+
+
 def test_the_cli_administers_accounts_through_the_services() -> None:
     """`engram user`, `member` and `revoke` change accounts, memberships and grants through the
     account service the console uses (its rules, its events), never the account tables directly."""

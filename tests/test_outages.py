@@ -357,3 +357,45 @@ async def test_a_killed_database_under_writes_loses_no_acknowledged_write(own_po
     dropped = {name for name, details in refused.items() if details.get("committed") is False}
     assert not (dropped & stored), sorted(dropped & stored)
     assert all(d.get("committed") in (False, "unknown") and d["retry_after"] > 0 for d in refused.values())
+
+
+async def test_a_frozen_database_answers_hooks_empty_within_a_second(own_postgres, server: Server) -> None:
+    """Claude Code waits for its hooks: a memory that does not answer must not hold the session up.
+    Every hook answers `200 {}` within ENGRAM_HOOK_DEADLINE_SECONDS (0.8 s), and keeps nothing."""
+    pg, _ = own_postgres
+    warm, cold = f"hook-warm-{uuid.uuid4().hex[:8]}", f"hook-cold-{uuid.uuid4().hex[:8]}"
+    sid = str(uuid.uuid4())
+    url = f"{server.base}/hooks/claude-code"
+
+    def body(event: str, **fields: Any) -> dict[str, Any]:
+        return {"session_id": sid, "cwd": "/home/dev/shop", "transcript_path": "/tmp/t.jsonl",
+                "hook_event_name": event, **fields}  # fmt: skip
+
+    async with httpx2.AsyncClient(timeout=30) as http:
+
+        def hook(credential: str, event: str, **fields: Any) -> Any:
+            return timed(http.post(url, json=body(event, **fields), headers={"Authorization": f"Bearer {credential}"}))
+
+        token = server.token(warm)
+        r, _ = await hook(token, "UserPromptSubmit", prompt="remember the shop's port is 8443")
+        assert r.status_code == 200
+        pg.signal(signal.SIGSTOP)
+        try:
+            answers = await asyncio.gather(
+                hook(token, "UserPromptSubmit", prompt="which port does the shop use?"),
+                hook(token, "Stop", last_assistant_message="Port 8443."),
+                hook(token, "SessionStart", source="startup"),
+                # a tenant this server has not seen yet, and an API key it must look up
+                hook(server.token(cold), "UserPromptSubmit", prompt="anything about the shop?"),
+                hook(f"egk_{'c' * 12}_{'d' * 43}", "Stop", last_assistant_message="x"),
+            )
+            for answer, took in answers:
+                assert answer.status_code == 200 and answer.json() == {}, answer.text
+                assert took < 1.0 + SLACK, took
+                print(f"hook answered {answer.json()} in {took:.3f} s with the database frozen")
+        finally:
+            pg.signal(signal.SIGCONT)
+    await until_ok(server, warm)
+    async with server.client(warm) as c:
+        texts = [e["text"] for e in ok(await c.call_tool("list_episodes", {"detail": "full"}))["episodes"]]
+    assert texts == ["remember the shop's port is 8443"]  # what the frozen database was sent did not commit

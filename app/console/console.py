@@ -33,6 +33,7 @@ from app.console.calls import Runner
 from app.console.connect import ConnectPage
 from app.console.connected import ConnectedApps
 from app.console.cypher import QueryPage
+from app.console.hook_pages import HookPages
 from app.console.memory import MemoryPages
 from app.console.merging import MergePages
 from app.console.sessions import PendingSignIn, Session, Sessions
@@ -116,6 +117,7 @@ class Console:
         self.transfer_seconds = transfer_seconds
         self.claims = tenant_claims
         self.endpoints = dict(endpoints)  # the served MCP endpoints' URLs, by tool set (the Connect page)
+        self.base_url = issuer  # the server's own address: the console's, the hooks'
         self.sign = SignIn(auth, issuer=issuer, resource=resource, scopes=scopes, callback=f"{issuer}{PREFIX}/callback")
         self.sessions = Sessions(auth.client_sessions)
         self.cookies = Cookies(secure=issuer.startswith("https://"))
@@ -302,6 +304,7 @@ class Console:
         account = AccountPage(self, auth.accounts, auth.cookies.session)
         cypher = QueryPage(self, services.queries)
         connect = ConnectPage(self, self.endpoints)
+        hook_pages = HookPages(self, services.hooks, self.base_url)
         get = [
             ("", self.home),
             ("/sign-in", self.begin),
@@ -311,6 +314,7 @@ class Console:
             ("/entity/{id}/merge", self.signed_in(merging.review)),
             ("/graph", self.signed_in(pages.graph)),
             ("/query", self.signed_in(cypher.show)),
+            ("/hooks", self.signed_in(hook_pages.show)),
             ("/api/graph", self.signed_in(pages.graph_data)),
             ("/admin", self.signed_in(tenant_admin.overview)),
             ("/admin/audit", self.signed_in(tenant_admin.audit)),

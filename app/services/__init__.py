@@ -13,6 +13,8 @@ from app.services.episodes import Episodes
 from app.services.fairness import Fairness
 from app.services.graph import Graph
 from app.services.graph_query import GraphQueries
+from app.services.hook_models import HookPolicy
+from app.services.hooks import DEFAULT_POLICY, Hooks, policy_from_settings
 from app.services.indexing import Indexer
 from app.services.live import Live
 from app.services.merges import Merges
@@ -46,6 +48,7 @@ class Services:
     indexer: Indexer
     limits: Limits
     cursors: Cursors
+    hooks: Hooks
     fairness: Fairness | None = None
     live: Live | None = None  # subscriptions; None where nothing serves them (the CLI, benchmarks)
 
@@ -60,18 +63,23 @@ class Services:
         cursor_max_age: float = 86400,
         fairness: Fairness | None = None,
         live: Live | None = None,
+        hooks: HookPolicy | None = None,
+        hook_cache_seconds: float = 30,
+        hook_session_days: float = 30,
     ) -> Services:
         cursors = Cursors(cursor_max_age)
         shared = (db, indexer, cursors, limits, fairness)
         search = Search(*shared, ef_search=ef_search)
+        recall = Recall(search)
+        episodes = Episodes(*shared)
         return cls(
             entities=Entities(*shared),
             relations=Relations(*shared),
             graph=Graph(*shared),
             status=Status(*shared),
             search=search,
-            recall=Recall(search),
-            episodes=Episodes(*shared),
+            recall=recall,
+            episodes=episodes,
             transfer=Transfer(*shared),
             merges=Merges(*shared),
             duplicates=Duplicates(*shared),
@@ -80,6 +88,13 @@ class Services:
             indexer=indexer,
             limits=limits,
             cursors=cursors,
+            hooks=Hooks(
+                recall,
+                episodes,
+                hooks or DEFAULT_POLICY,
+                cache_seconds=hook_cache_seconds,
+                session_days=hook_session_days,
+            ),
             fairness=fairness,
             live=live,
         )
@@ -98,4 +113,7 @@ class Services:
             cursor_max_age=settings.cursor_max_age_seconds,
             fairness=fairness,
             live=Live.from_settings(settings, db),
+            hooks=policy_from_settings(settings),
+            hook_cache_seconds=settings.limits_cache_seconds,
+            hook_session_days=settings.hook_session_days,
         )

@@ -29,6 +29,7 @@ from app.services.recall_models import (
 )
 from app.services.recall_models import Involved as InvolvedModel
 from app.store import entities, episodes, index, recall
+from app.store.database import Tx
 from app.store.episodes import EpisodeRow, NewEpisode
 
 MENTIONED_MAX = 50  # entities one episode links by mention
@@ -57,40 +58,45 @@ class Episodes(Service):
         # Embedded before the transaction as the documents will read, when the speakers are given by name.
         texts = [index.episode_text(i.text, sorted(i.speakers)) for i in items]
         async with self.tx(who, texts=texts) as tx:
-            given = [r for i in items for r in (*i.speakers, *i.participants)]
-            found = await refs.resolve(tx, list(dict.fromkeys(given)))
-            keyed = [name_keys(i.text) for i in items]
-            wanted = list(dict.fromkeys(k for ks in keyed for k in ks))[:MENTION_KEYS_MAX]
-            mentioned: dict[str, list[str]] = {}
-            for key, entity_id in await recall.named(tx, wanted, MENTIONED_MAX * len(items) * 4):
-                mentioned.setdefault(key, []).append(entity_id)
-            new = []
-            for item, item_keys in zip(items, keyed, strict=True):
-                involved: dict[str, str] = {}
-                for ref in item.speakers:
-                    involved.setdefault(found[ref].id, "speaker")
-                for ref in item.participants:
-                    involved.setdefault(found[ref].id, "participant")
-                mentions = [e for k in item_keys for e in mentioned.get(k, ())]
-                for entity_id in dict.fromkeys(mentions):
-                    if len(involved) >= len(item.speakers) + len(item.participants) + MENTIONED_MAX:
-                        break
-                    involved.setdefault(entity_id, "mentioned")
-                new.append(
-                    NewEpisode(
-                        content=item.text,
-                        at=item.at,
-                        source=item.source or source or who.client_id,
-                        valid_from=item.valid_from,
-                        valid_until=item.valid_until,
-                        involved=tuple(involved.items()),
-                    )
-                )
-            ids = await episodes.insert(tx, new, who.subject)
-            if len(new) >= STATISTICS_AFTER:
-                await entities.refresh_statistics(tx)
-            rows = await episodes.by_ids(tx, ids)
+            rows = await self.write(tx, who, items, source)
         return EpisodesWritten(episodes=[episode_model(r) for r in rows], embeddings_pending=tx.pending)
+
+    async def write(self, tx: Tx, who: Principal, items: Sequence[EpisodeIn], source: str | None) -> list[EpisodeRow]:
+        """The episodes written in the caller's transaction (opened with their texts, as `add` does):
+        the one way episodes are made, whoever asks (a tool, a hook)."""
+        given = [r for i in items for r in (*i.speakers, *i.participants)]
+        found = await refs.resolve(tx, list(dict.fromkeys(given)))
+        keyed = [name_keys(i.text) for i in items]
+        wanted = list(dict.fromkeys(k for ks in keyed for k in ks))[:MENTION_KEYS_MAX]
+        mentioned: dict[str, list[str]] = {}
+        for key, entity_id in await recall.named(tx, wanted, MENTIONED_MAX * len(items) * 4):
+            mentioned.setdefault(key, []).append(entity_id)
+        new = []
+        for item, item_keys in zip(items, keyed, strict=True):
+            involved: dict[str, str] = {}
+            for ref in item.speakers:
+                involved.setdefault(found[ref].id, "speaker")
+            for ref in item.participants:
+                involved.setdefault(found[ref].id, "participant")
+            mentions = [e for k in item_keys for e in mentioned.get(k, ())]
+            for entity_id in dict.fromkeys(mentions):
+                if len(involved) >= len(item.speakers) + len(item.participants) + MENTIONED_MAX:
+                    break
+                involved.setdefault(entity_id, "mentioned")
+            new.append(
+                NewEpisode(
+                    content=item.text,
+                    at=item.at,
+                    source=item.source or source or who.client_id,
+                    valid_from=item.valid_from,
+                    valid_until=item.valid_until,
+                    involved=tuple(involved.items()),
+                )
+            )
+        ids = await episodes.insert(tx, new, who.subject)
+        if len(new) >= STATISTICS_AFTER:
+            await entities.refresh_statistics(tx)
+        return await episodes.by_ids(tx, ids)
 
     async def list(
         self,

@@ -10,7 +10,7 @@ from datetime import datetime
 import asyncpg
 
 from app.errors import Code, EngramError
-from app.store import limits
+from app.store import hooks, limits
 from app.store.database import Tenant, Tx, timed
 
 
@@ -92,6 +92,21 @@ async def set_limits(conn: asyncpg.Connection, key: str, values: Mapping[str, fl
     """Set some of a tenant's own limits (None: back to the server's default), on its cell (`conn`)."""
     row = await _get(conn, key)
     await limits.set_overrides(conn, row.schema_name, values)
+
+
+@timed
+async def set_hooks(conn: asyncpg.Connection, key: str, values: Mapping[str, object]) -> None:
+    """Set some of a tenant's hook settings (None: back to the server's default), on its cell (`conn`)."""
+    row = await _get(conn, key)
+    await hooks.set_overrides(conn, row.schema_name, values)
+
+
+@timed
+async def hook_view(conn: asyncpg.Connection, key: str) -> dict[str, object]:
+    """A tenant's own hook settings (column: value, unset ones left out), on its cell (`conn`)."""
+    row = await _get(conn, key)
+    found = await conn.fetchrow(f"SELECT {', '.join(hooks.COLUMNS)} FROM {row.schema_name}.hook_settings")
+    return {k: v for k, v in dict(found).items() if v is not None} if found else {}
 
 
 @timed

@@ -1,0 +1,194 @@
+"""`POST /hooks/claude-code`: Claude Code's hooks (`"type": "http"`) post each event's JSON input
+here, and read the answer as they read a command hook's output (docs/clients.md).
+
+Authenticated as the MCP endpoints are: a bearer token for any served endpoint, or an API key of
+the tenant (`Authorization: Bearer egk_…`); the tenant is the credential's, never the input's.
+Reading (context injected) needs `memory:read`, keeping turns `memory:write`; a credential with
+neither is refused (403).
+
+What it answers:
+- a refused credential 401/403, a body over ENGRAM_HOOK_MAX_BYTES 413, a body that is no JSON
+  object or whose fields break their bounds 400 (`invalid: field: rule`), over a rate 429: the
+  client treats every non-2xx as a non-blocking error, and nothing is stored;
+- anything else 200: `{"hookSpecificOutput": {"hookEventName": …, "additionalContext": …}}` when
+  there is context to add, `{}` otherwise — also when the database is slow or down: past
+  ENGRAM_HOOK_DEADLINE_SECONDS the answer is `{}`, so the assistant never waits on memory.
+Unknown events and fields are ignored; no field is ever a path the server opens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import re
+from collections.abc import Sequence
+
+import orjson
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from app.auth.principal import READ, WRITE, Principal, principal_from_token
+from app.auth.verifier import TokenVerifier
+from app.config import Settings
+from app.errors import EngramError, http_problem
+from app.mcp.answers import facts
+from app.mcp.answers.text import lines
+from app.observability.context import calling
+from app.services import DATABASE_ERRORS
+from app.services.calls import retrying, within
+from app.services.fairness import Fairness
+from app.services.hook_models import Brief, HookInput, HookOutcome
+from app.services.hooks import Hooks
+
+logger = logging.getLogger(__name__)
+
+PATH = "/hooks/claude-code"
+EMPTY = b"{}"
+
+
+class HookRoutes:
+    def __init__(
+        self,
+        settings: Settings,
+        hooks: Hooks,
+        verifier: TokenVerifier,
+        metadata_url: str,
+        fairness: Fairness | None = None,
+    ) -> None:
+        self.hooks = hooks
+        self.verifier = verifier
+        self.fairness = fairness
+        self.claims: Sequence[str] = [settings.tenant_claim, *settings.tenant_fallback_claims]
+        self.scopes = settings.scope_names
+        self.metadata_url = metadata_url
+        self.max_bytes = settings.hook_max_bytes
+        self.seconds = settings.hook_deadline_seconds
+
+    def routes(self) -> list[Route]:
+        return [Route(PATH, self.claude_code, methods=["POST"])]
+
+    async def claude_code(self, request: Request) -> Response:
+        try:
+            async with asyncio.timeout(self.seconds):
+                return await self._answer(request)
+        except TimeoutError:
+            logger.warning("hook answered empty: no answer within %.2f s", self.seconds)
+        except DATABASE_ERRORS as exc:
+            logger.warning("hook answered empty: the database failed (%s)", type(exc).__name__)
+        return _json(EMPTY)
+
+    async def _answer(self, request: Request) -> Response:
+        who = await self._caller(request)
+        if isinstance(who, Response):
+            return who
+        body = await self._body(request)
+        if isinstance(body, Response):
+            return body
+        event = _parse(body)
+        if isinstance(event, Response):
+            return event
+        tool = "hooks:" + re.sub(r"(?<!^)(?=[A-Z])", "_", event.hook_event_name).lower()[:60]
+        try:
+            with calling(tool, who.subject, who.client_id, who.tenant):
+                outcome = await self._run(who, event)
+        except EngramError as exc:
+            if exc.code == "unavailable":
+                return _json(EMPTY)
+            status, message = http_problem(exc)
+            headers = {"Retry-After": str(max(1, math.ceil(float(exc.details["retry_after"]))))} if (
+                "retry_after" in exc.details
+            ) else None  # fmt: skip
+            return JSONResponse({"error": message}, status_code=status, headers=headers)
+        return _json(answer(event.hook_event_name, outcome))
+
+    async def _run(self, who: Principal, event: HookInput) -> HookOutcome:
+        async def body() -> HookOutcome:
+            return await retrying(self.hooks.handle, who, event, facts.recall_sizes, facts.episode_sizes)
+
+        if self.fairness is None:
+            return await within(self.seconds, body, writes=True)
+        async with self.fairness.admit(who):
+            return await within(self.seconds, body, writes=True)
+
+    # --- who is asking, what they sent
+
+    async def _caller(self, request: Request) -> Principal | Response:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return self._unauthorized("send an access token or API key as `Authorization: Bearer ...`")
+        access = await self.verifier.verify_token(token.strip())
+        if access is None:
+            return self._unauthorized("the access token is not valid")
+        try:
+            who = principal_from_token(access, self.claims)
+        except EngramError as exc:
+            return JSONResponse({"error": exc.message}, status_code=403)
+        if not who.scopes & {READ, WRITE}:
+            wanted = f"{self.scopes[READ]} {self.scopes[WRITE]}"
+            challenge = f'Bearer error="insufficient_scope", scope="{wanted}", resource_metadata="{self.metadata_url}"'
+            refusal = {"error": "insufficient_scope", "scope": wanted}
+            return JSONResponse(refusal, status_code=403, headers={"WWW-Authenticate": challenge})
+        return who
+
+    def _unauthorized(self, description: str) -> Response:
+        challenge = f'Bearer error="invalid_token", resource_metadata="{self.metadata_url}"'
+        return JSONResponse(
+            {"error": "invalid_token", "error_description": description},
+            status_code=401,
+            headers={"WWW-Authenticate": challenge},
+        )
+
+    async def _body(self, request: Request) -> bytes | Response:
+        length = request.headers.get("content-length")
+        too_large = JSONResponse({"error": f"a hook input is at most {self.max_bytes} bytes"}, status_code=413)
+        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
+            return too_large
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > self.max_bytes:
+                return too_large
+        return bytes(body)
+
+
+def _parse(body: bytes) -> HookInput | Response:
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return _invalid("the body is not JSON")
+    if not isinstance(data, dict):
+        return _invalid("the body is not a JSON object")
+    try:
+        return HookInput.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False, include_input=False)[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        return _invalid(f"{where}: {first['msg']}")
+
+
+def _invalid(message: str) -> Response:
+    return JSONResponse({"error": f"invalid: {message}"}, status_code=400)
+
+
+def render(brief: Brief) -> str:
+    """A brief as concise text: its heading, recent episodes one per line, then facts."""
+    chunks = [f"{brief.heading}\n", *facts.episode_chunks(brief.episodes)]
+    if brief.facts:
+        chunks += [f"{brief.facts_heading}\n"] if brief.facts_heading else []
+        chunks += facts.fact_chunks(brief.facts)
+    return lines(chunks)
+
+
+def answer(event: str, outcome: HookOutcome) -> bytes:
+    """The JSON Claude Code reads: additional context for the event, or nothing to add."""
+    if outcome.brief is None or outcome.brief.empty:
+        return EMPTY
+    context = render(outcome.brief)
+    return orjson.dumps({"hookSpecificOutput": {"hookEventName": event, "additionalContext": context}})
+
+
+def _json(body: bytes) -> Response:
+    return Response(body, media_type="application/json", headers={"Cache-Control": "no-store"})

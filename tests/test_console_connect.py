@@ -47,6 +47,8 @@ async def test_an_admin_connects_an_assistant_and_makes_a_key_for_an_agent(built
         assert json.loads(settings["cursor"]) == {"mcpServers": {"engram": {"url": native}}}
         assert settings["claude-ai"] == native and settings["chatgpt"] == f"{builtin.base}/mcp/chatgpt"
         assert await page.locator("#claude-code-hooks h2").inner_text() == "Claude Code hooks"
+        hooks = await page.locator("#claude-code-hooks").inner_text()
+        assert f"{builtin.base}/hooks/claude-code" in hooks and "allowedEnvVars" in hooks
         await page.screenshot(path=ARTIFACTS / "connect.png", full_page=True)
 
         # A key for a headless agent: the form is the administration page's own, CSRF and all.

@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app.auth.principal import READ, WRITE
+from app.console.hook_setups import hook_setups
 from app.console.web import TEMPLATES
 
 if TYPE_CHECKING:
@@ -83,15 +84,17 @@ TEMPLATES.env.globals["agent_setups"] = agent_setups
 
 
 class ConnectPage:
-    def __init__(self, kit: Kit, endpoints: dict[str, str]) -> None:
+    def __init__(self, kit: Kit, endpoints: dict[str, str], base_url: str) -> None:
         self.c = kit
         self.endpoints = endpoints
+        self.base_url = base_url  # the server's own address: where Claude Code's hooks post
 
     async def show(self, request: Request, visit: Visit) -> Response:
         context = {
             "endpoints": [(name, url, SERVES[name]) for name, url in self.endpoints.items()],
             "setups": setups(self.endpoints),
             "agent": agent_setups(self.native, "egk_…"),
+            "hook_setups": hook_setups(self.base_url),
             # A key never holds more than its maker: the memory scopes this person has.
             "grantable": [s for s in (READ, WRITE) if s in visit.who.scopes],
         }

@@ -303,7 +303,7 @@ class Console:
         apps = ConnectedApps(self, auth.connections, self.signed_out)
         account = AccountPage(self, auth.accounts, auth.cookies.session)
         cypher = QueryPage(self, services.queries)
-        connect = ConnectPage(self, self.endpoints)
+        connect = ConnectPage(self, self.endpoints, self.base_url)
         hook_pages = HookPages(self, services.hooks, self.base_url)
         get = [
             ("", self.home),

@@ -18,6 +18,7 @@ import orjson
 from app.mcp.answers.text import block, day, lines, more, note, sizes
 from app.services import models
 from app.services.budget import clip
+from app.services.purges import PurgeResult
 
 DESCRIPTION_BYTES = 240  # of a description in a listing; get_entity shows it whole
 
@@ -202,3 +203,12 @@ def relations_ended(r: models.InvalidatedRelations) -> str:
     done = "; ".join(relation_line(x) for x in r.invalidated)
     out = f"Ended: {done}." if done else "Ended: none."
     return out + (f" {r.unchanged} unknown or already ended." if r.unchanged else "")
+
+
+def purged(r: PurgeResult) -> str:
+    """What a purge erased, or (a preview) would erase and how to confirm it."""
+    if r.erased or not r.names:
+        return r.summary
+    more = r.counts.entities - len(r.names)
+    names = ", ".join(block(n) for n in r.names) + (f" and {more} more" if more > 0 else "")
+    return f"{r.summary}\nEntities: {names}."

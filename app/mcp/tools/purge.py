@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from app.auth.principal import ADMIN, Principal
+from app.mcp.answers import entities as shown
 from app.mcp.toolset import DESTRUCTIVE, ToolSet
 from app.services import Services, models
 from app.services.purges import PurgeResult
@@ -14,7 +15,7 @@ from app.services.purges import PurgeResult
 def register(tool: ToolSet, services: Services) -> None:
     batch = services.limits.max_batch
 
-    @tool(ADMIN, DESTRUCTIVE, title="Purge entities")
+    @tool(ADMIN, DESTRUCTIVE, title="Purge entities", render=shown.purged)
     async def purge_entities(
         who: Principal,
         entities: Annotated[

@@ -400,10 +400,11 @@ def cmd_hooks(args: argparse.Namespace) -> None:
 
 def _hook_value(name: str) -> Callable[[str], object]:
     """Parse one `engram hooks set` flag: `default` drops the tenant's own value."""
-    from app.config import HOOK_EVENTS
-    from app.services.redaction import check_patterns
 
     def parse(text: str) -> object:
+        from app.config import HOOK_EVENTS  # here, not at the parser's making: `engram --help` stays light
+        from app.services.redaction import check_patterns
+
         if text == "default":
             return None
         try:

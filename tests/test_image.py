@@ -29,7 +29,8 @@ import pytest
 from app.auth.devkeys import mint_token
 from app.auth.principal import READ, WRITE
 from app.config import Settings, cache_dir
-from tests.conftest import ROOT, connect, free_port, ok
+from tests.conftest import ROOT, connect, free_port, text
+from tests.helpers import record
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -309,8 +310,10 @@ async def test_searches_by_meaning_out_of_the_box(served: Served, tenant: str) -
         {"name": "Billing Service", "type": "service", "observations": ["charges customers' cards every month"]},
     ]
     async with connect(f"{served.base}/mcp", token) as client:
-        ok(await client.call_tool("upsert_entities", {"entities": facts}))
-        found = ok(await client.call_tool("search", {"query": "which foods make my son sick", "limit": 1}))
+        record(await client.call_tool("upsert_entities", {"entities": facts}))  # the default answer is text
+        found = record(
+            await client.call_tool("search", {"query": "which foods make my son sick", "limit": 1, "detail": "full"})
+        )
     assert [hit["entity"]["name"] for hit in found["hits"]] == ["Peanut Allergy"]
 
 
@@ -319,12 +322,11 @@ async def test_serves_mcp_tool_calls(served: Served, tenant: str) -> None:
     async with connect(f"{served.base}/mcp", token) as client:
         names = {tool.name for tool in (await client.list_tools()).tools}
         assert {"upsert_entities", "get_entity"} <= names
-        ok(
-            await client.call_tool(
-                "upsert_entities", {"entities": [{"name": "Image test", "type": "check", "observations": ["built"]}]}
-            )
+        made = await client.call_tool(
+            "upsert_entities", {"entities": [{"name": "Image test", "type": "check", "observations": ["built"]}]}
         )
-        entity = ok(await client.call_tool("get_entity", {"name": "Image test"}))
+        assert text(made) == "Created: Image test v1 +1 facts."
+        entity = record(await client.call_tool("get_entity", {"name": "Image test", "detail": "full"}))
         assert "built" in json.dumps(entity)
 
 

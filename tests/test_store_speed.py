@@ -60,7 +60,11 @@ def _relations(got: dict[str, Any]) -> list[tuple[Any, ...]]:
     return [(r["id"], r["from"], r["type"], r["to"], r["strength"], r["notes"]) for r in got["relations"]]
 
 
+ROOM = {"max_tokens": 20_000}
+
+
 async def test_get_entity_answers_as_before_with_many_observations_and_relations(db_settings, client_for, tenant):
+    """The whole record as the store reads it (the answer given room for all of it: `max_tokens`)."""
     facts = [f"fact {i:03d}" for i in range(150)]
     async with client_for(tenant) as c:
         await _upsert(
@@ -82,7 +86,7 @@ async def test_get_entity_answers_as_before_with_many_observations_and_relations
         )
         ok(await c.call_tool("remove_entities", {"entities": ["Gone"]}))
 
-        got = ok(await c.call_tool("get_entity", {"name": "Center"}))
+        got = ok(await c.call_tool("get_entity", {"name": "Center", **ROOM}))
         before = await _as_before(db_settings, tenant, "Center", 100, 200)
         assert got["id"] == before["id"] and got["type"] == "hub"  # the exact name wins over "CENTER"
         assert got["observations"] == facts[:100] == before["observations"]
@@ -94,10 +98,10 @@ async def test_get_entity_answers_as_before_with_many_observations_and_relations
         assert [r["from"] for r in got["relations"][120:]] == [f"In {i:03d}" for i in range(80)]
         assert got["relations"][6]["strength"] == 0.03 and got["relations"][121]["notes"] == "n1"
 
-        by_id = ok(await c.call_tool("get_entity", {"id": got["id"], "max_observations": 0}))
+        by_id = ok(await c.call_tool("get_entity", {"id": got["id"], "max_observations": 0, **ROOM}))
         assert by_id["observations"] == [] and by_id["observations_total"] == 150
         assert _relations(by_id) == _relations(got)
-        bare = ok(await c.call_tool("get_entity", {"name": "Center", "include_relations": False}))
+        bare = ok(await c.call_tool("get_entity", {"name": "Center", "include_relations": False, **ROOM}))
         assert bare["relations"] is None and bare["relations_truncated"] is False
         small = ok(await c.call_tool("get_entity", {"name": "Out 007"}))
         before = await _as_before(db_settings, tenant, "Out 007", 100, 200)

@@ -214,20 +214,17 @@ async def test_the_hooks_page_shows_which_episodes_came_from_hooks_by_session(bu
         assert await page.locator("#flash").inner_text() == "Hook settings saved."
         assert await page.get_by_label("Keep prompts and answers as episodes").is_checked() is False
         assert await page.get_by_label("Words to redact before storing").input_value() == "ACME-*\nhunter?"
-    async with httpx2.AsyncClient(base_url=builtin.base, timeout=30) as http:
-        r = await http.post(
-            "/hooks/claude-code",
-            json={"session_id": sid, "hook_event_name": "UserPromptSubmit", "prompt": "Ada's notes on the Engine?"},
-            headers={"Authorization": f"Bearer {key}"},
-        )
-        assert r.status_code == 200
-        # A form posted from elsewhere (no CSRF token) changes nothing.
-        forged = await http.post("/console/hooks/settings", data={"capture": "on", "prompt_tokens": "1"})
-        assert forged.status_code in (303, 403)
-    async with console_in_chromium(blocked) as page:
-        await sign_in_with_browser(page, builtin, t)
-        await page.goto(f"{builtin.base}/console/hooks")
+        async with httpx2.AsyncClient(base_url=builtin.base, timeout=30) as http:
+            asked = {"session_id": sid, "hook_event_name": "UserPromptSubmit", "prompt": "Ada's notes on the Engine?"}
+            r = await http.post("/hooks/claude-code", json=asked, headers={"Authorization": f"Bearer {key}"})
+            assert r.status_code == 200
+            # A form posted from elsewhere (no session, no CSRF token) changes nothing.
+            forged = await http.post("/console/hooks/settings", data={"capture": "on", "prompt_tokens": "1"})
+            assert forged.status_code in (303, 403)
+        await page.reload()
         row = page.locator("#sessions").locator("tr", has_text=sid)
         assert await row.locator("td").nth(1).inner_text() == "2"  # capture off: the prompt was not kept
         assert await page.get_by_label("Keep prompts and answers as episodes").is_checked() is False
+        await page.goto(f"{builtin.base}/console/admin/audit?tool=console:hook_settings")
+        assert "hook-settings:capture,events,deny" in await page.locator("#audit").inner_text()
     assert not blocked, blocked  # the strict policy blocked nothing the page uses

@@ -68,6 +68,7 @@ async def set_own(tx: Tx, values: Mapping[str, object]) -> None:
     columns = [c for c in COLUMNS if c in values]
     if columns:
         await tx.execute(_upsert("{s}", columns), *(values[c] for c in columns))
+        tx.affected.append("hook-settings:" + ",".join(columns))  # the audit row names what changed
 
 
 def _upsert(schema: str, columns: Sequence[str]) -> str:

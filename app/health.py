@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import asyncpg
 from starlette.requests import Request
@@ -41,6 +43,39 @@ async def readiness(db: Database, migrations_dir: Path) -> str | None:
     if todo:
         return f"migrations pending: {', '.join(todo)}"
     return f"session settings wrong: {'; '.join(wrong)}" if wrong else None
+
+
+async def preflight(url: str, wait_seconds: float) -> str | None:
+    """Why `engram serve` cannot start on the database at `url`, or None: unreachable (after waiting
+    up to `wait_seconds` for one still starting), credentials refused, or never migrated. Checked
+    before the server loads, so that a person reads one sentence and its fix, not a traceback."""
+    parts = urlsplit(url)
+    where = f"{parts.hostname or 'localhost'}:{parts.port or 5432}{parts.path}"
+    until = time.monotonic() + wait_seconds
+    while True:
+        try:
+            conn = await asyncpg.connect(url, timeout=5)
+            break
+        except (asyncpg.InvalidPasswordError, asyncpg.InvalidAuthorizationSpecificationError) as exc:
+            return f"the database at {where} refused ENGRAM_DATABASE_URL's credentials: {exc}"
+        except asyncpg.InvalidCatalogNameError:
+            return f"the database {where} does not exist: create it, or run `engram db up` for a local one"
+        except (OSError, TimeoutError, asyncpg.CannotConnectNowError, asyncpg.PostgresConnectionError) as exc:
+            if time.monotonic() >= until:
+                return (
+                    f"cannot reach the database at {where} ({exc or type(exc).__name__}): start it "
+                    "(`engram db up` for the local one) or fix ENGRAM_DATABASE_URL"
+                )
+            await asyncio.sleep(1)
+    try:
+        if not await migrate.migrated(conn):
+            return (
+                f"the database at {where} has no Engram schema yet: run `engram migrate` first "
+                "(as the database's owner: ENGRAM_ADMIN_DATABASE_URL)"
+            )
+    finally:
+        await conn.close()
+    return None
 
 
 async def serving_problem(db: Database, migrations_dir: Path) -> str | None:

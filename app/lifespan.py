@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 from wsgiref.simple_server import WSGIServer
@@ -53,6 +53,7 @@ class Lifespan:
         auth: AuthServer | None,
         http: httpx2.AsyncClient,
         live: Live | None = None,
+        sweep: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
         self._settings = settings
         self._db = db
@@ -62,6 +63,7 @@ class Lifespan:
         self._auth = auth
         self._http = http
         self._live = live  # the subscriptions' feed of changes from every server
+        self._sweep = sweep  # soft-deleted entities past their retention, erased
         self._metrics_server: WSGIServer | None = None
         self._background: list[asyncio.Task[None]] = []
         self._tracing: TracerProvider | None = None
@@ -119,6 +121,8 @@ class Lifespan:
             asyncio.create_task(_watch_database(db)),
             asyncio.create_task(probe_lag()),
         ]
+        if self._sweep is not None:
+            self._background.append(asyncio.create_task(_every(settings.retention_sweep_seconds, self._sweep)))
 
     async def _stop(self) -> None:
         if self._live is not None:
@@ -184,6 +188,16 @@ def _serve_metrics(port: int, host: str) -> WSGIServer | None:
 async def _add_usage(db: Database, counts: list[dict[str, Any]]) -> None:
     async with db.connection() as lease:
         await audit.add_usage(lease.conn, counts)
+
+
+async def _every(seconds: float, job: Callable[[], Awaitable[object]]) -> None:
+    """`job` every `seconds` (the first after one period); a failed run waits for the next."""
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            await job()
+        except Exception as exc:  # the next run tries again; the database may be away
+            logger.warning("background job %s failed: %s", getattr(job, "__name__", "job"), str(exc)[:200])
 
 
 async def _watch_database(db: Database, every: float = 15, budget: float = 5) -> None:

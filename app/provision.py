@@ -2,7 +2,7 @@
 
 Three ways, tried in order by `up()`:
 1. ``ENGRAM_DATABASE_URL`` is set: use that server, after checking it can host Engram.
-2. A Docker engine answers: run the image built from ``sql/Dockerfile``.
+2. A Docker engine answers: run the image built from ``app/sql/Dockerfile``.
 3. Debian/Ubuntu as root: a Debian trixie root made by debootstrap (trixie packages AGE and
    pgvector for PostgreSQL 17), cached under ``~/.cache/engram`` and reused; PostgreSQL runs from
    it on 127.0.0.1.
@@ -51,8 +51,9 @@ def _say(message: str) -> None:
     print(f"[engram db] {message}", file=sys.stderr, flush=True)
 
 
-def repo_sql_dir() -> Path:
-    return Path(__file__).resolve().parents[2] / "sql"
+def sql_dir() -> Path:
+    """The database image's recipe (and the migrations), shipped in the package."""
+    return Path(__file__).resolve().parent / "sql"
 
 
 @dataclass
@@ -104,7 +105,17 @@ def _wait_for_port(port: int, seconds: float = 60) -> None:
 
 def _new_state(kind: str) -> LocalState:
     port = int(os.environ.get("ENGRAM_LOCAL_DB_PORT", DEFAULT_PORT))
+    if _port_open(port):  # before anything is built or remembered
+        raise ProvisionError(_port_in_use(port))
     return LocalState(kind, port, secrets.token_urlsafe(24), secrets.token_urlsafe(24))
+
+
+def _port_in_use(port: int) -> str:
+    return (
+        f"127.0.0.1:{port} is in use by another program, so the local PostgreSQL cannot listen there: "
+        f"stop that program, or choose another port with ENGRAM_LOCAL_DB_PORT (remove "
+        f"{cache_dir() / 'local-db.json'} first if it names {port})"
+    )
 
 
 # --- Debian trixie root -------------------------------------------------------------------
@@ -237,6 +248,8 @@ class Chroot:
     def start(self, state: LocalState) -> None:
         if self.running():
             return
+        if _port_open(state.port):
+            raise ProvisionError(_port_in_use(state.port))
         self.say(f"starting PostgreSQL on 127.0.0.1:{state.port} ...")
         self.pg_start(PG_DATA, "/var/lib/engram/postgres.log", state.port)
 
@@ -260,7 +273,7 @@ class Chroot:
 
 
 class Docker:
-    """PostgreSQL in a container built from ``sql/Dockerfile``."""
+    """PostgreSQL in a container built from ``app/sql/Dockerfile``."""
 
     def __init__(self, say: Progress = _say) -> None:
         self.say = say
@@ -285,8 +298,8 @@ class Docker:
             self.say("starting the engram-postgres container ...")
             _run(["docker", "start", DOCKER_CONTAINER])
         else:
-            self.say(f"building {DOCKER_IMAGE} from sql/Dockerfile ...")
-            _run(["docker", "build", "-t", DOCKER_IMAGE, str(repo_sql_dir())], quiet=False)
+            self.say(f"building {DOCKER_IMAGE} from app/sql/Dockerfile ...")
+            _run(["docker", "build", "-t", DOCKER_IMAGE, str(sql_dir())], quiet=False)
             self.say("starting the engram-postgres container ...")
             _run(
                 [

@@ -8,6 +8,7 @@ app/lifespan.py (start-up, background tasks, shutdown).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import httpx2
@@ -84,7 +85,15 @@ def create_app(settings: Settings) -> Starlette:
     ]
     servers = [e.mcp for e in endpoints]
     lifespan = Lifespan(
-        settings, db, indexer=indexer, usage=usage, mcp=servers, auth=auth, http=http, live=services.live
+        settings,
+        db,
+        indexer=indexer,
+        usage=usage,
+        mcp=servers,
+        auth=auth,
+        http=http,
+        live=services.live,
+        sweep=functools.partial(services.purges.sweep, settings.deleted_retention_days),
     )
     app = Starlette(routes=routes, lifespan=lifespan, middleware=_middleware(settings, endpoints))
     app.state.accepting = False  # until the lifespan has started everything

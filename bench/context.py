@@ -38,18 +38,16 @@ import asyncpg
 import numpy as np
 import orjson
 
-from app.embeddings.factory import create_provider
 from bench import env
 from bench.recall import (
     CATEGORIES,
-    DATA,
     Baselines,
     Conversation,
     Memory,
     Question,
+    conversations,
+    embedder,
     floor,
-    locomo,
-    own,
     settled,
     stems_of,
     store_episodes,
@@ -227,21 +225,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     s = env.settings()
     name = env.scratch_name("context") if args.quick else "engram_bench_context"
     s = await env.fresh_database(s, name)
-    convs = [own()]
-    skipped = None
-    if DATA.exists():
-        convs += locomo(DATA)[: args.conversations]
-    else:
-        skipped = f"{DATA} is absent: the conversational-memory set was not measured"
-        print(f"skipped: {skipped}")
-    if args.quick:
-        convs = convs[:2]
-        for c in convs:
-            c.questions = c.questions[:6]
-    provider = create_provider(s)
-    if provider is None:
-        raise SystemExit("an embedding provider is needed (ENGRAM_EMBEDDING_PROVIDER)")
-    await provider.start()
+    convs, skipped = conversations(args, 6)
+    provider = await embedder(s)
     tally = Tally()
     size_rows: list[dict[str, Any]] = []
     lat: dict[str, Any] = {}

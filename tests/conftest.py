@@ -100,6 +100,14 @@ def server(db_settings: Settings) -> Iterator[Server]:
         yield running
 
 
+@pytest.fixture(scope="session")
+def plain(db_settings: Settings) -> Iterator[Server]:
+    """A server as deployed by default: no output schemas listed, so native answers are text only
+    (the suite's other servers list them, and their answers carry the complete record too)."""
+    with serve(db_settings, ENGRAM_TOOL_OUTPUT_SCHEMAS="false") as running:
+        yield running
+
+
 @pytest.fixture
 def tenant() -> str:
     """A fresh tenant for each test."""

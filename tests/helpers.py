@@ -185,6 +185,15 @@ async def embedded(client: Client, seconds: float = 60) -> None:
     raise AssertionError("texts still wait for their embeddings")
 
 
+def in_order(answer: str, needles: list[str]) -> None:
+    """Every needle appears in `answer`, in the given order."""
+    at = 0
+    for n in needles:
+        found = answer.find(n, at)
+        assert found >= 0, (n, answer)
+        at = found + len(n)
+
+
 def text(result: CallToolResult) -> str:
     """The one text content of a result."""
     assert len(result.content) == 1 and result.content[0].type == "text"

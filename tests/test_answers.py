@@ -9,21 +9,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.conftest import Server, error_code, ok, serve, text
-from tests.helpers import embedded
+from app.services.excerpts import excerpt
+from tests.conftest import error_code, ok, text
+from tests.helpers import embedded, in_order
 
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-@pytest.fixture(scope="module")
-def plain(db_settings) -> Iterator[Server]:
-    with serve(db_settings, ENGRAM_TOOL_OUTPUT_SCHEMAS="false") as s:
-        yield s
 
 
 PEOPLE = {
@@ -91,15 +85,6 @@ def _record(result: Any) -> dict[str, Any]:
     return json.loads(text(result))
 
 
-def _in_order(answer: str, needles: list[str]) -> None:
-    """Every needle appears in `answer`, in the given order."""
-    at = 0
-    for n in needles:
-        found = answer.find(n, at)
-        assert found >= 0, (n, answer)
-        at = found + len(n)
-
-
 ROOM = {t: {"max_tokens": 20_000} for t in ("recall", "search", "get_entity", "list_episodes")}
 READS = [
     ("recall", {"query": "What does Melanie do for fun?", "limit": 20}, lambda r: [f["text"] for f in r["facts"]]),
@@ -123,7 +108,7 @@ async def test_concise_and_full_name_the_same_items_in_the_same_order(plain, ten
     assert shown, record
     answer = text(concise)
     assert concise.structured_content is None
-    _in_order(answer, shown)
+    in_order(answer, shown)
     assert "null" not in answer and not UUID.search(answer), answer
     # Today's answer was the record pretty-printed (and its nulls): the concise one is 3x smaller at least.
     assert 3 * len(answer.encode()) <= len(json.dumps(record, indent=2, ensure_ascii=False).encode()), answer
@@ -134,7 +119,7 @@ async def test_a_concise_recall_carries_dates_sources_and_episode_handles(plain,
         await _seed(c)
         answer = text(await c.call_tool("recall", {"query": "charity race mental health", "limit": 20}))
         assert "Melanie ran a charity race for mental health (2023-" in answer and "D1:1" in answer
-        episode = re.search(r"^#(\d+) 2023-05-20 13:5\d Melanie: I ran a charity race", answer, re.M)
+        episode = re.search(r"^2023-05-20 13:56:\n#(\d+) Melanie: I ran a charity race", answer, re.M)
         assert episode, answer
         # The handle is the episode's id: the episode tools take it.
         removed = await c.call_tool("remove_episodes", {"ids": [int(episode.group(1))]})
@@ -270,4 +255,53 @@ async def test_with_output_schemas_the_record_is_structured_and_the_text_concise
         result = await c.call_tool("recall", {"query": "charity race"})
     record = ok(result)
     assert record["facts"] and not text(result).startswith("{")
-    _in_order(text(result), [f["text"] for f in record["facts"]])
+    in_order(text(result), [f["text"] for f in record["facts"]])
+
+
+def test_a_long_text_is_shown_by_the_sentences_that_answer():
+    text = (
+        "Hey Caroline, so good to hear from you! The kids were wild all week. "
+        "On Saturday I finally ran the charity race for mental health, ten kilometres. "
+        "Anyway, how was your week? Tell me everything."
+    )
+    shown = excerpt(text, "When did Melanie run the charity race?")
+    assert shown == "… On Saturday I finally ran the charity race for mental health, ten kilometres. …"
+    assert excerpt("Short enough.", "anything") is None
+
+
+async def test_a_long_episode_answers_with_its_excerpt_and_the_record_keeps_it_whole(plain, tenant):
+    filler = "We talked about many other things that afternoon, none of them memorable at all. " * 4
+    long = f"{filler}Melanie said the charity race raised four thousand dollars for the clinic. {filler}"
+    async with plain.client(tenant) as c:
+        done(await c.call_tool("add_episodes", {"episodes": [{"text": long, "source": "chat"}]}))
+        await embedded(c)
+        concise = text(await c.call_tool("recall", {"query": "How much did the charity race raise?"}))
+        full = _record(await c.call_tool("recall", {"query": "How much did the charity race raise?", "detail": "full"}))
+    assert "… Melanie said the charity race raised four thousand dollars for the clinic. …" in concise
+    assert len(concise) < len(long) / 3
+    assert full["facts"][0]["text"] == long.strip() and "excerpt" not in full["facts"][0]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"max_tokens": 199},
+        {"max_tokens": 20_001},
+        {"max_tokens": -1},
+        {"max_tokens": 2**63},
+        {"max_tokens": 1000.5},
+        {"max_tokens": None},
+        {"detail": "verbose"},
+        {"detail": ""},
+        {"detail": "FULL"},
+        {"detail": "concise\x00"},
+        {"detail": ["full"]},
+    ],
+)
+async def test_bad_budgets_and_details_are_refused_with_the_argument_named(plain, tenant, bad):
+    async with plain.client(tenant) as c:
+        for tool, args in [*BUDGETED, ("neighbors", {"entity": "Ada"}), ("subgraph", {"entities": ["Ada"]})]:
+            if "max_tokens" in bad or tool in ("recall", "search", "get_entity", "list_episodes"):
+                refused = await c.call_tool(tool, {**args, **bad})
+                assert error_code(refused) == "invalid", (tool, bad, refused.content)
+                assert next(iter(bad)) in text(refused)

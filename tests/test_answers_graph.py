@@ -16,6 +16,7 @@ import pytest
 
 from app.auth.principal import ADMIN, READ, WRITE
 from tests.conftest import Server, error_code, ok, text
+from tests.helpers import in_order
 
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 ALL = (READ, WRITE, ADMIN)
@@ -99,15 +100,6 @@ def _full_bytes(record: dict[str, Any]) -> int:
     return len(json.dumps(_compact(record), ensure_ascii=False, separators=(",", ":")).encode())
 
 
-def _in_order(answer: str, needles: list[str]) -> None:
-    """Every needle appears in `answer`, in the given order."""
-    at = 0
-    for n in needles:
-        found = answer.find(n, at)
-        assert found >= 0, (n, answer)
-        at = found + len(n)
-
-
 def _tree(nodes: list[dict[str, Any]]) -> list[str]:
     return [name for n in nodes for name in ([n["name"]] if n["name"] else []) + _tree(n["children"])]
 
@@ -170,7 +162,7 @@ async def test_concise_names_the_records_items_in_order_in_a_third_of_the_bytes(
     answer = text(result)
     shown = items(record)
     assert shown, record
-    _in_order(answer, shown)
+    in_order(answer, shown)
     assert "null" not in answer and not UUID.search(answer), answer
     assert _compact(full) == _compact(record)  # with output schemas, the record is structured either way
     assert 3 * len(answer.encode()) <= _full_bytes(record), (len(answer.encode()), _full_bytes(record), answer)

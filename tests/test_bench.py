@@ -104,6 +104,27 @@ def test_recall_benchmark_runs_quick(tmp_path: Path) -> None:
     assert "## Recall" in done.stdout
 
 
+READ_TOOLS = {
+    "recall", "search", "get_entity", "find_entities", "entity_history", "neighbors", "shortest_path", "subgraph",
+    "hierarchy", "graph_stats", "query_graph", "find_duplicates", "relation_chain", "list_episodes",
+}  # fmt: skip
+
+
+def test_context_benchmark_runs_quick(tmp_path: Path) -> None:
+    done, r = _quick("bench.context", tmp_path / "context.json")
+    assert r["machine"]["quick"] is True
+    systems = set(r["evidence"])
+    assert {"facts: engram recall", "facts: exact cosine as lines", "facts: BM25 as lines"} <= systems
+    assert all(by["all"]["n"] > 0 and set(by["all"]) >= {"250", "500", "1000", "2000"} for by in r["evidence"].values())
+    if r["data"]["skipped"] is None:
+        assert "episodes: engram recall" in systems
+    measured = {x["tool"] for x in r["sizes"] if "error" not in x}
+    assert measured >= READ_TOOLS - ({"list_episodes"} if r["data"]["skipped"] else set())
+    assert all(x["concise"] > 0 and x["full"] > 0 and x["before"] > 0 for x in r["sizes"] if "error" not in x)
+    assert r["latency"]["bare MCPServer trivial tool"]["n"] > 0
+    assert "## Context" in done.stdout
+
+
 def test_scaling_benchmark_runs_quick(tmp_path: Path) -> None:
     _, r = _quick("bench.scaling", tmp_path / "scaling.json")
     assert r["machine"]["quick"] is True
@@ -122,6 +143,13 @@ def test_move_benchmark_runs_quick(tmp_path: Path) -> None:
     assert r["writes"]["acknowledged"] > 0 and r["writes"]["lost"] == 0 and r["writes"]["refused_count"] == 0
     assert r["tenant"]["relations"] == 600
     assert "## Moving a tenant" in done.stdout
+
+
+def test_query_graph_memory_benchmark_runs_quick(tmp_path: Path) -> None:
+    _, r = _quick("bench.query_memory", tmp_path / "query_memory.json")
+    queries = r["query_memory"]["queries"]
+    assert len(queries) == 3 and all("backend_growth_mib" in q for q in queries.values())
+    assert queries["collect over a 100,000-row product"]["answer"].startswith("limit")
 
 
 def test_hooks_benchmark_runs_quick(tmp_path: Path) -> None:

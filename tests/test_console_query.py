@@ -86,3 +86,20 @@ async def test_a_person_queries_in_chromium(builtin, lab):
         await page.get_by_role("button", name="Run").click()
         assert "variable-length" in await page.locator("#query-error").inner_text()
     assert blocked == []
+
+
+async def test_every_refusal_is_a_page_under_the_policy(builtin, lab, browse):  # noqa: F811
+    reader = add_user(builtin, lab.id, "reader")
+    rita = await browse(reader, lab.id)
+    csrf = rita.csrf((await rita.get("/console/query")).text)
+    product = "UNWIND [0, 1, 2, 3, 4, 5, 6, 7, 8, 9] AS a "
+    for query, status in (
+        ("MATCH (a) RETURN exists((a)-[]-(zz))", 400),  # a pattern in exists
+        ("RETURN {" + ", ".join(f"k{i}: {i}" for i in range(51)) + "}", 400),  # past AGE's map size
+        ("UNWIND [1, 2] AS x RETURN x + {a: 1} - [1]", 400),  # refused by the database
+        (f"WITH '{'x' * 3000}' AS s {product} {product.replace('a ', 'b ')} RETURN size(collect(s))", 429),
+    ):
+        answer = await rita.post("/console/query", {"query": query, "csrf": csrf})
+        assert answer.status_code == status, (query, answer.status_code, answer.text[-500:])
+        assert CSP in answer.headers["content-security-policy"]
+        assert 'id="query-error"' in answer.text

@@ -686,7 +686,9 @@ def test_bundled_database_credentials_agree(name: str) -> None:
         secret_name = "engram-postgresql"
     statefulset = r.one("StatefulSet", "engram-postgresql")
     (db,) = statefulset["spec"]["template"]["spec"]["containers"]
-    assert db["image"] == "engram-postgres:17"
+    # The database image each release publishes, of the chart's own release (tests/test_release.py).
+    app_version = yaml.safe_load((ROOT / "helm/engram/Chart.yaml").read_text())["appVersion"]
+    assert db["image"] == f"ghcr.io/engram-graph/engram-postgres:{app_version}"
     env = {e["name"]: e.get("valueFrom", {}).get("secretKeyRef", {}).get("name") for e in db["env"]}
     assert env["POSTGRES_PASSWORD"] == env["ENGRAM_APP_PASSWORD"] == secret_name
     claim = statefulset["spec"]["volumeClaimTemplates"][0]
@@ -1145,7 +1147,7 @@ def test_chart_readme_is_generated() -> None:
 # --- Dockerfiles, alert rules, dashboard --------------------------------------------------
 
 
-@pytest.mark.parametrize("dockerfile", ["Dockerfile", "sql/Dockerfile"])
+@pytest.mark.parametrize("dockerfile", ["Dockerfile", "app/sql/Dockerfile"])
 def test_hadolint(dockerfile: str) -> None:
     hadolint = Path(sys.executable).parent / "hadolint"
     result = subprocess.run(

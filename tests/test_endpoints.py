@@ -159,13 +159,6 @@ def documented_sizes() -> dict[str, tuple[int, int]]:
     return {path: (int(count), int(size.replace(",", ""))) for path, count, size in rows}
 
 
-@pytest.fixture(scope="module")
-def plain(db_settings) -> Iterator[Server]:
-    """A server as deployed by default (the suite's others list output schemas)."""
-    with serve(db_settings, ENGRAM_TOOL_OUTPUT_SCHEMAS="false") as running:
-        yield running
-
-
 async def test_tools_list_sizes_are_the_documented_ones(plain, tenant):
     """The whole HTTP body of each endpoint's tools/list answer, as the SDK's client receives it."""
     server = plain

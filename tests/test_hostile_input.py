@@ -231,6 +231,7 @@ def catalogue(s: Seeded) -> dict[str, dict[str, Any]]:
             },
         },
         "remove_entities": {"entities": ["Ada"]},
+        "purge_entities": {"entities": ["Ada"], "episodes": "keep"},
         "restore_entities": {"ids": [s.ids["Gone"]]},
         "append_observations": {
             "items": [

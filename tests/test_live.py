@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio
 import httpx2
+import orjson
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -209,3 +210,25 @@ def _metric(server: Server, name: str) -> float:
     values = [float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " ")]
     assert values, name
     return values[0]
+
+
+async def test_a_foreign_session_id_claims_nothing(db_settings, tenant):
+    """Subscriptions are the session's AND the principal's: one who learns another session's id and
+    subscribes under it first neither drops the other's subscribe nor hears what the other follows."""
+    from app.store import subscriptions
+    from tests.helpers import open_database
+
+    session = "v" * 43
+    victim = orjson.dumps([tenant, "victim", "client"]).decode()
+    thief = orjson.dumps([tenant, "thief", "client"]).decode()
+    async with open_database(db_settings.runtime_dsn()) as db:
+        owner = await db.tenant(tenant)
+        await db.run(subscriptions.add, session, owner.id, owner.key, thief, [GRAPH, "memory://entities/X"])
+        await db.run(subscriptions.add, session, owner.id, owner.key, victim, [GRAPH])
+        assert await db.run(subscriptions.followed, session, victim) == {GRAPH}
+        assert await db.run(subscriptions.followed, session, thief) == {GRAPH, "memory://entities/X"}
+        # Unsubscribing under the same id touches only the caller's own rows.
+        await db.run(subscriptions.remove, session, owner.key, thief, [GRAPH])
+        assert await db.run(subscriptions.followed, session, victim) == {GRAPH}
+        await db.run(subscriptions.remove, session, owner.key, victim, [GRAPH])
+        assert await db.run(subscriptions.followed, session, victim) == frozenset()

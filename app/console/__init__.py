@@ -52,5 +52,6 @@ def console_routes(
         resource=settings.resource_url,
         scopes=[settings.scope_names[s] for s in (READ, WRITE, ADMIN)],
         tenant_claims=[settings.tenant_claim, *settings.tenant_fallback_claims],
+        endpoints=settings.endpoint_urls,
     )
     return console.routes()

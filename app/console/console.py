@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hmac
+import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -29,6 +30,7 @@ from app.authserver.server import AuthServer
 from app.console.account import AccountPage
 from app.console.admin import AdminPages
 from app.console.calls import Runner
+from app.console.connect import ConnectPage
 from app.console.connected import ConnectedApps
 from app.console.cypher import QueryPage
 from app.console.hook_pages import HookPages
@@ -41,6 +43,7 @@ from app.errors import EngramError, http_problem
 from app.services import Services
 from app.services.models import UUID_PATTERN
 
+logger = logging.getLogger("engram")
 PREFIX = "/console"
 ENTITY_ID = re.compile(UUID_PATTERN)
 FORM_BYTES = 64 * 1024  # a console form: a few fields of at most a few KiB each
@@ -104,6 +107,7 @@ class Console:
         resource: str,
         scopes: list[str],
         tenant_claims: list[str],
+        endpoints: Mapping[str, str],
     ) -> None:
         self.auth = auth
         self.verifier = verifier
@@ -112,6 +116,7 @@ class Console:
         self.transfer_max_bytes = transfer_max_bytes
         self.transfer_seconds = transfer_seconds
         self.claims = tenant_claims
+        self.endpoints = dict(endpoints)  # the served MCP endpoints' URLs, by tool set (the Connect page)
         self.base_url = issuer  # the server's own address: the console's, the hooks'
         self.sign = SignIn(auth, issuer=issuer, resource=resource, scopes=scopes, callback=f"{issuer}{PREFIX}/callback")
         self.sessions = Sessions(auth.client_sessions)
@@ -129,6 +134,7 @@ class Console:
             "visit": visit,
             "csrf": visit.session.csrf if visit else "",
             "flash": visit.session.take_notice() if visit else "",
+            "endpoint": self.endpoints.get("native", next(iter(self.endpoints.values()), "")),
         }
         return render(request, template, context, status, **base)
 
@@ -187,6 +193,10 @@ class Console:
                 return await handler(request, visit)
             except EngramError as exc:
                 return self.refused(request, visit, exc, _back_to(request))
+            except Exception:  # a fault of ours: logged with its traceback, answered as a page with the policy
+                logger.exception("console page %s failed", request.url.path)
+                context = {"heading": "That did not work", "message": "an internal error; it was logged", "back": ""}
+                return self.page(request, "problem.html", context, visit, 500)
             finally:
                 if visit is not None:
                     await self.sessions.settle(visit.session)
@@ -293,6 +303,7 @@ class Console:
         apps = ConnectedApps(self, auth.connections, self.signed_out)
         account = AccountPage(self, auth.accounts, auth.cookies.session)
         cypher = QueryPage(self, services.queries)
+        connect = ConnectPage(self, self.endpoints, self.base_url)
         hook_pages = HookPages(self, services.hooks, self.base_url)
         get = [
             ("", self.home),
@@ -309,6 +320,7 @@ class Console:
             ("/admin/audit", self.signed_in(tenant_admin.audit)),
             ("/apps", self.signed_in(apps.listing)),
             ("/account", self.signed_in(account.show)),
+            ("/connect", self.signed_in(connect.show)),
         ]
         post = [
             ("/sign-out", self.sign_out),

@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from app.auth.principal import READ
 from app.console.calls import parse
-from app.errors import EngramError
+from app.errors import EngramError, http_problem
 from app.services.graph_query import FUNCTION_NAMES, QueryText
 
 if TYPE_CHECKING:
@@ -51,10 +51,8 @@ class QueryPage:
             form = parse(QueryForm, {"query": text})
             queries = self.queries
             result = await self.c.run(visit.who, "query_graph", queries.query, form.query, SHOWN_ROWS, writes=False)
-        except EngramError as exc:
-            if exc.code not in ("invalid", "limit"):
-                raise
-            return self._page(request, visit, text, None, exc, status=400 if exc.code == "invalid" else 429)
+        except EngramError as exc:  # every refusal (a busy or unreachable database too) on this page
+            return self._page(request, visit, text, None, exc, status=http_problem(exc)[0])
         return self._page(request, visit, text, result, None)
 
     def _page(

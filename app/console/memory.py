@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import zlib
 from datetime import UTC, date, datetime, time, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from app.auth.principal import READ, WRITE
+from app.auth.principal import ADMIN, READ, WRITE
 from app.console.calls import parse
 from app.console.facts import EndForm, Facts, View, ViewForm, split, utc
 from app.console.history import describe
@@ -88,6 +88,13 @@ async def change(kit: Kit, request: Request, visit: Visit) -> tuple[str, dict[st
     return eid, await kit.form(request, visit)
 
 
+class PurgeForm(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    confirm: Annotated[int, Field(ge=0, le=1_000_000)] | None = None
+    episodes: Literal["keep", "remove"] = "keep"
+
+
 class MemoryPages:
     def __init__(self, kit: Kit, services: Services) -> None:
         self.c = kit
@@ -105,6 +112,7 @@ class MemoryPages:
             "relations/end": self.end_relation,
             "delete": self.delete,
             "restore": self.restore,
+            "purge": self.purge,
         }
 
     # --- find ---------------------------------------------------------------------------------
@@ -301,6 +309,22 @@ class MemoryPages:
         eid, _ = await self._change(request, visit)
         await self.c.run(visit.who, "restore_entities", self.services.entities.set_deleted, [eid], False, writes=True)
         return self._back(visit, eid, "Restored.")
+
+    async def purge(self, request: Request, visit: Visit) -> Response:
+        """Erase for good (an administrator): posted without `confirm`, a page of what would go and
+        a form to confirm it; with `confirm` (that number of entities), the purge."""
+        eid = entity_id(request.path_params["id"])
+        visit.require(ADMIN)
+        f = await self.c.form(request, visit)
+        form = parse(PurgeForm, {k: v for k, v in f.items() if k in ("confirm", "episodes") and v != ""})
+        purge = self.services.purges.purge
+        result = await self.c.run(
+            visit.who, "purge_entities", purge, [eid], confirm=form.confirm, episodes=form.episodes, writes=True
+        )
+        if result.erased:
+            return self.c.done(visit, "/console/find", result.summary)
+        context = {"entity_id": eid, "result": result, "episodes": form.episodes}
+        return self.c.page(request, "purge.html", context, visit)
 
     # --- the graph --------------------------------------------------------------------------------
 

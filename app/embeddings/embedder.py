@@ -111,6 +111,11 @@ class Embedder:
     def _keys(self, texts: Sequence[str], scope: str) -> list[_Key]:
         return [(scope, self.model, hashlib.sha256(t.encode()).digest()) for t in texts]
 
+    def forget(self, scope: str) -> None:
+        """Drop the scope's cached vectors (a purge: what they were computed from is gone)."""
+        for key in [k for k in self._cache if k[0] == scope]:
+            del self._cache[key]
+
     def _cached(self, key: _Key) -> Vector | None:
         if (hit := self._cache.get(key)) is None:
             return None

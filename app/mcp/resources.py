@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import orjson
+from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS, GetPromptRequestParams, GetPromptResult, InputRequiredResult
 
 from app.auth.principal import READ
 from app.errors import EngramError
@@ -83,3 +86,23 @@ def register(mcp: MCPServer, services: Services, claims: Sequence[str], deadline
     @mcp.prompt(name="use_memory", title="Use Engram memory well", description="How to read and write the memory")
     def use_memory() -> str:
         return GUIDE
+
+    serve_prompt_checked(mcp)
+
+
+def serve_prompt_checked(mcp: MCPServer) -> None:
+    """prompts/get, its name and arguments checked first: an unknown prompt or an argument it does
+    not take is the caller's mistake (INVALID_PARAMS), not an error of the server to log with its
+    traceback. The prompts take no arguments."""
+    handle = mcp._handle_get_prompt
+
+    async def get_prompt(
+        ctx: ServerRequestContext[Any, Any], params: GetPromptRequestParams
+    ) -> GetPromptResult | InputRequiredResult:
+        if params.name not in {p.name for p in await mcp.list_prompts()}:
+            raise MCPError(INVALID_PARAMS, "invalid: name: no such prompt")
+        if params.arguments:
+            raise MCPError(INVALID_PARAMS, "invalid: arguments: this prompt takes none")
+        return await handle(ctx, params)
+
+    mcp._lowlevel_server.add_request_handler("prompts/get", GetPromptRequestParams, get_prompt)

@@ -27,6 +27,7 @@ from app.mcp.tools import (
     memory_dialect,
     merges,
     neo4j_dialect,
+    purge,
     recall,
     relations,
     search,
@@ -162,7 +163,7 @@ def _endpoint(name: str, settings: Settings, services: Services, verifier: Token
 
 
 _MODULES: dict[str, tuple[ModuleType, ...]] = {
-    "native": (entities, relations, graph, search, recall, admin, merges, graph_query),
+    "native": (entities, relations, graph, search, recall, admin, merges, graph_query, purge),
     "memory": (memory_dialect,),
     "neo4j": (neo4j_dialect,),
     "chatgpt": (),  # registered with the entity pages' address

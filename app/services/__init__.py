@@ -18,6 +18,7 @@ from app.services.hooks import DEFAULT_POLICY, Hooks, policy_from_settings
 from app.services.indexing import Indexer
 from app.services.live import Live
 from app.services.merges import Merges
+from app.services.purges import Purges
 from app.services.recall import Recall
 from app.services.relations import Relations
 from app.services.search import Search
@@ -43,6 +44,7 @@ class Services:
     merges: Merges
     duplicates: Duplicates
     queries: GraphQueries
+    purges: Purges
     indexer: Indexer
     limits: Limits
     cursors: Cursors
@@ -82,6 +84,7 @@ class Services:
             merges=Merges(*shared),
             duplicates=Duplicates(*shared),
             queries=GraphQueries(*shared),
+            purges=Purges(*shared),
             indexer=indexer,
             limits=limits,
             cursors=cursors,

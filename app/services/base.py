@@ -33,6 +33,11 @@ class Limits:
     query_rows: int = 200  # rows a query_graph call returns
     query_bytes: int = 1024 * 1024  # and about this much JSON
     query_ms: int = 2000  # its statement's time bound
+    query_value_bytes: int = 128 * 1024  # the largest value its query may build
+    query_sort_rows: int = 10_000  # rows its sorts may take
+    query_sort_key_bytes: int = 512  # and the largest key they sort by
+    query_running: int = 4  # query_graph calls running at once in a process
+    query_tenant_running: int = 2  # and of one tenant
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Limits:
@@ -50,6 +55,11 @@ class Limits:
             query_rows=settings.query_graph_max_rows,
             query_bytes=settings.query_graph_max_bytes,
             query_ms=settings.query_graph_timeout_ms,
+            query_value_bytes=settings.query_graph_max_value_bytes,
+            query_sort_rows=settings.query_graph_max_sorted_rows,
+            query_sort_key_bytes=settings.query_graph_max_sort_key_bytes,
+            query_running=settings.query_graph_max_running,
+            query_tenant_running=settings.query_graph_tenant_running,
         )
 
 

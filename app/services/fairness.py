@@ -128,6 +128,7 @@ class Policy:
     max_entities: int
     max_observations: int
     max_text_bytes: int
+    deleted_retention_days: float  # soft-deleted entities are erased for good after this long
 
 
 def refuse(reason: str, message: str, retry_after: float | None = None, **details: object) -> EngramError:
@@ -267,6 +268,7 @@ def fairness_from_settings(db: Database, settings: Settings) -> Fairness:
         max_entities=settings.quota_entities,
         max_observations=settings.quota_observations,
         max_text_bytes=settings.quota_text_bytes,
+        deleted_retention_days=settings.deleted_retention_days,
     )
     shared = None
     if settings.tenant_rate_shared:

@@ -85,6 +85,11 @@ class Indexer:
 
     # --- life cycle ---------------------------------------------------------------------------
 
+    def forget(self, tenant_id: str) -> None:
+        """This server's cached vectors of the tenant's texts, dropped (after a purge)."""
+        if self.embedder is not None:
+            self.embedder.forget(tenant_id)
+
     async def start(self, *, fill: bool = True) -> None:
         """Load the model, register it, and (in a server) start the filler. Model errors are fatal."""
         if self.embedder is not None:

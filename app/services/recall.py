@@ -31,6 +31,7 @@ from app.embeddings.provider import Vector
 from app.services import timespans
 from app.services.base import Service
 from app.services.budget import Budget
+from app.services.excerpts import excerpt
 from app.services.mentions import keys as name_keys
 from app.services.recall_models import EntityRef, Fact, FactRecord, Involved, RecallResult, RecallScores
 from app.services.search import CANDIDATES, RRF_K, WEB_SYNTAX, Search, pending_note, query_vector
@@ -53,7 +54,7 @@ CONTEXT_WINDOW = 100  # episodes, from the top of the ranking, that share their 
 EVENT_GAP = timedelta(days=1)  # "after X": from the day after X was said to happen
 FOLD_DISTANCE = 0.05  # cosine distance under which two facts say the same
 FOLD_WINDOW = 100  # facts compared for folding, from the top of the ranking
-SPREAD = 0.0  # how much a fact yields to a better one it is like (maximal marginal relevance)
+SPREAD = 0.05  # how much a fact yields to a better one it is like (maximal marginal relevance)
 SPREAD_FLOOR = 0.6  # likeness below which two facts do not count as alike
 
 
@@ -121,7 +122,7 @@ class Recall(Service):
                     await self._fold(tx, ranked, depth)
                 page = ranked[offset:depth]
                 shown = await recall.facts(tx, [d for c in page for d in (c.doc_id, *c.also)])
-                facts = [_fact(shown, c) for c in page if c.doc_id in shown]
+                facts = [_fact(shown, c, q.text) for c in page if c.doc_id in shown]
                 fitting = q.budget.take(facts, _text, _shortened) if q.budget else facts
                 if vector is not None and (note := await pending_note(tx)):
                     notices.append(note)
@@ -188,8 +189,9 @@ class Recall(Service):
 
     async def _fold(self, tx: Tx, ranked: list[_Candidate], upto: int) -> None:
         """In place: fold each fact that says what a better one says (near-identical embedding) into
-        it; then, among the first facts, let each yield to the facts above it in proportion to how
-        alike they are (maximal marginal relevance), so an answer's first lines say different things."""
+        it; then, among the first facts, let each yield to the facts of the same entity above it (or
+        the episodes) in proportion to how alike they are (maximal marginal relevance), so an answer's
+        first lines do not say one thing ten ways."""
         window = ranked[: min(FOLD_WINDOW, 2 * upto)]
         assert self.indexer.model is not None
         floor = min(1 - FOLD_DISTANCE, SPREAD_FLOOR) if SPREAD else 1 - FOLD_DISTANCE
@@ -199,14 +201,14 @@ class Recall(Service):
         by_id = {c.doc_id: c for c in window}
         position = {c.doc_id: i for i, c in enumerate(window)}
         gone: set[int] = set()
-        for a, b, alike in sorted(pairs, key=lambda p: (position[p[0]], position[p[1]])):
+        for a, b, alike, _ in sorted(pairs, key=lambda p: (position[p[0]], position[p[1]])):
             if alike < 1 - FOLD_DISTANCE or a in gone or b in gone:
                 continue
             by_id[a].also.append(b)
             gone.add(b)
         kept = [c for c in window if c.doc_id not in gone]
         if SPREAD:
-            kept = _spread(kept, [(a, b, s) for a, b, s in pairs if a not in gone and b not in gone])
+            kept = _spread(kept, [(a, b, s) for a, b, s, owned in pairs if owned and a not in gone and b not in gone])
         ranked[:] = kept + [c for c in ranked[len(window) :] if c.doc_id not in gone]
 
 
@@ -262,7 +264,7 @@ def _ref(end: recall.End | None) -> EntityRef | None:
     return None if end is None else EntityRef(id=end.id, name=end.name, type=end.type)
 
 
-def _fact(found: dict[int, recall.Fact], c: _Candidate) -> Fact:
+def _fact(found: dict[int, recall.Fact], c: _Candidate, question: str) -> Fact:
     f = found[c.doc_id]
     relation = None
     if f.relation is not None:
@@ -284,6 +286,7 @@ def _fact(found: dict[int, recall.Fact], c: _Candidate) -> Fact:
         valid_from=f.valid_from,
         valid_until=f.valid_until,
         also=[_record(found[d]) for d in c.also if d in found],
+        excerpt=excerpt(f.text, question) if f.kind == "episode" else None,
         scores=RecallScores(
             semantic=_round(c.scores.get("semantic")),
             keyword=_round(c.scores.get("keyword")),

@@ -118,6 +118,9 @@ class Fact(BaseModel):
         default_factory=list, description="Near-identical facts folded into this one, with their sources and times."
     )
     scores: RecallScores
+    # The sentences of a long text that hold the question's words (…-marked where the rest was left
+    # out): what the concise answer shows; never part of the record.
+    excerpt: str | None = Field(None, exclude=True)
 
 
 class RecallResult(BaseModel):

@@ -13,13 +13,22 @@ that hides soft-deleted entities (their vertex carries `deleted`, migration 0018
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 MAX_TOKENS = 2000
 MAX_DEPTH = 32
 MAX_CLAUSES = 16
 MAX_NODES = 16
+MAX_COLUMNS = 64  # items of one WITH or RETURN: each is a value held in the row at once
 MAX_INT = 2**63 - 1
+# What AGE builds in one function call (PostgreSQL passes at most 100 arguments: a map's key and
+# value are two).
+MAX_MAP_ENTRIES = 50
+# Items of one list or map literal that are computed (not a literal): the literal's size is at most
+# this many times the value bound (docs/security.md, "query_graph").
+MAX_COMPUTED_ITEMS = 16
+_LITERAL = re.compile(r"^(\$p\d+|\(?-?\d+(\.\d+)?(e[+-]?\d+)?\)?|true|false|null)$")
 
 _KEYWORDS = {
     "MATCH", "OPTIONAL", "WHERE", "WITH", "UNWIND", "RETURN", "ORDER", "BY", "SKIP", "LIMIT", "AS",
@@ -44,6 +53,15 @@ FUNCTIONS: dict[str, tuple[str, int, int]] = {
     )
 }  # fmt: skip
 _AGGREGATES = {"count", "sum", "avg", "min", "max", "collect"}
+# Functions whose result can be larger than their arguments: each result is checked against the
+# transaction's value bound where it is built (migration 0028, docs/security.md "query_graph").
+_GROWING = {"toupper", "tolower", "reverse", "tostring"}
+BOUNDED = "engram.cypher_bounded"
+REPLACE = "engram.cypher_replace"
+SPLIT = "engram.cypher_split"
+COLLECT_GUARD = "engram.cypher_collect_guard"
+SORT_KEY = "engram.cypher_sort_key"
+SORT_KEY_SIZE = "engram.cypher_sort_key_size"
 NODE_LABEL = "Entity"
 EDGE_LABEL = "REL"
 _PUNCT2 = ("<=", ">=", "<>", "!=", "=~", "..")
@@ -181,8 +199,9 @@ class _Scope:
 
 
 class _Parser:
-    def __init__(self, query: str) -> None:
+    def __init__(self, query: str, rows_read: int | None = None) -> None:
         self.query = query
+        self.rows_read = rows_read
         self.tokens = tokenize(query)
         self.i = 0
         self.depth = 0
@@ -353,13 +372,18 @@ class _Parser:
         self.take()
         return f":{only}"
 
-    def properties(self) -> str:
+    def properties(self, values: list[str] | None = None) -> str:
         self.p("{")
         items = []
         while True:
             key = self.key()
             self.p(":")
-            items.append(f"{key}: {self.expr()}")
+            value = self.expr()
+            if values is not None:
+                values.append(value)
+            items.append(f"{key}: {value}")
+            if len(items) > MAX_MAP_ENTRIES:
+                raise self.fail(f"a map holds at most {MAX_MAP_ENTRIES} entries")
             if not self.is_p(","):
                 break
             self.take()
@@ -397,6 +421,8 @@ class _Parser:
             elif head == "WITH" and not _is_name(value):
                 raise self.fail("WITH needs AS for an expression", start)
             items.append((value, alias))
+            if len(items) > MAX_COLUMNS:
+                raise self.fail(f"a {head} has at most {MAX_COLUMNS} items", start)
             columns.append(alias or " ".join(written.split())[:200])
             if not self.is_p(","):
                 break
@@ -422,6 +448,7 @@ class _Parser:
                     break
                 self.take()
         tail = ""
+        bounds: dict[str, int] = {}
         for word in ("SKIP", "LIMIT"):
             if self.is_kw(word):
                 self.take()
@@ -429,7 +456,11 @@ class _Parser:
                 if tok.kind != "int" or int(tok.text) > 10**9:
                     raise self.fail(f"{word} takes a whole number up to 1000000000")
                 self.take()
-                tail += f" {word} {int(tok.text)}"
+                bounds[word] = int(tok.text)
+        if keys and head == "RETURN" and self.rows_read is not None:
+            # Only the first rows are read: a sort that keeps that many (a top-N heap) is enough.
+            bounds["LIMIT"] = min(bounds.get("LIMIT", self.rows_read), self.rows_read)
+        tail = "".join(f" {word} {n}" for word, n in bounds.items())
         opening = f"{head}{' DISTINCT' if distinct else ''}"
         if not keys:
             listed = ", ".join(v if a is None or a == v else f"{v} AS {a}" for v, a in items)
@@ -438,17 +469,27 @@ class _Parser:
         by_value = {v: n for (v, _), n in zip(items, names, strict=True)}
         first = [v if n == v else f"{v} AS {n}" for (v, _), n in zip(items, names, strict=True)]
         order = []
+        sorted_by: list[str] = []  # the names the rows are sorted by, each counted and checked below
         for k, (key, direction, at) in enumerate(keys):
             if key in names:
-                order.append(key + direction)
+                name = key
             elif key in by_value:
-                order.append(by_value[key] + direction)
+                name = by_value[key]
             elif grouped:
                 raise self.fail("after DISTINCT or an aggregate, ORDER BY names a column", at)
             else:
-                first.append(f"{key} AS _o{k}")
-                order.append(f"_o{k}{direction}")
+                name = f"_o{k}"
+                first.append(f"{key} AS {name}")
+            order.append(name + direction)
+            if name not in sorted_by:
+                sorted_by.append(name)
         first_part = f"WITH{' DISTINCT' if distinct else ''} {', '.join(first)}"
+        # Every row that enters the sort passes SORT_KEY once (after any grouping): AGE's agtype
+        # comparison does not free what it allocates, so the rows sorted and their keys' sizes are
+        # bounded (docs/security.md, "query_graph").
+        checks = {n: f"{SORT_KEY if i == 0 else SORT_KEY_SIZE}({n}) AS {n}" for i, n in enumerate(sorted_by)}
+        carried = [checks.get(n, n) for n in names] + [checks[n] for n in sorted_by if n not in names]
+        first_part += f" WITH {', '.join(carried)}"
         return f"{first_part} {head} {', '.join(names)} ORDER BY {', '.join(order)}{tail}", columns
 
     # --- expressions ---------------------------------------------------------------------------
@@ -511,7 +552,9 @@ class _Parser:
         left = self.multiplicative()
         while self.is_p("+", "-"):
             op = self.take().text
-            left = f"{left} {op} {self.multiplicative()}"
+            right = self.multiplicative()
+            # `+` joins strings and lists: its result is checked against the value bound.
+            left = f"{BOUNDED}({left} + {right})" if op == "+" else f"{left} - {right}"
         return left
 
     def multiplicative(self) -> str:
@@ -526,7 +569,8 @@ class _Parser:
             op = self.take().text
             self.deeper()
             try:
-                return f"{op}{self.unary()}"
+                # Parenthesized, so that no two dashes ever meet in the text AGE reads (`--` is a pattern).
+                return f"({op}{self.unary()})"
             finally:
                 self.depth -= 1
         return self.postfix()
@@ -572,7 +616,9 @@ class _Parser:
             self.take()
             inner = self.expr()
             self.p(")")
-            return f"({inner})"
+            # A name or a map in parentheses is written bare: `(a)` or `({k: v})` next to dashes and
+            # brackets would read to AGE as a pattern (with no deleted filter and no node bound).
+            return inner if _is_name(inner) or inner.startswith(f"{BOUNDED}(") else f"({inner})"
         if self.is_p("["):
             self.take()
             self.deeper()
@@ -581,13 +627,17 @@ class _Parser:
             finally:
                 self.depth -= 1
             self.p("]")
-            return "[" + ", ".join(items) + "]"
+            self._few_computed(items, "list", tok)
+            return f"{BOUNDED}([{', '.join(items)}])"
         if self.is_p("{"):
+            values: list[str] = []
             self.deeper()
             try:
-                return self.properties().strip()
+                entries = self.properties(values)
             finally:
                 self.depth -= 1
+            self._few_computed(values, "map", tok)
+            return f"{BOUNDED}({entries.strip()})"
         if tok.kind != "word":
             raise self.fail("expected a value")
         word = tok.text.upper()
@@ -599,6 +649,10 @@ class _Parser:
         if self._punct_at(self.i + 1, "(") or self._qualified_call():
             return self.call()
         return self.name("a value")
+
+    def _few_computed(self, items: list[str], what: str, tok: Token) -> None:
+        if sum(not _LITERAL.match(v) for v in items) > MAX_COMPUTED_ITEMS:
+            raise self.fail(f"a {what} literal holds at most {MAX_COMPUTED_ITEMS} computed items (literals aside)", tok)
 
     def _punct_at(self, j: int, punct: str) -> bool:
         return j < len(self.tokens) and self.tokens[j].kind == "punct" and self.tokens[j].text == punct
@@ -638,6 +692,8 @@ class _Parser:
             if tok.text.lower() == "count" and self.is_p("*"):
                 self.take()
                 args = ["*"]
+            elif tok.text.lower() == "exists":
+                args = [self.property_reference()]
             else:
                 args = [] if self.is_p(")") else self.list_items()
                 if not low <= len(args) <= high:
@@ -645,7 +701,32 @@ class _Parser:
             self.p(")")
         finally:
             self.depth -= 1
-        return f"{spelled}({distinct}{', '.join(args)})"
+        lower = tok.text.lower()
+        if (distinct or lower in ("min", "max")) and args != ["*"]:
+            # A DISTINCT aggregate sorts its input, and min and max compare every row: what AGE's
+            # agtype comparison leaves allocated is bounded as for ORDER BY.
+            called = f"{spelled}({distinct}{SORT_KEY}({args[0]}))"
+        else:
+            called = f"{spelled}({distinct}{', '.join(args)})"
+        if lower == "collect":  # beside a guard that refuses a collected list past the value bound
+            guarded = f"{SORT_KEY_SIZE}({args[0]})" if distinct else args[0]
+            return f"coalesce({COLLECT_GUARD}({distinct}{guarded}), {called})"
+        if lower == "replace":  # its result's size is checked before it is built
+            return f"{REPLACE}({', '.join(args)})"
+        if lower == "split":  # and so is its number of pieces
+            return f"{SPLIT}({', '.join(args)})"
+        return f"{BOUNDED}({called})" if lower in _GROWING else called
+
+    def property_reference(self) -> str:
+        """exists()'s one argument: a property of a bound variable (`n.email`). Patterns are not
+        accepted there: AGE would match them with no deleted filter and no node bound."""
+        if not (self.tok.kind == "word" and self._punct_at(self.i + 1, ".")):
+            raise self.fail("exists takes a property, e.g. exists(n.email); for a pattern use OPTIONAL MATCH")
+        value = self.name("a variable")
+        while self.is_p("."):
+            self.take()
+            value = f"{value}.{self.key()}"
+        return value
 
     def case(self) -> str:
         self.take()
@@ -675,6 +756,6 @@ def _is_name(text: str) -> bool:
     return text.isidentifier() and not text.startswith("_")
 
 
-def parse(query: str) -> ReadQuery:
+def parse(query: str, rows_read: int | None = None) -> ReadQuery:
     """The query written out anew for AGE, or `CypherError` (the reason and where)."""
-    return _Parser(query).parse()
+    return _Parser(query, rows_read).parse()

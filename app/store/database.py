@@ -98,6 +98,24 @@ class Tenant:
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
+def _refusal(exc: BaseException) -> EngramError | None:
+    """A database error about what the call sent, not about the database or the code: a stable
+    code instead of an internal error. Class 22 (data: a value out of range, a malformed one) and
+    23 (a constraint: a unique one is a `conflict`) are `invalid`, class 54 (program limits: too
+    many arguments, a value too large) is `limit`; its first line only, never the statement."""
+    if not isinstance(exc, asyncpg.PostgresError):
+        return None
+    state = exc.sqlstate or ""
+    line = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+    if state == "23505":
+        return EngramError("conflict", f"the database refused it as a duplicate ({line})")
+    if state[:2] in ("22", "23"):
+        return EngramError("invalid", f"the database refused a value ({line})")
+    if state[:2] == "54":
+        return EngramError("limit", f"past a database limit ({line})", reason="database_limit")
+    return None
+
+
 @functools.lru_cache(maxsize=4096)
 def _opening(tenant: Tenant, readonly: bool, snapshot: bool = False, timeout_ms: int = 10_000) -> str:
     """BEGIN, the transaction's timeouts and the tenant context as one simple-protocol statement
@@ -560,6 +578,8 @@ class Database:
             await self.pool.release(conn)
             if isinstance(exc, asyncpg.QueryCanceledError):  # a statement ran past its time limit
                 raise self._timed_out(lease) from None
+            if (refusal := _refusal(exc)) is not None:
+                raise refusal from None
             raise
         if watchdog is not None:
             watchdog.cancel()

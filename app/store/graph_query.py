@@ -21,13 +21,33 @@ class TimeBound(Exception):
 
 
 class Refused(Exception):
-    """AGE refused what the parser let through (a type mismatch, a variable of the wrong kind)."""
+    """AGE refused what the parser let through (a type mismatch, a variable of the wrong kind, a
+    feature it lacks): `message` is its first line, `near` the written query around the position
+    AGE named (if it named one)."""
+
+    def __init__(self, message: str, near: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.near = near
+
+
+class TooLarge(Exception):
+    """A value the query built grew past the value bound (SQLSTATE class 54, program limits)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Rows:
     rows: list[list[Any]]  # at most `limit`
     truncated: bool  # more rows, or more bytes, than the bounds
+
+
+# SQLSTATE classes that say the database (or the way to it) failed, not the query: left to the
+# transaction's outage handling (`unavailable`). Every other class is the query's doing.
+_OUTAGES = ("08", "40", "53", "57", "58", "XX001", "XX002", "F0", "HV", "P0003")
+
+
+def _outage(state: str) -> bool:
+    return state != "57014" and state.startswith(_OUTAGES)
 
 
 def decode_agtype(text: str | None) -> Any:
@@ -70,35 +90,100 @@ def _special(text: str, i: int) -> str:
     return ""
 
 
+# Rows read from the cursor at a time. Past the byte bound a row's columns come as NULL (the
+# database measures each row before sending it), so one batch never carries more than the bound.
+_BATCH = 32
+
+
 @timed
-async def run(tx: Tx, query: ReadQuery, *, limit: int, max_bytes: int, timeout_ms: int) -> Rows:
+async def run(
+    tx: Tx,
+    query: ReadQuery,
+    *,
+    limit: int,
+    max_bytes: int,
+    value_bytes: int,
+    sort_rows: int,
+    sort_key_bytes: int,
+    timeout_ms: int,
+) -> Rows:
     """The query's rows (each a list of JSON values, in column order), at most `limit` of them and
-    about `max_bytes` of JSON, in the transaction the caller opened READ ONLY; past `timeout_ms` the
-    statement is cancelled (`TimeBound`)."""
+    `max_bytes` of agtype text, in the transaction the caller opened READ ONLY; past `timeout_ms`
+    the statement is cancelled (`TimeBound`); a value built past `value_bytes`, a sort of more than
+    `sort_rows` rows or by a key past `sort_key_bytes` is refused (`TooLarge`).
+
+    Rows are read through a cursor, a batch at a time, and reading stops at the byte bound: the
+    database sums the rows' sizes as it sends them and sends only NULLs past the bound, so no row
+    past it ever reaches this process."""
     if _QUOTE in query.text or not query.columns:
         raise ValueError("refusing query text")
-    columns = ", ".join(f"c{i} ag_catalog.agtype" for i in range(len(query.columns)))
+    n = len(query.columns)
+    columns = ", ".join(f"c{i} ag_catalog.agtype" for i in range(n))
     # agtype as asyncpg reads it (its output function: strings quoted); a cast to text would not quote.
-    texts = ", ".join(f"c{i}" for i in range(len(query.columns)))
+    sizes = " + ".join(f"coalesce(octet_length(ag_catalog.agtype_out(c{i})::text), 0)" for i in range(n))
+    shown = ", ".join(f"CASE WHEN total <= $3 THEN c{i} END" for i in range(n))
     # The graph is the transaction's own tenant schema (checked against its pattern by Tenant).
+    opening = f"FROM ag_catalog.cypher('{tx.tenant.schema}', {_QUOTE} "
     sql = (
-        f"SELECT {texts} FROM ag_catalog.cypher('{tx.tenant.schema}', {_QUOTE} {query.text} {_QUOTE}, $1)"
-        f" AS ({columns}) LIMIT $2"
+        f"SELECT total, {shown} FROM (SELECT *, sum({sizes}) OVER (ROWS UNBOUNDED PRECEDING) AS total"
+        f" {opening}{query.text} {_QUOTE}, $1) AS ({columns}) LIMIT $2) measured"
     )
-    await tx.set_local({"statement_timeout": int(timeout_ms)})
-    try:
-        records = await tx.conn.fetch(sql, orjson.dumps(query.parameters).decode(), limit + 1)
-    except asyncpg.QueryCanceledError:
-        raise TimeBound from None
-    except (asyncpg.DataError, asyncpg.SyntaxOrAccessError, asyncpg.InternalServerError) as e:
-        # Its first line only: never the SQL around the query.
-        raise Refused(str(e).splitlines()[0][:200] if str(e) else type(e).__name__) from None
+    await tx.set_local(
+        {
+            "statement_timeout": int(timeout_ms),
+            "engram.query_value_bytes": int(value_bytes),
+            "engram.query_sort_rows": int(sort_rows),
+            "engram.query_sort_key_bytes": int(sort_key_bytes),
+            "engram.query_sorted": 0,
+        }
+    )
     rows: list[list[Any]] = []
-    size = 0
-    for record in records[:limit]:
-        row = [decode_agtype(v) for v in record]
-        size += sum(len(v) for v in record if v is not None)
-        if size > max_bytes:
-            return Rows(rows, True)
-        rows.append(row)
-    return Rows(rows, len(records) > limit)
+    held = 0  # what the decoded rows cost this process, about
+    try:
+        cursor = tx.conn.cursor(sql, orjson.dumps(query.parameters).decode(), limit + 1, max_bytes, prefetch=_BATCH)
+        async for record in cursor:
+            if record[0] > max_bytes or len(rows) == limit:
+                return Rows(rows, True)
+            texts = [v for v in list(record)[1:]]
+            held += sum(_cost(v) for v in texts if v is not None)
+            if held > max_bytes:
+                return Rows(rows, True)
+            rows.append([decode_agtype(v) for v in texts])
+    except asyncpg.PostgresError as e:
+        state = e.sqlstate or ""
+        if state == "57014":
+            raise TimeBound from None
+        if _outage(state):
+            raise
+        if state.startswith("54"):
+            raise TooLarge(_first_line(e)) from None
+        raise Refused(_first_line(e), _near(e, sql.index(opening) + len(opening) + 1, query.text)) from None
+    return Rows(rows, False)
+
+
+# What one value of a list or map costs as a Python object and in the answer beyond its text
+# (a float: 24 bytes, its slot in the list, its JSON in both forms of the answer): measured by
+# bench/query_memory.py, so that many small values weigh what they hold.
+_PER_ITEM = 48
+
+
+def _cost(text: str) -> int:
+    """About what a value's agtype text becomes in this process: its length, and each item's due."""
+    return len(text) + _PER_ITEM * (text.count(",") + text.count(":"))
+
+
+def _first_line(e: asyncpg.PostgresError) -> str:
+    """The error's first line only: never the SQL around the query."""
+    text = str(e)
+    return text.splitlines()[0][:200] if text else type(e).__name__
+
+
+def _near(e: asyncpg.PostgresError, offset: int, text: str) -> str:
+    """The written query around the position AGE named (1-based in the whole statement), if any."""
+    try:
+        at = int(getattr(e, "position", None) or 0) - 1 - offset
+    except ValueError:
+        return ""
+    if not 0 <= at < len(text):
+        return ""
+    return text[max(0, at - 20) : at + 40]

@@ -20,6 +20,7 @@ class Overrides:
     max_entities: int | None
     max_observations: int | None
     max_text_bytes: int | None
+    deleted_retention_days: float | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -247,3 +247,18 @@ async def pending(conn: asyncpg.Connection, directory: Path) -> list[str]:
     applied = await _applied(conn)
     _check_known(migrations, applied)
     return [m.name for m in migrations if m.version not in applied]
+
+
+async def migrated(conn: asyncpg.Connection) -> bool:
+    """Whether `engram migrate` has applied a migration here (a first one that failed leaves the
+    table empty); True when this role may not read it, which only a migrated database grants."""
+    exists = await conn.fetchval(
+        "SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = 'engram' AND c.relname = 'schema_migrations')"
+    )
+    if not exists:
+        return False
+    try:
+        return bool(await conn.fetchval("SELECT EXISTS (SELECT 1 FROM engram.schema_migrations)"))
+    except asyncpg.InsufficientPrivilegeError:
+        return True

@@ -437,20 +437,22 @@ def _time(value: str | None) -> datetime | None:
 
 
 @timed
-async def similar(tx: Tx, model: Model, doc_ids: Sequence[int], floor: float) -> list[tuple[int, int, float]]:
-    """Pairs (a, b, cosine similarity) of these documents, a before b in the given order, at least
-    `floor` alike."""
+async def similar(tx: Tx, model: Model, doc_ids: Sequence[int], floor: float) -> list[tuple[int, int, float, bool]]:
+    """Pairs (a, b, cosine similarity, of one owner) of these documents, a before b in the given
+    order, at least `floor` alike. Of one owner: two facts of one entity, or two episodes (a
+    relation belongs to none)."""
     cast = f"::vector({int(model.dimensions)})"
     rows = await tx.fetch(
         f"""
-        SELECT a.id, b.id, 1 - (a.embedding{cast} <=> b.embedding{cast})
-        FROM unnest($1::bigint[]) WITH ORDINALITY AS x(id, n)
-        JOIN unnest($1::bigint[]) WITH ORDINALITY AS y(id, n) ON y.n > x.n
-        JOIN {{s}}.search_docs a ON a.id = x.id JOIN {{s}}.search_docs b ON b.id = y.id
-        WHERE a.model_id = {int(model.id)} AND b.model_id = {int(model.id)}
-          AND a.embedding{cast} <=> b.embedding{cast} < $2
+        WITH v AS MATERIALIZED (
+            SELECT x.n, d.id, d.embedding{cast} AS e, d.entity_id, d.relation_id IS NULL AS owned
+            FROM unnest($1::bigint[]) WITH ORDINALITY AS x(id, n) JOIN {{s}}.search_docs d ON d.id = x.id
+            WHERE d.model_id = {int(model.id)}
+        )
+        SELECT a.id, b.id, 1 - (a.e <=> b.e), a.owned AND b.owned AND a.entity_id IS NOT DISTINCT FROM b.entity_id
+        FROM v a JOIN v b ON b.n > a.n WHERE a.e <=> b.e < $2
         """,
         list(doc_ids),
         1.0 - floor,
     )
-    return [(r[0], r[1], r[2]) for r in rows]
+    return [(r[0], r[1], r[2], r[3]) for r in rows]

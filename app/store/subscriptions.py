@@ -28,8 +28,7 @@ async def add(
         await conn.execute(
             "INSERT INTO engram.resource_subscriptions (session_id, tenant_id, principal, uri)"
             " SELECT $1, $2, $3, u FROM unnest($4::text[]) AS u"
-            " ON CONFLICT (session_id, uri) DO UPDATE SET created_at = now()"
-            " WHERE engram.resource_subscriptions.principal = excluded.principal",
+            " ON CONFLICT (session_id, principal, uri) DO UPDATE SET created_at = now()",
             session,
             tenant_id,
             principal,

@@ -18,6 +18,7 @@ import orjson
 from app.mcp.answers.text import block, day, lines, more, note, sizes
 from app.services import models
 from app.services.budget import clip
+from app.services.purges import PurgeResult
 
 DESCRIPTION_BYTES = 240  # of a description in a listing; get_entity shows it whole
 
@@ -111,14 +112,21 @@ def entity(e: models.Entity) -> str:
 
 
 def change_line(h: models.HistoryEntry) -> str:
-    changed = ", ".join(_change(k, v) for k, v in h.changes.items())
-    return f"{day(h.at)} {block(h.actor)} {h.action}{': ' + changed if changed else ''}"
+    c = h.changes
+    if {"from", "to", "type"} <= c.keys():  # a relation made, ended or removed
+        what = f"{block(str(c['from']))} {block(str(c['type']))} {block(str(c['to']))}"
+    else:
+        what = ", ".join(_change(k, v, pair=h.action == "updated") for k, v in c.items())
+    return f"{day(h.at)} {block(h.actor)} {h.action}{': ' + what if what else ''}"
 
 
-def _change(field: str, value: Any) -> str:
-    if isinstance(value, list) and len(value) == 2:
+def _change(field: str, value: Any, *, pair: bool) -> str:
+    """A field's change: `old → new` for an update, else its value (a list as its items)."""
+    if pair and isinstance(value, list) and len(value) == 2:
         old, new = (clip(str(v), 80) if v is not None else "∅" for v in value)
         return f"{field} {block(old)} → {block(new)}"
+    if isinstance(value, list):
+        return f"{field} " + "; ".join(block(clip(str(v), 80)) for v in value[:5]) + (" …" if len(value) > 5 else "")
     return f"{field} {block(clip(str(value), 120))}"
 
 
@@ -195,3 +203,12 @@ def relations_ended(r: models.InvalidatedRelations) -> str:
     done = "; ".join(relation_line(x) for x in r.invalidated)
     out = f"Ended: {done}." if done else "Ended: none."
     return out + (f" {r.unchanged} unknown or already ended." if r.unchanged else "")
+
+
+def purged(r: PurgeResult) -> str:
+    """What a purge erased, or (a preview) would erase and how to confirm it."""
+    if r.erased or not r.names:
+        return r.summary
+    more = r.counts.entities - len(r.names)
+    names = ", ".join(block(n) for n in r.names) + (f" and {more} more" if more > 0 else "")
+    return f"{r.summary}\nEntities: {names}."

@@ -4,11 +4,15 @@
     - ran a charity race for mental health (2023-05-20, D2:1; also D5:3)
     - is a painter (2023-05-08, D1:12)
     Caroline mentors Melanie (2023-06-01, chat)
-    #412 2023-05-08 13:56 Melanie: I ran a charity race last Saturday! (D2:1)
+    2023-05-08 13:56:
+    #412 Melanie: I ran a charity race last Saturday! (D2:1)
+    #413 Caroline: … what was it for? (D2:2)
 
 Facts of one entity that follow each other share its name as a heading, each on a line of its own
-starting with "- "; a relation and an episode stand alone on a line. `#412` is the episode's id,
-which the episode tools take.
+starting with "- "; episodes that follow each other share when they happened the same way; a
+relation stands alone on a line. `#412` is the episode's id, which the episode tools take. A long
+episode shows the sentences that hold the question's words, the rest marked `…`
+(`detail="full"` has it whole).
 """
 
 from __future__ import annotations
@@ -38,6 +42,12 @@ def fact_chunks(facts: Sequence[Fact]) -> list[str]:
                 heading = f.entity.id
                 chunk = f"{block(f.entity.name)}:\n"
             chunk += f"- {_fact_line(f)}\n"
+        elif f.kind == "episode" and f.at is not None:
+            when = moment(f.at)
+            if when != heading:
+                heading = when
+                chunk = f"{when}:\n"
+            chunk += f"{_episode_line(f)}\n"
         else:
             heading = None
             chunk = f"{_fact_line(f) if f.kind == 'relation' else _episode_line(f)}\n"
@@ -54,9 +64,9 @@ def _fact_line(f: Fact) -> str:
 
 
 def _episode_line(f: Fact) -> str:
+    """An episode under the heading of when it happened: `#412 Melanie: I ran a charity race! (D2:1)`."""
     speakers = _speakers(f.entities or [])
-    head = f"#{f.episode_id} {moment(f.at)}" if f.at else f"#{f.episode_id}"
-    return f"{head} {speakers}{block(f.text)}" + note(
+    return f"#{f.episode_id} {speakers}{block(f.excerpt or f.text)}" + note(
         None, f.source, until=f.valid_until, more_sources=(a.source for a in f.also)
     )
 

@@ -1,0 +1,36 @@
+"""purge_entities: forget entities for good (memory:admin), after a preview (docs/tools.md)."""
+
+# No `from __future__ import annotations`: the schemas use bounds known only at registration.
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from app.auth.principal import ADMIN, Principal
+from app.mcp.answers import entities as shown
+from app.mcp.toolset import DESTRUCTIVE, ToolSet
+from app.services import Services, models
+from app.services.purges import PurgeResult
+
+
+def register(tool: ToolSet, services: Services) -> None:
+    batch = services.limits.max_batch
+
+    @tool(ADMIN, DESTRUCTIVE, title="Purge entities", render=shown.purged)
+    async def purge_entities(
+        who: Principal,
+        entities: Annotated[
+            list[models.Ref], Field(min_length=1, max_length=batch, description="Ids, names or aliases; deleted too.")
+        ],
+        confirm: Annotated[
+            int | None,
+            Field(ge=0, le=1_000_000, description="The number of entities the preview said; omit to preview."),
+        ] = None,
+        episodes: Annotated[
+            Literal["keep", "remove"], Field(description="Episodes that mention them: keep (unlinked) or remove.")
+        ] = "keep",
+    ) -> PurgeResult:
+        """Erase entities for good, unlike remove_entities: with their observations, relations,
+        aliases, history, search documents and episode links. Call once without confirm to see what
+        would go, then with confirm = that number of entities. Cannot be undone.
+        """
+        return await services.purges.purge(who, entities, confirm=confirm, episodes=episodes)

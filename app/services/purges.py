@@ -1,0 +1,124 @@
+"""Forgetting for good: purge_entities (memory:admin), `engram purge` and the retention sweep erase
+entities with everything said about them (app/store/purge.py). A first call answers what would be
+erased; the purge runs only when `confirm` names that many entities. The audit log records that a
+purge happened, by whom and how many rows, never what was erased (docs/security.md, "Forgetting")."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, Field
+
+from app.auth.principal import ADMIN, Principal
+from app.errors import EngramError
+from app.observability.context import CALL, REQUEST_ID
+from app.services.base import Service
+from app.store import audit, purge
+from app.store.database import Tx
+from app.store.purge import Episodes, Plan
+
+SHOWN_NAMES = 20  # names a preview lists
+SWEEP_BATCH = 500  # entities the retention sweep erases in one tenant at a time
+
+
+class PurgeCounts(BaseModel):
+    entities: int = Field(description="Entities, with those merged into them.")
+    observations: int
+    relations: int
+    aliases: int
+    history: int = Field(description="History rows: theirs, and others' about a relation with them or naming them.")
+    search_documents: int
+    embeddings: int
+    episode_links: int
+    episodes: int = Field(description="Episodes that mention them (with episodes='remove').")
+
+
+class PurgeResult(BaseModel):
+    erased: bool = Field(description="False: a preview; nothing was erased.")
+    names: list[str] = Field(description=f"A preview's entities (the first {SHOWN_NAMES}); empty once erased.")
+    counts: PurgeCounts
+    summary: str = Field(description="What was (or would be) erased, in one line.")
+
+
+def _summary(counts: PurgeCounts, erased: bool) -> str:
+    parts = [f"{n} {k.replace('_', ' ')}" for k, n in counts.model_dump().items() if n and k != "entities"]
+    what = f"{counts.entities} entities" + (f" with {', '.join(parts)}" if parts else "")
+    if erased:
+        return f"Erased for good: {what}."
+    return f"Would erase {what}. Nothing was erased: call again with confirm={counts.entities}."
+
+
+class Purges(Service):
+    async def purge(
+        self, who: Principal, refs: Sequence[str], *, confirm: int | None, episodes: Episodes = "keep"
+    ) -> PurgeResult:
+        """Erase the entities `refs` name (ids, names, aliases; deleted ones too) when `confirm`
+        is their number; without it, answer what would be erased."""
+        self.check_batch(len(refs))
+        async with self.tx(who) as tx:
+            ids, unknown = await purge.matching(tx, list(dict.fromkeys(refs)))
+            if unknown:
+                raise EngramError("not_found", "no entities by these names or ids", refs=unknown[:SHOWN_NAMES])
+            return await self._purge(tx, who, ids, confirm, episodes)
+
+    async def sweep(self, days: float, per_tenant: int = SWEEP_BATCH) -> int:
+        """Erase, in every tenant this database serves, the entities soft-deleted longer ago than the
+        tenant's retention (its own, or `days`): at most `per_tenant` of them each time; their number."""
+        erased = 0
+        for key in await self.db.run(purge.past_retention, days):
+            who = Principal(subject="retention", client_id="engram", tenant=key, scopes=frozenset({ADMIN}), issuer="")
+            erased += await self.purge_expired(who, days, per_tenant)
+        return erased
+
+    async def purge_expired(self, who: Principal, days: float, limit: int) -> int:
+        """The retention sweep of one tenant: entities soft-deleted more than `days` ago, at most
+        `limit` of them (with those merged into them), erased; their number."""
+        async with self.tx(who) as tx:
+            ids = await purge.deleted_before(tx, days, limit)
+            if not ids:
+                return 0
+            plan = await purge.plan(tx, ids)
+            result = await self._purge(tx, who, ids, len(plan.targets), "keep", plan)
+        return result.counts.entities
+
+    async def _purge(
+        self,
+        tx: Tx,
+        who: Principal,
+        ids: list[str],
+        confirm: int | None,
+        episodes: Episodes,
+        plan: Plan | None = None,
+    ) -> PurgeResult:
+        plan = plan or await purge.plan(tx, ids)
+        counts = PurgeCounts(**await purge.counts(tx, plan, episodes))
+        if confirm is None:
+            return PurgeResult(
+                erased=False,
+                names=[t.name for t in plan.targets][:SHOWN_NAMES],
+                counts=counts,
+                summary=_summary(counts, False),
+            )
+        if confirm != counts.entities:
+            raise EngramError(
+                "conflict",
+                f"confirm names {confirm} entities but {counts.entities} would be erased;"
+                " call without confirm to see them",
+                entities=counts.entities,
+            )
+        rows = await purge.erase(tx, plan, episodes)
+        # The audit row says a purge happened, by whom and how many rows: never the ids or names.
+        tx.affected = [f"purge: {counts.entities} entities", f"{rows} rows"]
+        tx.touched = plan.ids  # announced after the rows are gone: subscribers hear the graph changed, no names
+        if CALL.get() is None:  # the operator's command or the retention sweep: no tool call writes it
+            await audit.write(
+                tx,
+                subject=who.subject,
+                client_id=who.client_id,
+                tool="purge",
+                affected=tx.affected,
+                duration_ms=0.0,
+                request_id=REQUEST_ID.get(),
+            )
+        self.indexer.forget(tx.tenant.id)
+        return PurgeResult(erased=True, names=[], counts=counts, summary=_summary(counts, True))

@@ -979,6 +979,7 @@ def main(argv: list[str] | None = None) -> None:
         hooks.add_argument(
             f"--{flag.replace('_', '-')}",
             dest=f"hook_{flag}",
+            metavar={"capture": "on|off", "events": "EVENT,…", "deny": "GLOB,…"}.get(flag, flag.split("_")[-1].upper()),
             type=_hook_value(flag),
             default=_UNSET,
             help=f"with set: {what} (`default`: the server's setting)",

@@ -194,7 +194,7 @@ async def test_the_hooks_page_shows_which_episodes_came_from_hooks_by_session(bu
         await page.get_by_role("link", name="Hooks").click()
         sessions = page.locator("#sessions")
         await expect(sessions).to_contain_text(sid)
-        assert "2" in await sessions.locator("tr", has_text=sid).inner_text()  # two turns kept
+        assert await sessions.locator("tr", has_text=sid).locator("td").nth(1).inner_text() == "2"  # turns kept
         settings = await page.locator("#claude-code-hooks").inner_text()
         assert f"{builtin.base}/hooks/claude-code" in settings and "allowedEnvVars" in settings
         await page.get_by_role("link", name=sid).click()
@@ -206,4 +206,25 @@ async def test_the_hooks_page_shows_which_episodes_came_from_hooks_by_session(bu
         for bad in ("../../etc/passwd", "a%00b", "x" * 300):  # no session id: refused, said so, not a 5xx
             answer = await page.goto(f"{builtin.base}/console/hooks?session={bad}")
             assert answer is not None and answer.status == 400, (bad, answer and answer.status)
+        # The tenant's administrator switches capture off and adds a word to redact.
+        await page.goto(f"{builtin.base}/console/hooks")
+        await page.get_by_label("Keep prompts and answers as episodes").uncheck()
+        await page.get_by_label("Words to redact before storing").fill("ACME-*\nhunter?")
+        await page.get_by_role("button", name="Save hook settings").click()
+        assert await page.locator("#flash").inner_text() == "Hook settings saved."
+        assert await page.get_by_label("Keep prompts and answers as episodes").is_checked() is False
+        assert await page.get_by_label("Words to redact before storing").input_value() == "ACME-*\nhunter?"
+        async with httpx2.AsyncClient(base_url=builtin.base, timeout=30) as http:
+            asked = {"session_id": sid, "hook_event_name": "UserPromptSubmit", "prompt": "Ada's notes on the Engine?"}
+            r = await http.post("/hooks/claude-code", json=asked, headers={"Authorization": f"Bearer {key}"})
+            assert r.status_code == 200
+            # A form posted from elsewhere (no session, no CSRF token) changes nothing.
+            forged = await http.post("/console/hooks/settings", data={"capture": "on", "prompt_tokens": "1"})
+            assert forged.status_code in (303, 403)
+        await page.reload()
+        row = page.locator("#sessions").locator("tr", has_text=sid)
+        assert await row.locator("td").nth(1).inner_text() == "2"  # capture off: the prompt was not kept
+        assert await page.get_by_label("Keep prompts and answers as episodes").is_checked() is False
+        await page.goto(f"{builtin.base}/console/admin/audit?tool=console:hook_settings")
+        assert "hook-settings:capture,events,deny" in await page.locator("#audit").inner_text()
     assert not blocked, blocked  # the strict policy blocked nothing the page uses

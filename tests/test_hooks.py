@@ -354,3 +354,23 @@ async def test_long_answers_and_ids_at_their_bounds_are_kept_clipped(server: Ser
     assert len(e["text"]) <= 8000 and e["text"].startswith("word word") and e["text"].endswith("chars]")
     assert e["source"] == f"claude-code:{sid}:0:subagent-{'a' * 30}" and len(e["source"]) <= 200
     assert (await post(server, token, {**sub, "session_id": "s" * 129})).status_code == 400
+
+
+async def test_hook_settings_refuse_what_they_cannot_mean(server: Server) -> None:
+    tenant = new_tenant(server)
+    for flags in (["--events", "Stop,Nope"], ["--capture", "maybe"], ["--deny", "*"], ["--min-score", "2"],
+                  ["--prompt-tokens", "-1"], ["--deny", ",".join(f"p{i}" for i in range(101))]):  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "app.cli", "hooks", "set", tenant, *flags],
+            env=server.env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2 and "error:" in done.stderr, (flags, done.stderr)
+    engram(server, "hooks", "set", tenant, "--prompt-tokens", "0", "--min-score", "0.5")
+    shown = engram(server, "hooks", "show", tenant)
+    assert "prompt_tokens: 0 (set for this tenant)" in shown and "min_score: 0.5 (set for this tenant)" in shown
+    engram(server, "hooks", "set", tenant, "--prompt-tokens", "default")
+    assert "prompt_tokens: 500 (default)" in engram(server, "hooks", "show", tenant)

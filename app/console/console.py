@@ -327,6 +327,7 @@ class Console:
             ("/apps/disconnect", apps.disconnect),
             ("/account/password", account.change_password),
             ("/query", cypher.run),
+            ("/hooks/settings", hook_pages.save),
             *((f"/entity/{{id}}/{name}", action) for name, action in {**pages.actions(), **merging.actions()}.items()),
             *((f"/admin/{name}", action) for name, action in tenant_admin.actions().items() if name != "import"),
         ]

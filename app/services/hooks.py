@@ -29,8 +29,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from app.auth.principal import READ, WRITE, Principal
+from app.auth.principal import ADMIN, READ, WRITE, Principal
 from app.config import Settings
+from app.errors import EngramError
 from app.services.base import Service
 from app.services.budget import Budget, clip
 from app.services.episodes import Episodes, episode_model
@@ -158,6 +159,17 @@ class Hooks(Service):
             self._policies.clear()
         self._policies[who.tenant] = (now + self._cache_seconds, policy)
         return policy
+
+    async def change(self, who: Principal, values: dict[str, object]) -> HookPolicy:
+        """Set the tenant's own hook settings (None: back to the server's default), as one of its
+        administrators; the new settings apply on this server at once, on others within
+        ENGRAM_LIMITS_CACHE_SECONDS."""
+        if ADMIN not in who.scopes:
+            raise EngramError("forbidden", "only the tenant's administrators change its hook settings")
+        async with self.tx(who, primary=True) as tx:
+            await store.set_own(tx, values)
+        self._policies.pop(who.tenant, None)
+        return await self.policy(who)
 
     # --- events
 

@@ -58,14 +58,25 @@ async def set_overrides(conn: asyncpg.Connection, schema: str, values: Mapping[s
     """Set some of a tenant's hook settings (None: back to the server's default), the others kept,
     on an owner connection (`engram hooks set`); `schema` is a checked tenant schema name."""
     columns = [c for c in COLUMNS if c in values]
-    if not columns:
-        return
+    if columns:
+        await conn.execute(_upsert(schema, columns), *(values[c] for c in columns))
+
+
+@timed
+async def set_own(tx: Tx, values: Mapping[str, object]) -> None:
+    """The same in the tenant's own transaction (its administrators, in the console)."""
+    columns = [c for c in COLUMNS if c in values]
+    if columns:
+        await tx.execute(_upsert("{s}", columns), *(values[c] for c in columns))
+        tx.affected.append("hook-settings:" + ",".join(columns))  # the audit row names what changed
+
+
+def _upsert(schema: str, columns: Sequence[str]) -> str:
     given = ", ".join(f"${n}" for n in range(1, len(columns) + 1))
     update = ", ".join(f"{c} = excluded.{c}" for c in columns)
-    await conn.execute(
+    return (
         f"INSERT INTO {schema}.hook_settings ({', '.join(columns)}) VALUES ({given})"
-        f" ON CONFLICT (one) DO UPDATE SET {update}, updated_at = now()",
-        *(values[c] for c in columns),
+        f" ON CONFLICT (one) DO UPDATE SET {update}, updated_at = now()"
     )
 
 

@@ -344,11 +344,7 @@ class Harness:
 
     async def _call(self, endpoint: str, tool: Tool, args: dict[str, Any]) -> CallToolResult | None:
         self.calls += 1
-        found = len(self.findings)
-        try:
-            return await self._checked(endpoint, tool, args)
-        finally:
-            self.findings[found:] = [f for f in self.findings[found:] if not known_elsewhere(f)]
+        return await self._checked(endpoint, tool, args)
 
     async def _checked(self, endpoint: str, tool: Tool, args: dict[str, Any]) -> CallToolResult | None:
         writes = not (tool.annotations and tool.annotations.read_only_hint)
@@ -380,21 +376,6 @@ class Harness:
                 changed = sorted(t for t in set(before) | set(after) if before.get(t) != after.get(t))
                 self.findings.append(Finding(endpoint, tool.name, args, f"a refused call changed {changed}"))
         return result
-
-
-def known_elsewhere(finding: Finding) -> bool:
-    """A finding whose fix is on another branch (recall of a signed number, e.g. `-1`, `-0.0`):
-    left out here until it is merged, then this filter goes."""
-    query = finding.arguments.get("query") if isinstance(finding.arguments, dict) else None
-    return finding.tool in ("recall", "search") and isinstance(query, str) and _signed_number(query)
-
-
-def _signed_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return text.strip()[:1] in "+-"
 
 
 # Tables a refused call may change: the call's own audit and usage rows.

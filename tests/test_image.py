@@ -310,7 +310,7 @@ async def test_searches_by_meaning_out_of_the_box(served: Served, tenant: str) -
         {"name": "Billing Service", "type": "service", "observations": ["charges customers' cards every month"]},
     ]
     async with connect(f"{served.base}/mcp", token) as client:
-        record(await client.call_tool("upsert_entities", {"entities": facts}))  # the default answer is text
+        assert not (await client.call_tool("upsert_entities", {"entities": facts})).is_error
         found = record(
             await client.call_tool("search", {"query": "which foods make my son sick", "limit": 1, "detail": "full"})
         )

@@ -28,6 +28,7 @@ from app.observability.context import deadline
 from app.services.fairness import Buckets
 from app.services.transfer import FORMATS, Format, ImportSummary, Source, Transfer
 from app.services.writer import OnExisting
+from app.web import invalid_token
 
 _MEDIA = {"engram": "application/x-ndjson", "memory": "application/x-ndjson", "neo4j": "application/json"}
 
@@ -83,12 +84,7 @@ class AdminRoutes:
         return who
 
     def _unauthorized(self, description: str) -> Response:
-        challenge = f'Bearer error="invalid_token", resource_metadata="{self.metadata_url}"'
-        return JSONResponse(
-            {"error": "invalid_token", "error_description": description},
-            status_code=401,
-            headers={"WWW-Authenticate": challenge},
-        )
+        return invalid_token(self.metadata_url, description)
 
     # --- the routes
 

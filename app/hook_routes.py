@@ -42,6 +42,7 @@ from app.services.calls import retrying, within
 from app.services.fairness import Fairness
 from app.services.hook_models import Brief, HookInput, HookOutcome
 from app.services.hooks import Hooks
+from app.web import invalid_token
 
 logger = logging.getLogger(__name__)
 
@@ -134,12 +135,7 @@ class HookRoutes:
         return who
 
     def _unauthorized(self, description: str) -> Response:
-        challenge = f'Bearer error="invalid_token", resource_metadata="{self.metadata_url}"'
-        return JSONResponse(
-            {"error": "invalid_token", "error_description": description},
-            status_code=401,
-            headers={"WWW-Authenticate": challenge},
-        )
+        return invalid_token(self.metadata_url, description)
 
     async def _body(self, request: Request) -> bytes | Response:
         length = request.headers.get("content-length")

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 # The page every template extends (templates/page.html): head, stylesheet, no inline anything.
 TEMPLATES = Path(__file__).parent / "templates"
@@ -51,3 +51,14 @@ def secure(response: Response, csp: str) -> Response:
     response.headers["Referrer-Policy"] = "no-referrer"
     response.headers.setdefault("Cache-Control", "no-store")
     return response
+
+
+def invalid_token(metadata_url: str, description: str) -> Response:
+    """401 for a bearer credential refused at a JSON route (RFC 6750), pointing at the resource's
+    metadata as the MCP endpoints' refusals do."""
+    challenge = f'Bearer error="invalid_token", resource_metadata="{metadata_url}"'
+    return JSONResponse(
+        {"error": "invalid_token", "error_description": description},
+        status_code=401,
+        headers={"WWW-Authenticate": challenge},
+    )

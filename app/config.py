@@ -548,6 +548,11 @@ class Settings(BaseSettings):
     def admin_dsn(self) -> str:
         return (self.admin_database_url or self.database_url or SecretStr(self.runtime_dsn())).get_secret_value()
 
+    def every_cell(self) -> dict[str, CellUrls | None]:
+        """Every cell by name, `main` (the control database) first: how this replica reaches it,
+        None for one it has no run-time URL for. The one place that lists the cells."""
+        return {name: self.cell(name) for name in [MAIN_CELL, *self.cells]}
+
     def cell(self, name: str) -> CellUrls | None:
         """How to reach cell `name`: `main` is the control database; None for a cell this replica
         has no run-time URL for (its tenants are `unavailable`, reason `cell_unconfigured`)."""

@@ -217,7 +217,7 @@ def _admin(work: Callable[[Any], Awaitable[T]]) -> T:
     """Run `work(conn)` on an owner connection; domain errors exit with their message."""
     import asyncpg
 
-    from app.store.database import init_connection
+    from app.store.connect import init_connection
 
     settings = _with_database(_settings())
 
@@ -237,7 +237,7 @@ async def _on_cell(settings: Settings, cell: str) -> Any:
     import asyncpg
 
     from app.errors import EngramError
-    from app.store.database import init_connection
+    from app.store.connect import init_connection
 
     urls = settings.cell(cell)
     dsn = urls.admin() if urls else None

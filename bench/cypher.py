@@ -21,7 +21,7 @@ import asyncpg
 import orjson
 
 from app.store import cypher_read
-from app.store.database import init_connection
+from app.store.connect import init_connection
 from bench import env, generate
 from bench.stats import Latency, paired
 

@@ -732,7 +732,7 @@ async def test_unused_registrations_expire(builtin, db_settings):
     from datetime import timedelta
 
     from app.store import oauth
-    from app.store.database import init_connection
+    from app.store.connect import init_connection
 
     unused = (await register(builtin)).json()["client_id"]
     conn = await asyncpg.connect(db_settings.admin_dsn())
@@ -753,7 +753,7 @@ async def test_ended_grants_are_swept_after_their_retention(builtin, flow, db_se
     from datetime import timedelta
 
     from app.store import oauth
-    from app.store.database import init_connection
+    from app.store.connect import init_connection
 
     grants = {}
     for name in ("live", "revoked lately", "revoked long ago", "run dry long ago"):

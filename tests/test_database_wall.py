@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from app.store.database import init_connection
+from app.store.connect import init_connection
 from tests.conftest import ok
 
 # AGE's graph DDL and bulk loaders, and the large-object and WAL-message functions (docs/security.md).

@@ -148,12 +148,16 @@ def test_the_authorization_servers_pages_do_not_reach_the_store() -> None:
     assert not {m: v for m, v in _violations("app.authserver", ("app.store", "asyncpg")).items() if m in pages}
 
 
+# The store's connection plumbing (pools, connections, the migrations runner): no query functions to time.
+PLUMBING = ("app.store.database", "app.store.connect", "app.store.migrate")
+
+
 def test_every_store_function_is_timed() -> None:
     """Each query function of the store carries `@timed`, so its latency is in engram_db_query_duration_seconds."""
     untimed = [
         f"{module}.{node.name}"
         for module, tree in _sources().items()
-        if _in(module, "app.store") and module not in ("app.store.database", "app.store.migrate")
+        if _in(module, "app.store") and module not in PLUMBING
         for node in tree.body
         if isinstance(node, ast.AsyncFunctionDef)
         and not node.name.startswith("_")

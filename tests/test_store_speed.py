@@ -17,7 +17,8 @@ import pytest
 
 from app.services import graph
 from app.store import entities, relations, traversal
-from app.store.database import Database, Tenant, Tx, init_connection
+from app.store.connect import init_connection
+from app.store.database import Database, Tenant, Tx
 from app.store.traversal import Step
 from tests.conftest import ok
 

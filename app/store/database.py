@@ -17,13 +17,13 @@ from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import asyncpg
-import orjson
 from cachetools import TTLCache
 
 from app.config import MAIN_CELL, Settings
 from app.errors import EngramError
 from app.observability import metrics, tracing
 from app.observability.context import CALL, DEADLINE, deadline
+from app.store.connect import init_connection, on_acquire
 from app.store.errors import OUTAGES, Moving, Unavailable, is_outage
 
 logger = logging.getLogger("engram.database")
@@ -218,62 +218,6 @@ class Tx:
                 raise ValueError(f"refusing setting {name}={text!r}")
             parts.append(f"SET LOCAL {name} = '{text}'")
         await self.conn.execute("; ".join(parts))
-
-
-@asynccontextmanager
-async def owner_connection(url: str) -> AsyncIterator[asyncpg.Connection]:
-    """One connection outside the pools (an owner's, for administration), closed after the block."""
-    conn = await asyncpg.connect(url, timeout=10)
-    try:
-        await init_connection(conn)
-        yield conn
-    finally:
-        await conn.close()
-
-
-async def init_connection(conn: asyncpg.Connection) -> None:
-    # asyncpg turns JIT off around its type lookups with set_config(), which a tenant role may not
-    # run (docs/auth.md, "Switching tenants"); the pool runs with jit = off (below), so there is
-    # nothing for it to turn off. ServerCapabilities is asyncpg's public named tuple.
-    conn._server_caps = conn._server_caps._replace(jit=False)
-    await conn.set_type_codec(
-        "jsonb",
-        schema="pg_catalog",
-        format="text",
-        encoder=lambda v: orjson.dumps(v).decode(),
-        decoder=orjson.loads,
-    )
-    await _vector_codec(conn)
-
-
-# Backends whose connection opened before the `vector` type existed (a database not migrated yet):
-# each gets the codec when next handed out, once the type is there.
-_WITHOUT_VECTORS: set[int] = set()
-
-
-async def _vector_codec(conn: asyncpg.Connection) -> None:
-    """pgvector's binary form for `vector` parameters and results (a list of floats or a
-    pgvector.Vector in, a pgvector.Vector out): 20x less client CPU than text literals for a
-    batch of vectors (docs/benchmarks.md, "Vectors on the wire")."""
-    from pgvector import Vector
-
-    try:
-        await conn.set_type_codec(
-            "vector",
-            schema="public",  # where migration 0001 creates the extension
-            format="binary",
-            encoder=lambda v: (v if isinstance(v, Vector) else Vector(v)).to_binary(),
-            decoder=Vector.from_binary,
-        )
-    except ValueError:  # unknown type: the extension is not created yet
-        _WITHOUT_VECTORS.add(conn.get_server_pid())
-    else:
-        _WITHOUT_VECTORS.discard(conn.get_server_pid())
-
-
-async def _on_acquire(conn: asyncpg.Connection) -> None:
-    if _WITHOUT_VECTORS and conn.get_server_pid() in _WITHOUT_VECTORS:
-        await _vector_codec(conn)
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
@@ -481,7 +425,7 @@ class Database:
         self._pool = await asyncpg.create_pool(
             self._dsn,
             init=init_connection,
-            setup=_on_acquire,
+            setup=on_acquire,
             reset=_keep_session,
             min_size=self._min_size,
             max_size=self._max_size,

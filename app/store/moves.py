@@ -14,7 +14,8 @@ import asyncpg
 
 from app.config import MAIN_CELL
 from app.errors import EngramError
-from app.store.database import Tenant, owner_connection, timed
+from app.store.connect import OwnerConnection, owner
+from app.store.database import Tenant, timed
 
 # A table in the tenant's schema on both sides while the move runs: a row written on the source
 # after its last write is seen on the target only once everything before it has been applied.
@@ -47,8 +48,8 @@ _MOVE = (
 
 
 # An owner connection to one cell's database (or the control database), as the move holds it.
-Connection = asyncpg.Connection
-connect = owner_connection
+Connection = OwnerConnection
+connect = owner
 
 
 def names(tenant: Tenant) -> str:

@@ -3,6 +3,8 @@ and which issuer's tokens the verifier accepts (the server's own keys, or the id
 
 from __future__ import annotations
 
+import functools
+
 import httpx2
 
 from app.auth.apikeys import ApiKeys
@@ -14,6 +16,7 @@ from app.authserver.accounts import Throttle
 from app.authserver.provider import Lifetimes
 from app.authserver.server import AuthServer, RateLimits
 from app.config import Settings
+from app.store import tenants
 from app.store.database import Database
 
 
@@ -61,7 +64,7 @@ def token_verifier(
     """The token verifier for the auth mode: the built-in server's keys and revoked grants when `auth`
     runs, else the identity provider's keys (fetched with `http`) and, given client credentials, its
     token introspection. API keys are accepted in every mode."""
-    api_keys = ApiKeys(db.api_key, settings.tenant_claim, settings.api_key_cache_seconds)
+    api_keys = ApiKeys(functools.partial(tenants.api_key, db), settings.tenant_claim, settings.api_key_cache_seconds)
     common = {
         "audiences": settings.audiences,
         "scope_names": settings.scope_names,

@@ -15,7 +15,8 @@ from app import localcells, provision
 from app.config import Settings
 from app.observability import metrics
 from app.pooler import PgBouncer
-from app.store.database import STANDBY_PROBE_SECONDS, Database, Tenant, Unavailable
+from app.store.database import Database, Tenant, Unavailable
+from app.store.standby import STANDBY_PROBE_SECONDS
 from tests.cells_fixtures import CellDatabase
 from tests.helpers import TEST_DB, free_port
 
@@ -300,7 +301,8 @@ async def test_a_lagging_or_unreachable_standby_is_skipped(
         assert lag > 0.001  # behind by more than the bound: bob reads the primary, and sees the write
         assert await _where(strict, tenant, "bob") == (b.cluster.port, 1)
         assert await _where(down, tenant, "bob") == (b.cluster.port, 1)  # no standby there: the primary
-        assert down.on("b").standby is not None and down.on("b").standby.unreachable
+        standby_of_b = down.cells["b"].standby
+        assert standby_of_b is not None and standby_of_b.replica.unreachable
     finally:
         await standby_admin.execute("SELECT pg_wal_replay_resume()")
         await standby_admin.close()

@@ -148,8 +148,16 @@ def test_the_authorization_servers_pages_do_not_reach_the_store() -> None:
     assert not {m: v for m, v in _violations("app.authserver", ("app.store", "asyncpg")).items() if m in pages}
 
 
-# The store's connection plumbing (pools, connections, the migrations runner): no query functions to time.
-PLUMBING = ("app.store.database", "app.store.connect", "app.store.migrate")
+# The store's connection plumbing (pools, standbys, the walk over cells, connections, the migrations
+# runner): no query functions to time.
+PLUMBING = (
+    "app.store.database",
+    "app.store.pool",
+    "app.store.standby",
+    "app.store.cell",
+    "app.store.connect",
+    "app.store.migrate",
+)
 
 
 def test_every_store_function_is_timed() -> None:
@@ -164,3 +172,61 @@ def test_every_store_function_is_timed() -> None:
         and not any(isinstance(d, ast.Name) and d.id == "timed" for d in node.decorator_list)
     ]
     assert not untimed
+
+
+def _calls(tree: ast.Module, owner: str, attribute: str) -> list[int]:
+    """Lines where `owner.attribute` is read (`asyncpg.create_pool`, `settings.cells`)."""
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr == attribute
+        and isinstance(node.value, ast.Name)
+        and node.value.id == owner
+    ]
+
+
+def test_only_the_pool_module_opens_pools() -> None:
+    """One database's pool, its lease under the call's deadline and its outages live in `app/store/pool.py`;
+    everything else asks it (`Pool`) for a connection."""
+    found = {m: lines for m, tree in _sources().items() if (lines := _calls(tree, "asyncpg", "create_pool"))}
+    assert set(found) == {"app.store.pool"}, found
+
+
+def test_the_cells_are_listed_only_by_the_settings() -> None:
+    """`Settings.every_cell()` is the one list of the cells, main first: nothing reads `settings.cells`
+    (the operator's commands, app/cli, are the last to move to it)."""
+    found = {m: lines for m, tree in _sources().items() if (lines := _calls(tree, "settings", "cells"))}
+    assert not {m for m in found if not _in(m, "app.cli")}, found
+
+
+def test_no_database_is_built_inside_the_database() -> None:
+    """`Database` holds pools and cells (`Pool`, `Standby`, `Cell`); only `from_settings` builds one."""
+    [database] = [
+        node
+        for node in _sources()["app.store.database"].body
+        if isinstance(node, ast.ClassDef) and node.name == "Database"
+    ]
+    building = {
+        method.name
+        for method in database.body
+        if isinstance(method, ast.FunctionDef | ast.AsyncFunctionDef)
+        for node in ast.walk(method)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in {"Database", "cls"}
+    }
+    assert building == {"from_settings"}, building
+
+
+def test_the_tenant_key_and_id_patterns_have_one_home() -> None:
+    """The tenant key's and the canonical id's regular expressions are written once, in
+    `app/store/database.py` (the tokens' tenant claim, the console and the tools check with them)."""
+    patterns = (r"[A-Za-z0-9._:@|-]{0,199}", r"[0-9a-f]{8}-[0-9a-f]{4}")
+    written = {
+        pattern: sorted(m for m, tree in _sources().items() if any(pattern in text for text in _strings(tree)))
+        for pattern in patterns
+    }
+    assert written == {pattern: ["app.store.database"] for pattern in patterns}, written
+
+
+def _strings(tree: ast.Module) -> list[str]:
+    return [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)]

@@ -347,6 +347,6 @@ async def test_a_key_a_tenant_made_on_its_cell_is_found_from_the_control_databas
     audit = tenants.KeyAudit("someone", "console", "console:api_key", 1.0, "req")
     async with db.transaction(tenant) as tx:  # as the console makes it: on the tenant's cell
         await tenants.create_key_in_tenant(tx, key_id, hashlib.sha256(b"s").digest(), "k", ["memory:read"], None, audit)
-    found = await db.api_key(key_id)
+    found = await tenants.api_key(db, key_id)
     assert found is not None and found.tenant_key == tenant.key and found.scopes == ["memory:read"]
-    assert await db.api_key(uuid.uuid4().hex[:12]) is None  # a key nowhere is unknown
+    assert await tenants.api_key(db, uuid.uuid4().hex[:12]) is None  # a key nowhere is unknown

@@ -3,6 +3,7 @@ dropped. Quoted identifiers and `$` parameters are refused here, so no caller qu
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -10,8 +11,14 @@ MAX_TOKENS = 2000
 
 Kind = Literal["word", "string", "int", "float", "punct", "end"]
 
-_PUNCT2 = ("<=", ">=", "<>", "!=", "=~", "..")
-_PUNCT1 = "()[]{},.:;-<>=+*/%|"
+# Blanks, comments, words, numbers and punctuation, each its longest; strings and refusals aside.
+_PLAIN = re.compile(
+    r"(?P<blank>[ \t\r\n]+|//[^\n]*\n?|/\*.*?\*/)"
+    r"|(?P<word>[A-Za-z_][A-Za-z0-9_]*)"
+    r"|(?P<number>[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)"
+    r"|(?P<punct><=|>=|<>|!=|=~|\.\.|[()\[\]{},.:;\-<>=+*%|]|/(?!\*))",
+    re.DOTALL,
+)
 _ESCAPES = {"\\": "\\", "'": "'", '"': '"', "n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}
 _HEX = frozenset("0123456789abcdefABCDEF")
 KEYWORDS = {
@@ -47,12 +54,6 @@ def position(query: str, at: int) -> tuple[int, int]:
     return line, at - (query.rfind("\n", 0, at) + 1) + 1
 
 
-def _digits(query: str, j: int) -> int:
-    while j < len(query) and query[j].isascii() and query[j].isdigit():
-        j += 1
-    return j
-
-
 class _Lexer:
     def __init__(self, query: str) -> None:
         self.query = query
@@ -62,40 +63,29 @@ class _Lexer:
         return CypherError(message, *position(self.query, at))
 
     def run(self) -> list[Token]:
-        i, n = 0, len(self.query)
+        query, i, n = self.query, 0, len(self.query)
         while i < n:
-            i = self.step(i)
+            plain = _PLAIN.match(query, i)
+            if plain is None:
+                i = self.other(i)
+            elif plain.lastgroup == "number":
+                i = self.number(plain)
+            elif plain.lastgroup != "blank":
+                i = self.add("word" if plain.lastgroup == "word" else "punct", i, plain.end())
+            else:
+                i = plain.end()
             if len(self.tokens) > MAX_TOKENS:
                 raise self.fail(f"the query is longer than {MAX_TOKENS} tokens", i)
         self.tokens.append(Token("end", "", n, n))
         return self.tokens
 
-    def step(self, i: int) -> int:
-        """Reads what starts at `i` (a token, blank or comment); returns where the next begins."""
-        query, c = self.query, self.query[i]
-        if c in " \t\r\n":
-            return i + 1
-        if query.startswith("//", i):
-            j = query.find("\n", i)
-            return len(query) if j < 0 else j + 1
-        if query.startswith("/*", i):
-            j = query.find("*/", i + 2)
-            if j < 0:
-                raise self.fail("unterminated comment", i)
-            return j + 2
+    def other(self, i: int) -> int:
+        """A string, or what is refused: an open comment, a quoted name, a parameter, anything else."""
+        c = self.query[i]
         if c in "'\"":
             return self.string(i)
-        if c.isascii() and c.isdigit():
-            return self.number(i)
-        if c.isascii() and (c.isalpha() or c == "_"):
-            j = i
-            while j < len(query) and query[j].isascii() and (query[j].isalnum() or query[j] == "_"):
-                j += 1
-            return self.add("word", i, j)
-        if query[i : i + 2] in _PUNCT2:
-            return self.add("punct", i, i + 2)
-        if c in _PUNCT1:
-            return self.add("punct", i, i + 1)
+        if self.query.startswith("/*", i):
+            raise self.fail("unterminated comment", i)
         if c == "`":
             raise self.fail("quoted identifiers are not accepted; use plain names", i)
         if c == "$":
@@ -133,19 +123,11 @@ class _Lexer:
             raise self.fail("a string may not contain NUL or a lone surrogate", i)
         return self.add("string", i, j + 1, text)
 
-    def number(self, i: int) -> int:
-        query, n = self.query, len(self.query)
-        j = _digits(query, i)
-        kind: Kind = "int"
-        if j + 1 < n and query[j] == "." and query[j + 1].isascii() and query[j + 1].isdigit():
-            j, kind = _digits(query, j + 1), "float"
-        if j < n and query[j] in "eE":
-            k = j + 1 + (j + 1 < n and query[j + 1] in "+-")
-            if k < n and query[k].isascii() and query[k].isdigit():
-                j, kind = _digits(query, k), "float"
-        if j < n and (query[j].isalnum() or query[j] == "_"):
+    def number(self, plain: re.Match[str]) -> int:
+        i, j = plain.span()
+        if j < len(self.query) and (self.query[j].isalnum() or self.query[j] == "_"):
             raise self.fail("malformed number", i)
-        return self.add(kind, i, j)
+        return self.add("int" if plain.group().isdigit() else "float", i, j)
 
 
 def tokenize(query: str) -> list[Token]:

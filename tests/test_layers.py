@@ -164,3 +164,22 @@ def test_every_store_function_is_timed() -> None:
         and not any(isinstance(d, ast.Name) and d.id == "timed" for d in node.decorator_list)
     ]
     assert not untimed
+
+
+def test_only_the_emitter_writes_age_text() -> None:
+    """The Cypher read subset goes tokens → tree → rewrites → text: the parser, the tree and the
+    rewrites build trees only, and the database's bound checks (`engram.cypher_…`) are named only
+    where the text is written. The parser that wrote text while it parsed is gone."""
+    pieces = ("app.store.cypher.tokens", "app.store.cypher.tree", "app.store.cypher.parse", "app.store.cypher.rewrite")
+    assert not {m for m in pieces if _imports(m, "app.store.cypher.age")}, (
+        "only the package's parse() calls the emitter"
+    )
+    writers = {
+        module
+        for module, tree in _sources().items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "engram.cypher_" in node.value
+    }
+    assert writers == {"app.store.cypher.age"}, writers
+    assert "app.store.cypher_read" not in import_graph()
+    assert not any(_imports(m, "app.store.cypher_read") for m in import_graph())

@@ -134,6 +134,33 @@ def test_services_hold_the_owner_connection_by_its_name() -> None:
     assert all(names <= {(name, None) for name in OWNER_NAMES} for names in taken.values()), taken
 
 
+def _rebinds(tree: ast.Module, names: set[str]) -> list[int]:
+    """Lines of `tree`'s top level that give one of `names` (or `asyncpg.<name>`) another name."""
+    return [
+        node.lineno
+        for node in tree.body
+        if isinstance(node, ast.Assign | ast.AnnAssign)
+        and node.value is not None
+        and (
+            (isinstance(node.value, ast.Name) and node.value.id in names)
+            or (isinstance(node.value, ast.Attribute) and ast.unparse(node.value) in {f"asyncpg.{n}" for n in names})
+        )
+    ]
+
+
+def test_the_store_names_the_owner_connection_once() -> None:
+    """Only app/store/connect.py names the owner's connection; a store module that re-exported the
+    driver's connection (or `owner`) under a name of its own would hand services the driver unseen."""
+    driver = {"Connection", "connect", *OWNER_NAMES}
+    found = {
+        module: lines
+        for module, tree in _sources().items()
+        if _in(module, "app.store") and module != "app.store.connect" and (lines := _rebinds(tree, driver))
+    }
+    assert not found, f"the owner's connection renamed: {found}"
+    assert _rebinds(_sources()["app.store.connect"], driver)  # the check sees its one home
+
+
 def test_the_store_imports_nothing_above_it() -> None:
     assert not _violations("app.store", ("app.services", "app.mcp", "app.server", "app.cli"))
 

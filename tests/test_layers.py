@@ -115,6 +115,52 @@ def test_services_do_not_use_the_driver() -> None:
     assert not _violations("app.services", ("asyncpg",)), "services read typed rows, not the driver's records"
 
 
+# What a service may take from the store's connection module: the owner's connection, by its name.
+OWNER_NAMES = {"owner", "OwnerConnection"}
+
+
+def test_services_hold_the_owner_connection_by_its_name() -> None:
+    """A service that administers cells (tenant moves) opens `app.store.connect.owner` and holds
+    an `OwnerConnection`, imported under those names: never the driver, the pools' plumbing, or a
+    store module's alias of either."""
+    taken = {
+        module: {(a.name, a.asname) for a in node.names}
+        for module, tree in _sources().items()
+        if _in(module, "app.services")
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "app.store.connect"
+    }
+    assert taken.get("app.services.moves") == {(name, None) for name in OWNER_NAMES}
+    assert all(names <= {(name, None) for name in OWNER_NAMES} for names in taken.values()), taken
+
+
+def _rebinds(tree: ast.Module, names: set[str]) -> list[int]:
+    """Lines of `tree`'s top level that give one of `names` (or `asyncpg.<name>`) another name."""
+    return [
+        node.lineno
+        for node in tree.body
+        if isinstance(node, ast.Assign | ast.AnnAssign)
+        and node.value is not None
+        and (
+            (isinstance(node.value, ast.Name) and node.value.id in names)
+            or (isinstance(node.value, ast.Attribute) and ast.unparse(node.value) in {f"asyncpg.{n}" for n in names})
+        )
+    ]
+
+
+def test_the_store_names_the_owner_connection_once() -> None:
+    """Only app/store/connect.py names the owner's connection; a store module that re-exported the
+    driver's connection (or `owner`) under a name of its own would hand services the driver unseen."""
+    driver = {"Connection", "connect", *OWNER_NAMES}
+    found = {
+        module: lines
+        for module, tree in _sources().items()
+        if _in(module, "app.store") and module != "app.store.connect" and (lines := _rebinds(tree, driver))
+    }
+    assert not found, f"the owner's connection renamed: {found}"
+    assert _rebinds(_sources()["app.store.connect"], driver)  # the check sees its one home
+
+
 def test_the_store_imports_nothing_above_it() -> None:
     assert not _violations("app.store", ("app.services", "app.mcp", "app.server", "app.cli"))
 
@@ -172,6 +218,25 @@ def test_every_store_function_is_timed() -> None:
         and not any(isinstance(d, ast.Name) and d.id == "timed" for d in node.decorator_list)
     ]
     assert not untimed
+
+
+def test_only_the_emitter_writes_age_text() -> None:
+    """The Cypher read subset goes tokens → tree → rewrites → text: the parser, the tree and the
+    rewrites build trees only, and the database's bound checks (`engram.cypher_…`) are named only
+    where the text is written. The parser that wrote text while it parsed is gone."""
+    pieces = ("app.store.cypher.tokens", "app.store.cypher.tree", "app.store.cypher.parse", "app.store.cypher.rewrite")
+    assert not {m for m in pieces if _imports(m, "app.store.cypher.age")}, (
+        "only the package's parse() calls the emitter"
+    )
+    writers = {
+        module
+        for module, tree in _sources().items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "engram.cypher_" in node.value
+    }
+    assert writers == {"app.store.cypher.age"}, writers
+    assert "app.store.cypher_read" not in import_graph()
+    assert not any(_imports(m, "app.store.cypher_read") for m in import_graph())
 
 
 def _calls(tree: ast.Module, owner: str, attribute: str) -> list[int]:

@@ -15,7 +15,7 @@ import asyncpg
 
 from app.config import MAIN_CELL
 from app.errors import EngramError
-from app.store.database import Tenant, timed
+from app.store.database import Tenant, adopt, timed
 
 # A table in the tenant's schema on both sides while the move runs: a row written on the source
 # after its last write is seen on the target only once everything before it has been applied.
@@ -179,7 +179,7 @@ async def prepare_target(conn: asyncpg.Connection, tenant: Tenant, cell: str) ->
                 await conn.execute("UPDATE engram.tenants SET steps_version = '' WHERE id = $1::uuid", tenant.id)
                 await conn.execute("SELECT engram.create_tenant_objects($1)", tenant.schema)
     else:
-        await conn.fetchrow("SELECT * FROM engram.cell_tenant($1::uuid, $2)", tenant.id, tenant.key)
+        await adopt(conn, tenant)
     await conn.execute(f"CREATE TABLE IF NOT EXISTS {tenant.schema}.{MARK} (at pg_lsn PRIMARY KEY)")
     if await conn.fetchval("SELECT count(*) FROM pg_subscription WHERE subname = $1", names(tenant)):
         return  # copying already: rows here are the copy's

@@ -294,7 +294,8 @@ class Console:
         tenant_admin = AdminPages(
             self,
             auth.accounts,
-            services.entities,
+            services.audit,
+            services.api_keys,
             services.graph,
             services.transfer,
             max_bytes=self.transfer_max_bytes,

@@ -22,8 +22,7 @@ from app.services.transfer import Format
 
 if TYPE_CHECKING:
     from app.authserver.accounts import Accounts
-    from app.console.console import Visit
-    from app.console.kit import Kit
+    from app.console.kit import Kit, Visit
     from app.services.api_keys import ApiKeys
     from app.services.audit import Audit
     from app.services.graph import Graph

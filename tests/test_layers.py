@@ -295,3 +295,80 @@ def test_the_tenant_key_and_id_patterns_have_one_home() -> None:
 
 def _strings(tree: ast.Module) -> list[str]:
     return [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+
+
+def test_the_tools_write_path_does_not_reach_the_import_store() -> None:
+    """The writer serves the tools and imports alike: what both need lives in the store modules of
+    the things written (entities, aliases, merges, history), not in the import's own."""
+    assert not _imports("app.services.writer", "app.store.transfer")
+
+
+def test_audit_rows_are_built_in_one_place() -> None:
+    """Every audit row's fields (who, client, tool, duration, request) come from
+    app/services/audit_rows.py; only it writes rows through the store, and only it times the call
+    for them."""
+    writers = {
+        module
+        for module, tree in _sources().items()
+        if not _in(module, "app.store")
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr in ("write", "KeyAudit") and _names(node.value, "audit")
+    }
+    assert writers == {"app.services.audit_rows"}, writers
+    builders = {m for m in import_graph() if _in(m, "app.services") and _imports(m, "app.observability.context")}
+    timing = {m for m in builders if "REQUEST_ID" in ast.unparse(_sources()[m])}
+    assert timing == {"app.services.audit_rows"}, timing
+
+
+def _names(node: ast.expr, name: str) -> bool:
+    return isinstance(node, ast.Name) and node.id == name
+
+
+def _circles(package: str) -> list[set[str]]:
+    """The import circles among a package's modules (the `__init__`s, which gather them, left out)."""
+    modules = {
+        m for m in import_graph() if _in(m, package) and not (ROOT / Path(*m.split(".")) / "__init__.py").exists()
+    }
+    graph = {m: {i for i in import_graph()[m] if i in modules} for m in modules}
+    found: list[set[str]] = []
+    for start in graph:
+        reach = _reached(graph, start)
+        if start in reach:
+            circle = {m for m in reach if start in _reached(graph, m)}
+            if circle not in found:
+                found.append(circle)
+    return found
+
+
+def _reached(graph: dict[str, set[str]], start: str) -> set[str]:
+    reach: set[str] = set()
+    todo = [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in reach:
+                reach.add(nxt)
+                todo.append(nxt)
+    return reach
+
+
+def test_the_console_has_no_import_circle() -> None:
+    """Its pages take `Kit` and `Visit` from app/console/kit.py, which imports no page (type-only
+    imports count: a circle is a circle for the reader too)."""
+    assert not _circles("app.console"), _circles("app.console")
+
+
+def test_the_services_have_no_import_circle() -> None:
+    """The audit rows sit below `Service` (base.py writes them), the audit log's pages above it."""
+    assert not _circles("app.services"), _circles("app.services")
+
+
+def test_the_scope_names_are_spelled_once() -> None:
+    """Engram's scope names are written in app/auth/scopes.py only; everything else names them."""
+    spelled = {
+        module
+        for module, tree in _sources().items()
+        if module != "app.auth.scopes"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and node.value in ("memory:read", "memory:write", "memory:admin")
+    }
+    assert not spelled, spelled

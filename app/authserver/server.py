@@ -113,6 +113,28 @@ class AuthServer:
         self.connections = Connections(
             db, self.clients, self._events, access_lifetime=timedelta(seconds=lifetimes.access)
         )
+        self._sign_in(
+            throttle=throttle,
+            personal_tenants=personal_tenants,
+            local_accounts=local_accounts,
+            auto_sign_in=auto_sign_in,
+            upstream=upstream,
+        )
+        self._sessions: list[Sessions] = []
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def _sign_in(
+        self,
+        *,
+        throttle: Throttle,
+        personal_tenants: bool,
+        local_accounts: bool,
+        auto_sign_in: bool,
+        upstream: Sequence[UpstreamProvider],
+    ) -> None:
+        """The person's side: accounts, the sign-in and consent pages, their cookies and sessions,
+        and the upstream identity providers they may sign in with."""
+        db, issuer = self._db, self.issuer
         accounts = Accounts(
             db,
             self._limiter,
@@ -140,9 +162,6 @@ class AuthServer:
             if upstream
             else None
         )
-        self._sessions: list[Sessions] = []
-        self._cookies = cookies
-        self._tasks: list[asyncio.Task[None]] = []
 
     def add_first_party(self, client_id: str, name: str, redirect_uri: str) -> None:
         """A client that is part of this server (the console): known without registration, and its
@@ -250,7 +269,7 @@ class AuthServer:
         ]
         if self.upstream is not None:
             for path, endpoint in (("", self.upstream.begin), ("/callback", self.upstream.callback)):
-                sessions = Sessions(request_response(endpoint), self._cookies)
+                sessions = Sessions(request_response(endpoint), self.cookies)
                 self._sessions.append(sessions)
                 routes.append(Route(f"{PAGES}/upstream/{{name}}{path}", sessions, methods=["GET"]))
         if self._registration:

@@ -23,8 +23,7 @@ from app.services.search import Query
 from app.services.search_models import Mode
 
 if TYPE_CHECKING:
-    from app.console.console import Visit
-    from app.console.kit import Kit
+    from app.console.kit import Kit, Visit
     from app.services import Services
 
 ENTITY_ID = TypeAdapter(models.Id)

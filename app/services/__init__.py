@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.config import Settings
+from app.services.api_keys import ApiKeys
+from app.services.audit import Audit
 from app.services.base import Limits
 from app.services.cursors import Cursors
 from app.services.duplicates import Duplicates
@@ -49,6 +51,8 @@ class Services:
     limits: Limits
     cursors: Cursors
     hooks: Hooks
+    audit: Audit
+    api_keys: ApiKeys
     fairness: Fairness | None = None
     live: Live | None = None  # subscriptions; None where nothing serves them (the CLI, benchmarks)
 
@@ -95,6 +99,8 @@ class Services:
                 cache_seconds=hook_cache_seconds,
                 session_days=hook_session_days,
             ),
+            audit=Audit(*shared),
+            api_keys=ApiKeys(*shared),
             fairness=fairness,
             live=live,
         )

@@ -12,9 +12,10 @@ from pydantic import BaseModel, Field
 
 from app.auth.principal import ADMIN, Principal
 from app.errors import EngramError
-from app.observability.context import CALL, REQUEST_ID
+from app.observability.context import CALL
+from app.services import audit_rows
 from app.services.base import Service
-from app.store import audit, purge
+from app.store import purge
 from app.store.cell import Cell, each_cell
 from app.store.database import Tx
 from app.store.purge import Episodes, Plan
@@ -124,14 +125,6 @@ class Purges(Service):
         tx.affected = [f"purge: {counts.entities} entities", f"{rows} rows"]
         tx.touched = plan.ids  # announced after the rows are gone: subscribers hear the graph changed, no names
         if CALL.get() is None:  # the operator's command or the retention sweep: no tool call writes it
-            await audit.write(
-                tx,
-                subject=who.subject,
-                client_id=who.client_id,
-                tool="purge",
-                affected=tx.affected,
-                duration_ms=0.0,
-                request_id=REQUEST_ID.get(),
-            )
+            await audit_rows.write(tx, audit_rows.fields(who, "purge"), tx.affected)
         self.indexer.forget(tx.tenant.id)
         return PurgeResult(erased=True, names=[], counts=counts, summary=_summary(counts, True))

@@ -15,6 +15,7 @@ from typing import Any
 import asyncpg
 
 from app.store.database import UUID, Tx, timed
+from app.store.scopes import ANY_FACT, FactFilter, FactSql
 from app.store.validity import NOW, When, holds, valid_at
 
 
@@ -559,6 +560,24 @@ _BY_ALIAS = (
 _UNNAMED = ("$1::text IS NULL", "NULL")  # no name filter: its parameter is still named (NULL)
 
 
+def _matching(facts: FactSql) -> str:
+    """SQL: the entity `e` passes find's filters, parameters $2-$15 (NAMED: the name filter's branch)."""
+    return f"""
+        e.deleted_at IS NULL AND NAMED
+        AND ($2::text IS NULL OR e.name ILIKE $2 OR e.type ILIKE $2 OR e.description ILIKE $2
+             OR e.properties::text ILIKE $2
+             OR EXISTS (SELECT 1 FROM {{s}}.observations o WHERE o.entity_id = e.id AND o.content ILIKE $2
+                        AND HOLDS))
+        AND ($3::text[] IS NULL OR e.type = ANY($3))
+        AND ($4::text IS NULL OR e.area = $4) AND ($5::text IS NULL OR e.topic = $5)
+        AND ($6::text IS NULL OR e.subtopic = $6)
+        AND ($7::int IS NULL OR e.certainty >= $7) AND ($8::int IS NULL OR e.certainty <= $8)
+        AND ($9::timestamptz IS NULL OR e.created_at >= $9) AND ($10::timestamptz IS NULL OR e.created_at < $10)
+        AND ({facts.unset} OR EXISTS (SELECT 1 FROM {{s}}.observations o WHERE o.entity_id = e.id AND HOLDS
+                                      AND {facts.passes("o.source", "o.created_at")}))
+    """.replace("HOLDS", holds("o", "$14", "$15"))
+
+
 @timed
 async def find(
     tx: Tx,
@@ -576,54 +595,33 @@ async def find(
     certainty_max: int | None = None,
     created_after: datetime | None = None,
     created_before: datetime | None = None,
-    sources: Sequence[str] | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
+    facts: FactFilter = ANY_FACT,
     when: When = NOW,
 ) -> tuple[list[Found], int]:
     """A page of live entities matching every given filter, keyset-paged; and the total matching.
 
     `name_contains` matches names and aliases (each entity once). `after` is the (sort key as text,
-    id) of the last row of the previous page. Observations count only as `when` sees them; with
-    `sources`, `since` or `until`, an entity needs an observation from one of those sources written
-    in [since, until).
+    id) of the last row of the previous page. Observations count only as `when` sees them; with a
+    fact filter, an entity needs an observation passing it.
     """
     key, direction = _SORTS[sort]
     op = ">" if direction == "ASC" else "<"
-    where = """
-        e.deleted_at IS NULL AND NAMED
-        AND ($2::text IS NULL OR e.name ILIKE $2 OR e.type ILIKE $2 OR e.description ILIKE $2
-             OR e.properties::text ILIKE $2
-             OR EXISTS (SELECT 1 FROM {s}.observations o WHERE o.entity_id = e.id AND o.content ILIKE $2
-                        AND HOLDS))
-        AND ($3::text[] IS NULL OR e.type = ANY($3))
-        AND ($4::text IS NULL OR e.area = $4) AND ($5::text IS NULL OR e.topic = $5)
-        AND ($6::text IS NULL OR e.subtopic = $6)
-        AND ($7::int IS NULL OR e.certainty >= $7) AND ($8::int IS NULL OR e.certainty <= $8)
-        AND ($9::timestamptz IS NULL OR e.created_at >= $9) AND ($10::timestamptz IS NULL OR e.created_at < $10)
-        AND (($11::text[] IS NULL AND $12::timestamptz IS NULL AND $13::timestamptz IS NULL)
-             OR EXISTS (SELECT 1 FROM {s}.observations o WHERE o.entity_id = e.id AND HOLDS
-                        AND ($11::text[] IS NULL OR o.source = ANY($11::text[]))
-                        AND ($12::timestamptz IS NULL OR o.created_at >= $12)
-                        AND ($13::timestamptz IS NULL OR o.created_at < $13)))
-    """.replace("HOLDS", holds("o", "$14", "$15"))
+    fact_sql, fact_params = facts.sql(11)
+    where = _matching(fact_sql)
     branches = [_BY_NAME, _BY_ALIAS] if name_contains else [_UNNAMED]
-    args = [
-        like_pattern(name_contains) if name_contains else None,
-        like_pattern(text_contains) if text_contains else None,
+    name_like = like_pattern(name_contains) if name_contains else None
+    text_like = like_pattern(text_contains) if text_contains else None
+    args: list[Any] = [
+        name_like,
+        text_like,
         list(types) if types else None,
         area,
         topic,
         subtopic,
         certainty_min,
         certainty_max,
-        created_after,
-        created_before,
-        list(sources) if sources else None,
-        since,
-        until,
-        *when.params(),
     ]
+    args += [created_after, created_before, *fact_params, *when.params()]
     pages = [
         f"""
         SELECT {COLUMNS}, ({key})::text AS sort_key, {alias} AS matched_alias, {key} AS sort_value, e.id AS sort_id

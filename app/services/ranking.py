@@ -25,12 +25,13 @@ from cachetools import TTLCache
 
 from app.embeddings.provider import Vector
 from app.errors import EngramError
-from app.services.base import Limits
+from app.services.base import Limits, Service
 from app.services.cursors import Cursors
+from app.services.fairness import Fairness
 from app.services.indexing import Indexer
 from app.services.search_models import Mode
 from app.store import rankings
-from app.store.database import Tenant, Tx
+from app.store.database import Database, Tenant, Tx
 from app.store.rankings import Ranked
 
 RRF_K = 60
@@ -49,6 +50,27 @@ K = TypeVar("K")
 def strict(text: str) -> bool:
     """The query uses web-search syntax ("a phrase", or, -not): its words rank with those semantics."""
     return bool(WEB_SYNTAX.search(text))
+
+
+class Ranker(Service):
+    """A service that ranks a tenant's texts (search, recall): what it ranks with beside the database."""
+
+    def __init__(
+        self,
+        db: Database,
+        indexer: Indexer,
+        cursors: Cursors,
+        limits: Limits,
+        fairness: Fairness | None = None,
+        *,
+        pager: Pager,
+        common_words: CommonWords,
+        ef_search: int = 100,
+    ) -> None:
+        super().__init__(db, indexer, cursors, limits, fairness)
+        self.pager = pager
+        self.common_words = common_words
+        self.ef_search = ef_search
 
 
 class Pager:

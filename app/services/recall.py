@@ -27,29 +27,15 @@ import orjson
 
 from app.auth.principal import Principal
 from app.services import timespans
-from app.services.base import Limits, Service
 from app.services.budget import Budget
-from app.services.cursors import Cursors
 from app.services.excerpts import excerpt
-from app.services.fairness import Fairness
 from app.services.filters import Scope
-from app.services.indexing import Indexer
 from app.services.mentions import keys as name_keys
-from app.services.ranking import (
-    CANDIDATES,
-    CommonWords,
-    Fused,
-    Pager,
-    QueryVector,
-    fuse,
-    pending_note,
-    rounded,
-    strict,
-)
+from app.services.ranking import CANDIDATES, Fused, QueryVector, Ranker, fuse, pending_note, rounded, strict
 from app.services.recall_models import EntityRef, Fact, FactRecord, Involved, RecallResult, RecallScores
 from app.services.search_models import Mode
 from app.store import rankings, recall, scopes
-from app.store.database import Database, Tx
+from app.store.database import Tx
 from app.store.rankings import Ranked
 
 NAMED_MAX = 10  # entities a question may name that count
@@ -96,25 +82,8 @@ class _Candidate:
     also: list[int] = field(default_factory=list)  # documents folded into this one
 
 
-class Recall(Service):
+class Recall(Ranker):
     """Facts ranked one by one: by meaning, by words, and those of the entities the question names."""
-
-    def __init__(
-        self,
-        db: Database,
-        indexer: Indexer,
-        cursors: Cursors,
-        limits: Limits,
-        fairness: Fairness | None = None,
-        *,
-        pager: Pager,
-        common_words: CommonWords,
-        ef_search: int = 100,
-    ) -> None:
-        super().__init__(db, indexer, cursors, limits, fairness)
-        self.pager = pager
-        self.common_words = common_words
-        self.ef_search = ef_search
 
     async def recall(self, who: Principal, q: RecallQuery) -> RecallResult:
         notices: list[str] = []

@@ -17,27 +17,13 @@ from dataclasses import dataclass, field
 import orjson
 
 from app.auth.principal import Principal
-from app.services.base import Limits, Service
 from app.services.budget import Budget, clip
-from app.services.cursors import Cursors
-from app.services.fairness import Fairness
 from app.services.filters import Scope
-from app.services.indexing import Indexer
-from app.services.ranking import (
-    CANDIDATES,
-    CommonWords,
-    Fused,
-    Pager,
-    QueryVector,
-    fuse,
-    pending_note,
-    rounded,
-    strict,
-)
+from app.services.ranking import CANDIDATES, Fused, QueryVector, Ranker, fuse, pending_note, rounded, strict
 from app.services.search_models import Match, Mode, Scores, SearchHit, SearchResult
 from app.services.shapes import summary
 from app.store import entities, rankings
-from app.store.database import Database, Tx
+from app.store.database import Tx
 from app.store.rankings import Ranked
 
 NAME_QUERY_MAX_WORDS = 3  # longer queries are questions, not names
@@ -88,25 +74,8 @@ def _entity(r: Ranked) -> str:
     return r.entity_id
 
 
-class Search(Service):
+class Search(Ranker):
     """Entities ranked by meaning, words and names, fused; a hit shows the text that placed it best."""
-
-    def __init__(
-        self,
-        db: Database,
-        indexer: Indexer,
-        cursors: Cursors,
-        limits: Limits,
-        fairness: Fairness | None = None,
-        *,
-        pager: Pager,
-        common_words: CommonWords,
-        ef_search: int = 100,
-    ) -> None:
-        super().__init__(db, indexer, cursors, limits, fairness)
-        self.pager = pager
-        self.common_words = common_words
-        self.ef_search = ef_search
 
     async def search(self, who: Principal, q: Query) -> SearchResult:
         notices: list[str] = []

@@ -609,19 +609,9 @@ async def find(
     fact_sql, fact_params = facts.sql(11)
     where = _matching(fact_sql)
     branches = [_BY_NAME, _BY_ALIAS] if name_contains else [_UNNAMED]
-    name_like = like_pattern(name_contains) if name_contains else None
-    text_like = like_pattern(text_contains) if text_contains else None
-    args: list[Any] = [
-        name_like,
-        text_like,
-        list(types) if types else None,
-        area,
-        topic,
-        subtopic,
-        certainty_min,
-        certainty_max,
-    ]
-    args += [created_after, created_before, *fact_params, *when.params()]
+    likes = [like_pattern(text) if text else None for text in (name_contains, text_contains)]
+    kinds = [list(types) if types else None, area, topic, subtopic, certainty_min, certainty_max]
+    args = [*likes, *kinds, created_after, created_before, *fact_params, *when.params()]
     pages = [
         f"""
         SELECT {COLUMNS}, ({key})::text AS sort_key, {alias} AS matched_alias, {key} AS sort_value, e.id AS sort_id

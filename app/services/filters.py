@@ -35,7 +35,7 @@ class EntityFilters:
     when: When = NOW
 
     def store_args(self) -> dict[str, Any]:
-        """Keyword arguments of `store.entities.find`, which are named as these fields, the fact
+        """Keyword arguments of `store.listings.find`, which are named as these fields, the fact
         filter (sources, since, until) as one."""
         args = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _FACT_FIELDS}
         return args | {"facts": scopes.FactFilter(self.sources, self.since, self.until)}

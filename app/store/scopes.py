@@ -1,7 +1,7 @@
 """What a ranked or listed text must pass, and its one SQL text each.
 
 - `FactFilter`: from these sources, written in [since, until) — a fact's own record (an observation's
-  source and write time, an episode's source and `at`, a relation's properties). `entities.find`,
+  source and write time, an episode's source and `at`, a relation's properties). `listings.find`,
   the search rankings and recall's all render it through `FactFilter.sql`, so the condition is
   written once.
 - `Scope`: a search's or a recall's filters: the entity's kind (types, area, topic, certainty), the

@@ -11,6 +11,7 @@ There are no exceptions.
 from __future__ import annotations
 
 import ast
+import re
 from functools import cache
 from pathlib import Path
 
@@ -372,3 +373,51 @@ def test_the_scope_names_are_spelled_once() -> None:
         if isinstance(node, ast.Constant) and node.value in ("memory:read", "memory:write", "memory:admin")
     }
     assert not spelled, spelled
+
+
+def _store_names(tree: ast.Module) -> set[str]:
+    """Names a module imports from the store (`from app.store.x import Y`, `from app.store import x`)."""
+    return {
+        a.asname or a.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module and _in(node.module, "app.store")
+        for a in node.names
+    }
+
+
+def test_services_do_not_rename_store_types_for_the_transports() -> None:
+    """A service type the tools use is the service's own (mapped onto the store's by the service), not
+    the store's under a service name (`SearchFilters = Narrowing`), which would hand the store to
+    the transport while keeping the import check green."""
+    renamed = []
+    for module, tree in _sources().items():
+        if not _in(module, "app.services"):
+            continue
+        store = _store_names(tree)
+        for node in tree.body:
+            value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
+            root = value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in store and not isinstance(value, ast.Call):
+                renamed.append(f"{module}:{node.lineno}")
+    assert not renamed, f"store types re-exported under service names: {renamed}"
+
+
+def test_only_the_ranking_module_fuses() -> None:
+    """Search and recall are siblings over app/services/ranking.py (pager, query vector, fusion): one
+    fusion, and neither reaches into the other."""
+    fusers = [
+        f"{module}.{node.name}"
+        for module, tree in _sources().items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and re.search(r"(^|_)fuse($|_)", node.name)
+        and module != "app.services.ranking"
+    ]
+    assert not fusers, f"rankings fused outside app/services/ranking.py: {fusers}"
+    graph = import_graph()
+    assert "app.services.ranking" in graph["app.services.search"]
+    assert "app.services.ranking" in graph["app.services.recall"]
+    assert "app.services.search" not in graph["app.services.recall"], "recall must not reach into search"
+    assert "app.services.recall" not in graph["app.services.search"]

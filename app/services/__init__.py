@@ -21,6 +21,7 @@ from app.services.indexing import Indexer
 from app.services.live import Live
 from app.services.merges import Merges
 from app.services.purges import Purges
+from app.services.ranking import CommonWords, Pager
 from app.services.recall import Recall
 from app.services.relations import Relations
 from app.services.search import Search
@@ -73,8 +74,9 @@ class Services:
     ) -> Services:
         cursors = Cursors(cursor_max_age)
         shared = (db, indexer, cursors, limits, fairness)
-        search = Search(*shared, ef_search=ef_search)
-        recall = Recall(search)
+        pager, common = Pager(cursors, limits), CommonWords()  # one cache of common words for both
+        search = Search(*shared, pager=pager, common_words=common, ef_search=ef_search)
+        recall = Recall(*shared, pager=pager, common_words=common, ef_search=ef_search)
         episodes = Episodes(*shared)
         return cls(
             entities=Entities(*shared),

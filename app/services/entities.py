@@ -23,7 +23,7 @@ from app.services.refs import choose, resolve
 from app.services.shapes import entity, found, history_entry, relation, summary
 from app.services.writer import EntityIn, FactIn, OnExisting, Writer, apply
 from app.services.writer import changes as diff
-from app.store import entities, history, index, merges, relations
+from app.store import entities, history, index, listings, merges, relations
 from app.store.database import Tx
 from app.store.entities import EntityRow, NewFact, Provenance
 from app.store.history import Event
@@ -346,7 +346,7 @@ class Entities(Service):
         async with self.tx(who, readonly=True) as tx:
             listing = f"find:{sort}:{hash_filters(filters)}"
             after = tuple(self.cursors.decode(cursor, tx.tenant.id, listing)) if cursor else None
-            rows, total = await entities.find(
+            rows, total = await listings.find(
                 tx,
                 sort=sort,
                 limit=limit + 1,

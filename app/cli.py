@@ -44,7 +44,7 @@ def _settings() -> Settings:
 
 
 def _with_database(settings: Settings) -> Settings:
-    from app import provision
+    from app.devdb import provision
 
     try:
         return provision.with_local_database(settings)
@@ -177,7 +177,7 @@ def _print_plan(plan: Any, *, dry_run: bool) -> None:
 
 
 def cmd_db(args: argparse.Namespace) -> None:
-    from app import provision
+    from app.devdb import provision
 
     try:
         if args.action == "up":

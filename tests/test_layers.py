@@ -24,7 +24,7 @@ SQL_MARKERS = ("SELECT ", "INSERT INTO", "UPDATE ", "DELETE FROM", "cypher(")
 # Where SQL may be written: the store (its migrations runner included), and the development
 # database tooling behind `engram db up` and the local cells, which create databases and roles
 # before any schema exists.
-SQL_HOMES = ("app.store", "app.provision", "app.localcells")
+SQL_HOMES = ("app.store", "app.devdb")
 
 
 def _module(path: Path) -> str:

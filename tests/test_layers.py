@@ -3,7 +3,10 @@
 - `app/mcp/` and `app/console/` (the transports) import neither the store nor the database driver;
 - `app/services/` (the domain rules) reads typed rows, never the driver's records;
 - `app/store/` imports nothing above it;
-- SQL and Cypher are written only in `app/store/` (and the development database tooling).
+- in `app/cli/`, only the database module imports the store: the other commands go through the
+  services (tenants, cells, keys and reports through the operator service);
+- only the CLI reaches the development database tooling (`app/devdb/`);
+- SQL and Cypher are written only in `app/store/` (and `app/devdb/`).
 
 There are no exceptions.
 """

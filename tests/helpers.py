@@ -25,7 +25,8 @@ from mcp.types import CallToolResult
 from app.auth.devkeys import mint_token
 from app.auth.principal import READ, WRITE
 from app.config import ENDPOINT_PATHS, Settings
-from app.store.database import Database, Recycling
+from app.store.database import Database
+from app.store.pool import Recycling
 
 ROOT = Path(__file__).resolve().parent.parent
 # Its own database per checkout, so two suites can run side by side on one PostgreSQL.

@@ -17,7 +17,7 @@ import pytest
 
 from app.config import Settings
 from app.devdb import localcells, provision
-from app.store.database import STANDBY_PROBE_SECONDS
+from app.store.standby import STANDBY_PROBE_SECONDS
 from tests.cells_fixtures import CellDatabase
 from tests.helpers import ROOT, Server, connect, error_code, ok, serve, server_env
 from tests.test_cells import _fetchval

@@ -18,7 +18,8 @@ from app.config import Settings
 from app.devdb import provision
 from app.devdb.pooler import PgBouncer
 from app.observability.context import deadline
-from app.store.database import ROLE_SETTINGS, Database, Recycling, Tenant, Unavailable, wrong_settings
+from app.store.database import Database, Tenant, Unavailable
+from app.store.pool import ROLE_SETTINGS, Recycling, wrong_settings
 from tests.conftest import TEST_DB
 from tests.helpers import free_port, ok, open_database, serve
 

@@ -24,6 +24,7 @@ from mcp.server.auth.provider import (
     AuthorizationCode,
     AuthorizationParams,
     AuthorizeError,
+    OAuthAuthorizationServerProvider,
     RefreshToken,
     TokenError,
     construct_redirect_uri,
@@ -69,8 +70,9 @@ class Lifetimes:
     request: int = 600
 
 
-class Provider:
-    """Implements the SDK's provider protocol; the consent page calls `approve` and `deny`."""
+class Provider(OAuthAuthorizationServerProvider[Code, Refresh, AccessToken]):
+    """Implements the SDK's provider protocol (its default refuses the identity-assertion grant,
+    which Engram does not offer); the consent page calls `approve` and `deny`."""
 
     def __init__(
         self,

@@ -234,8 +234,8 @@ class AuthServer:
         async def jwks(request: Request) -> Response:
             return JSONResponse(self.keys.jwks(), headers={"Cache-Control": "public, max-age=300"})
 
-        authorize = AuthorizationHandler(self.provider).handle  # type: ignore[arg-type]
-        token = TokenHandler(self.provider, self.clients).handle  # type: ignore[arg-type]
+        authorize = AuthorizationHandler(self.provider).handle
+        token = TokenHandler(self.provider, self.clients).handle
         get, post = ["GET", "OPTIONS"], ["POST", "OPTIONS"]
         routes: list[BaseRoute] = [
             Route("/.well-known/oauth-authorization-server", _public(metadata, get), methods=get),
@@ -255,7 +255,7 @@ class AuthServer:
                 routes.append(Route(f"{PAGES}/upstream/{{name}}{path}", sessions, methods=["GET"]))
         if self._registration:
             options = ClientRegistrationOptions(enabled=True, valid_scopes=self._scopes, default_scopes=self._scopes)
-            register = RegistrationHandler(self.provider, options).handle  # type: ignore[arg-type]
+            register = RegistrationHandler(self.provider, options).handle
             routes.append(
                 Route(
                     "/register", _public(self._limited("register", self._limits.register, register), post), methods=post

@@ -128,6 +128,7 @@ class ToolSet:
                 return answer(result, render, kwargs.get("detail", "concise"), self.output_schemas)
 
             published = [p.replace(annotation=_as_text(p.annotation)) for p in list(signature.parameters.values())[1:]]
+            # inspect.signature() honours __signature__; typeshed does not declare it on functions
             run.__signature__ = signature.replace(parameters=published)  # type: ignore[attr-defined]
             del run.__wrapped__  # the SDK must read the signature above, not fn's
             tool_name = self.prefix + (name or fn.__name__)

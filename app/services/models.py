@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from app.store.entities import UUID_PATTERN as UUID_PATTERN  # the console checks ids with it too
+from app.store.database import UUID_PATTERN as UUID_PATTERN  # the console checks ids with it too
 
 MAX_JSON_DEPTH = 32
 _INT64 = (-(2**63), 2**63 - 1)

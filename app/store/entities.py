@@ -7,7 +7,6 @@ are inserted straight into AGE's label table: one set-based statement per batch.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
@@ -15,7 +14,7 @@ from typing import Any
 
 import asyncpg
 
-from app.store.database import Tx, timed
+from app.store.database import UUID, Tx, timed
 from app.store.validity import NOW, When, holds, valid_at
 
 
@@ -59,14 +58,9 @@ def name_key(name: str) -> str:
     return name.casefold()
 
 
-# The canonical spelling of an id, the only one Engram accepts (and the one it returns).
-UUID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
-_UUID = re.compile(UUID_PATTERN)
-
-
 def is_uuid(value: str) -> bool:
     """Only the canonical spelling is an id (the one Engram returns); `{…}`, `urn:uuid:…`, capitals are names."""
-    return _UUID.fullmatch(value) is not None
+    return UUID.fullmatch(value) is not None
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, TypeVar
 from app.config import MAIN_CELL
 from app.errors import EngramError
 from app.store import cells
+from app.store.cell import each_cell
 from app.store.connect import OwnerConnection, owner
 
 if TYPE_CHECKING:
@@ -47,15 +48,19 @@ class Owners:
         return self.on(MAIN_CELL)
 
     async def each(self, work: Callable[[str, str], Awaitable[T]], *, skipped: Skipped | None) -> list[tuple[str, T]]:
-        """`work(name, owner_url)` on every cell in turn, `main` first, each result with its cell's name.
-        A cell with no owner URL here: with `skipped`, told to it by name and passed over; without,
-        `unavailable`. A failing cell stops the loop (its error is raised)."""
-        done = []
-        for name, url in self.urls.items():
+        """`work(name, owner_url)` on every cell in turn, `main` first, each result with its cell's name
+        (through the store's walk over the cells, which raises a failing cell's error and stops).
+        A cell with no owner URL here: with `skipped`, told to it by name in its turn and passed
+        over; without, `unavailable`."""
+        done: list[tuple[str, T]] = []
+
+        async def one(name: str, url: str | None) -> None:
             if url is None and skipped is not None:
                 skipped(name)
-                continue
+                return
             done.append((name, await work(name, self.url(name))))
+
+        await each_cell(self.urls, one, on_error="raise")
         return done
 
     async def on_each(

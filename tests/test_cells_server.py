@@ -15,8 +15,8 @@ import asyncpg
 import httpx2
 import pytest
 
-from app import localcells, provision
 from app.config import Settings
+from app.devdb import localcells, provision
 from app.store.standby import STANDBY_PROBE_SECONDS
 from tests.cells_fixtures import CellDatabase
 from tests.helpers import ROOT, Server, connect, error_code, ok, serve, server_env

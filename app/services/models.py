@@ -502,18 +502,6 @@ class StatusResult(BaseModel):
     version: str
 
 
-class AuditEntry(BaseModel):
-    id: int
-    at: datetime
-    subject: str
-    client_id: str
-    tool: str
-    affected: list[str]
-    outcome: str
-    duration_ms: float
-    request_id: str
-
-
 class ApiKey(BaseModel):
     id: str
     name: str
@@ -552,11 +540,6 @@ class CreatedApiKey(BaseModel):
 
     key: str
     api_key: ApiKey
-
-
-class AuditPage(BaseModel):
-    entries: list[AuditEntry]
-    next_cursor: str | None = None
 
 
 # --- merges, aliases, duplicates ----------------------------------------------------------------

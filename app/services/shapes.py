@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from app.services import models
-from app.store.audit import AuditRow
 from app.store.entities import EntityRow
 from app.store.history import Change
 from app.store.listings import Found
@@ -29,10 +28,6 @@ def entity(row: EntityRow, **more: object) -> models.Entity:
 
 def history_entry(change: Change) -> models.HistoryEntry:
     return models.HistoryEntry.model_validate(change, from_attributes=True)
-
-
-def audit_entry(row: AuditRow) -> models.AuditEntry:
-    return models.AuditEntry.model_validate(row, from_attributes=True)
 
 
 def relation(rel: Relation) -> models.Relation:

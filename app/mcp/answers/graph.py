@@ -24,6 +24,7 @@ import orjson
 from app.mcp.answers.entities import entity_line, relation_line
 from app.mcp.answers.text import block, day, lines, moment, more, sizes
 from app.services import models
+from app.services.audit import AuditEntry, AuditPage
 from app.services.budget import clip
 from app.services.graph_query import QueryResult
 
@@ -327,7 +328,7 @@ def aliases(r: models.AliasesResult, added: bool) -> str:
 # --- audit_log ----------------------------------------------------------------------------------------
 
 
-def audit_chunks(entries: Sequence[models.AuditEntry]) -> list[str]:
+def audit_chunks(entries: Sequence[AuditEntry]) -> list[str]:
     """A call a line, newest first; who made it (subject and client) as a heading where that changes."""
     out = []
     caller: tuple[str, str] | None = None
@@ -342,7 +343,7 @@ def audit_chunks(entries: Sequence[models.AuditEntry]) -> list[str]:
     return out
 
 
-def audit(page: models.AuditPage) -> str:
+def audit(page: AuditPage) -> str:
     if not page.entries:
         return "No calls recorded."
     return lines(audit_chunks(page.entries), more(page.next_cursor))

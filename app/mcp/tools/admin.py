@@ -10,6 +10,7 @@ from app.mcp import answers
 from app.mcp.answers import graph
 from app.mcp.toolset import READ_ONLY, ToolSet
 from app.services import Services, models
+from app.services.audit import AuditPage
 
 
 def register(tool: ToolSet, services: Services) -> None:
@@ -20,6 +21,6 @@ def register(tool: ToolSet, services: Services) -> None:
         limit: Annotated[int, Field(ge=1, le=services.limits.max_results)] = 50,
         cursor: models.Cursor | None = None,
         detail: answers.DetailArg = "concise",
-    ) -> models.AuditPage:
+    ) -> AuditPage:
         """Who changed this tenant's memory: each write call, newest first, with caller, tool, ids changed."""
         return await services.audit.page(who, tool_name, limit, cursor)

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from app.auth.principal import ADMIN, READ, WRITE
-from tests.conftest import Server, error_code, ok, text
-from tests.helpers import in_order
+from tests.support.client import error_code, in_order, ok, text
+from tests.support.server import Server
 
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 ALL = (READ, WRITE, ADMIN)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from tests.conftest import error_code, ok
+from tests.support.client import error_code, ok
 
 HOSTILE = 'O\'Brien "quoted" $$ }) MATCH (n) DETACH DELETE n // \\ RETURN 1; DROP TABLE entities; -- Zoë 🧠'
 

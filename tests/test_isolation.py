@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.conftest import error_code, ok
+from tests.support.client import error_code, ok
 
 
 async def test_second_tenant_cannot_see_or_reach_the_first(client_for, tenant):

@@ -7,7 +7,7 @@ import itertools
 
 import orjson
 
-from tests.conftest import error_code, ok
+from tests.support.client import error_code, ok
 
 
 async def _seed(c, names: list[str], type_: str = "thing", **extra) -> dict[str, str]:

@@ -19,8 +19,8 @@ from app.config import Settings
 from app.observability.context import deadline
 from app.pooler import PgBouncer
 from app.store.database import ROLE_SETTINGS, Database, Recycling, Tenant, Unavailable, wrong_settings
-from tests.conftest import TEST_DB
-from tests.helpers import free_port, ok, open_database, serve
+from tests.support.client import ok
+from tests.support.server import TEST_DB, free_port, open_database, serve
 
 TENANTS = 24
 ROUNDS = 8

@@ -17,9 +17,9 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from app.auth.principal import READ
-from tests.conftest import error_code, ok
-from tests.test_search import reindex
-from tests.test_transfer import export, lines_of, summary
+from tests.support.client import error_code, ok
+from tests.support.search import reindex
+from tests.support.transfer import export, lines_of, summary
 
 Y2020, Y2021, Y2022, Y2023 = (f"{y}-05-01T00:00:00+00:00" for y in range(2020, 2024))
 

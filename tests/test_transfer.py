@@ -23,34 +23,11 @@ import orjson
 import pytest
 
 from app.auth.principal import ADMIN, READ, WRITE
-from tests.conftest import ROOT, Server, ok
+from tests.support.client import ok
+from tests.support.server import ROOT, Server
+from tests.support.transfer import cli, export, lines_of, summary
 
 pytestmark = pytest.mark.timeout(600)
-
-
-def cli(server: Server, *args: str, check: bool = True, **extra: str) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "app.cli", *args],
-        cwd=ROOT,
-        env={**server.env, "ENGRAM_EMBEDDING_PROVIDER": "none", **extra},
-        capture_output=True,
-        text=True,
-        timeout=540,
-        check=False,
-    )
-    if check and done.returncode not in (0, 2):
-        raise AssertionError(f"engram {' '.join(args)}: {done.returncode}\n{done.stdout}\n{done.stderr}")
-    return done
-
-
-def export(server: Server, tenant: str, path: Path, *flags: str) -> bytes:
-    cli(server, "export", "--tenant", tenant, "-o", str(path), *flags)
-    return path.read_bytes()
-
-
-def summary(server: Server, tenant: str, path: Path, *flags: str) -> dict[str, Any]:
-    done = cli(server, "import", "--tenant", tenant, str(path), "--json", *flags)
-    return json.loads(done.stdout)
 
 
 def write_lines(path: Path, rows: list[Any]) -> Path:
@@ -129,10 +106,6 @@ async def seed(server: Server, tenant: str) -> None:
         )
         ok(await c.call_tool("update_entity", {"name": "Analytical Engine", "changes": {"certainty": 40}}))
         ok(await c.call_tool("remove_entities", {"entities": ["Gone"]}))
-
-
-def lines_of(data: bytes) -> list[dict[str, Any]]:
-    return [orjson.loads(line) for line in data.splitlines() if line.strip()]
 
 
 # --- round trips ------------------------------------------------------------------------------

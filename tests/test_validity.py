@@ -15,8 +15,9 @@ import asyncpg
 import pytest
 
 from app.auth.principal import ADMIN, READ, WRITE
-from tests.conftest import Server, error_code, ok, serve
-from tests.test_transfer import export, lines_of, summary
+from tests.support.client import error_code, ok
+from tests.support.server import Server, serve
+from tests.support.transfer import export, lines_of, summary
 
 SCOPES = (READ, WRITE, ADMIN)
 CLIENT = "engram-cli"  # the client id of the test tokens: every write's default source

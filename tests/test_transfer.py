@@ -23,7 +23,7 @@ import orjson
 import pytest
 
 from app.auth.principal import ADMIN, READ, WRITE
-from tests.support.client import ok
+from tests.support.client import ok, relate, upsert
 from tests.support.server import ROOT, Server
 from tests.support.transfer import cli, export, lines_of, summary
 
@@ -62,47 +62,39 @@ async def counts(server: Server, tenant: str) -> dict[str, int]:
 async def seed(server: Server, tenant: str) -> None:
     """A small memory written through the tools: every field, metadata, a rename, a deletion."""
     async with server.client(tenant) as c:
-        ok(
-            await c.call_tool(
-                "upsert_entities",
+        await upsert(
+            c,
+            [
                 {
-                    "entities": [
-                        {
-                            "name": "Ada Lovelace",
-                            "type": "person",
-                            "description": "Wrote the first program.",
-                            "observations": ["born 1815", "worked with Babbage", 'O\'Brien said $$ "hi"'],
-                            "area": "history",
-                            "topic": "computing",
-                            "subtopic": "pioneers",
-                            "certainty": 90,
-                            "properties": {"born": 1815, "nested": {"list": [1, 2.5, None, True, "ü"]}},
-                        },
-                        {"name": "Analytical Engine", "type": "machine", "observations": ["never built"]},
-                        {"name": "Zoë 🚀", "type": "works at", "observations": ["  spaced  "]},
-                        {"name": "Gone", "type": "temp", "observations": ["to be deleted"]},
-                    ]
+                    "name": "Ada Lovelace",
+                    "type": "person",
+                    "description": "Wrote the first program.",
+                    "observations": ["born 1815", "worked with Babbage", 'O\'Brien said $$ "hi"'],
+                    "area": "history",
+                    "topic": "computing",
+                    "subtopic": "pioneers",
+                    "certainty": 90,
+                    "properties": {"born": 1815, "nested": {"list": [1, 2.5, None, True, "ü"]}},
                 },
-            )
+                {"name": "Analytical Engine", "type": "machine", "observations": ["never built"]},
+                {"name": "Zoë 🚀", "type": "works at", "observations": ["  spaced  "]},
+                {"name": "Gone", "type": "temp", "observations": ["to be deleted"]},
+            ],
         )
-        ok(
-            await c.call_tool(
-                "connect_entities",
+        await relate(
+            c,
+            [
                 {
-                    "relations": [
-                        {
-                            "from": "Ada Lovelace",
-                            "to": "Analytical Engine",
-                            "type": "wrote programs for",
-                            "strength": 0.75,
-                            "notes": "1843",
-                            "properties": {"source": "notes"},
-                        },
-                        {"from": "Zoë 🚀", "to": "Ada Lovelace", "type": "admires"},
-                        {"from": "Gone", "to": "Ada Lovelace", "type": "knew"},
-                    ]
+                    "from": "Ada Lovelace",
+                    "to": "Analytical Engine",
+                    "type": "wrote programs for",
+                    "strength": 0.75,
+                    "notes": "1843",
+                    "properties": {"source": "notes"},
                 },
-            )
+                {"from": "Zoë 🚀", "to": "Ada Lovelace", "type": "admires"},
+                {"from": "Gone", "to": "Ada Lovelace", "type": "knew"},
+            ],
         )
         ok(await c.call_tool("update_entity", {"name": "Analytical Engine", "changes": {"certainty": 40}}))
         ok(await c.call_tool("remove_entities", {"entities": ["Gone"]}))
@@ -694,7 +686,7 @@ async def test_the_drop_in_tools_keep_names_as_given_and_the_native_tools_trim_t
         opened = ok(await c.call_tool("open_nodes", {"names": [" Ada"]}))
         assert opened["entities"] == [{"name": " Ada", "entityType": " person", "observations": [" x "]}]
     async with server.client(tenant) as c:
-        native = ok(await c.call_tool("upsert_entities", {"entities": [{"name": "  Ada  ", "type": "person"}]}))
+        native = await upsert(c, [{"name": "  Ada  ", "type": "person"}])
         assert native["results"][0]["name"] == "Ada" and native["results"][0]["status"] == "unchanged"
         found = ok(await c.call_tool("find_entities", {"name_contains": "Ada"}))
         spaced = next(e for e in found["entities"] if e["name"] == " Ada")

@@ -30,6 +30,16 @@ def ok(result: CallToolResult) -> dict[str, Any]:
     return result.structured_content
 
 
+async def upsert(client: Client, entities: list[dict[str, Any]]) -> dict[str, Any]:
+    """`upsert_entities` with these entities, its structured result once it succeeded."""
+    return ok(await client.call_tool("upsert_entities", {"entities": entities}))
+
+
+async def relate(client: Client, relations: list[dict[str, Any]]) -> dict[str, Any]:
+    """`connect_entities` with these relations, its structured result once it succeeded."""
+    return ok(await client.call_tool("connect_entities", {"relations": relations}))
+
+
 def record(result: CallToolResult) -> dict[str, Any]:
     """The complete record of a successful call: its structured content, or its `detail="full"` text."""
     assert not result.is_error, result.content

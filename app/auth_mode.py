@@ -3,6 +3,10 @@ and which issuer's tokens the verifier accepts (the server's own keys, or the id
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
+from typing import TypedDict
+
 import httpx2
 
 from app.auth.apikeys import ApiKeys
@@ -14,7 +18,18 @@ from app.authserver.accounts import Throttle
 from app.authserver.provider import Lifetimes
 from app.authserver.server import AuthServer, RateLimits
 from app.config import Settings
+from app.store import tenants
 from app.store.database import Database
+
+
+class _Common(TypedDict):
+    """What every token verifier takes, whichever keys it checks against."""
+
+    audiences: Sequence[str]
+    scope_names: dict[str, str]
+    api_keys: ApiKeys
+    scope_claims: Sequence[str]
+    cache_seconds: float
 
 
 def authorization_server(settings: Settings, db: Database) -> AuthServer | None:
@@ -61,16 +76,16 @@ def token_verifier(
     """The token verifier for the auth mode: the built-in server's keys and revoked grants when `auth`
     runs, else the identity provider's keys (fetched with `http`) and, given client credentials, its
     token introspection. API keys are accepted in every mode."""
-    api_keys = ApiKeys(db.api_key, settings.tenant_claim, settings.api_key_cache_seconds)
-    common = {
-        "audiences": settings.audiences,
-        "scope_names": settings.scope_names,
-        "api_keys": api_keys,
-        "scope_claims": settings.scope_claims,
-        "cache_seconds": settings.verified_token_cache_seconds,
-    }
+    api_keys = ApiKeys(functools.partial(tenants.api_key, db), settings.tenant_claim, settings.api_key_cache_seconds)
+    common = _Common(
+        audiences=settings.audiences,
+        scope_names=settings.scope_names,
+        api_keys=api_keys,
+        scope_claims=settings.scope_claims,
+        cache_seconds=settings.verified_token_cache_seconds,
+    )
     if auth is not None:
-        return TokenVerifier(auth.keys, issuer=settings.issuer, revoked=auth.revocations, **common)  # type: ignore[arg-type]
+        return TokenVerifier(auth.keys, issuer=settings.issuer, revoked=auth.revocations, **common)
     issuer = Issuer(
         settings.issuer,
         http,
@@ -83,4 +98,4 @@ def token_verifier(
         introspection = Introspection(
             issuer, http, settings.oidc_client_id, settings.oidc_client_secret.get_secret_value()
         )
-    return TokenVerifier(issuer, issuer=settings.issuer, introspection=introspection, **common)  # type: ignore[arg-type]
+    return TokenVerifier(issuer, issuer=settings.issuer, introspection=introspection, **common)

@@ -299,18 +299,14 @@ def _admin_tenant(key: str, work: Callable[[Any, Any], Awaitable[T]], *, create:
 
 def _mover(args: argparse.Namespace) -> Any:
     """The tenant mover over every cell this configuration has an owner URL for."""
-    from app.config import MAIN_CELL
-    from app.services.moves import CellAccess, Mover, Timing
+    from app.services.moves import Mover, Timing
 
     settings = _with_database(_settings())
-    cells = {}
-    for name in [MAIN_CELL, *settings.cells]:
-        urls = settings.cell(name)
-        if urls is not None and (admin := urls.admin()) is not None:
-            cells[name] = CellAccess(admin, urls.replication() or admin)
     grace = getattr(args, "grace", None)
     timing = Timing() if grace is None else Timing(grace_seconds=grace)
-    return Mover(settings.admin_dsn(), cells, timing=timing, progress=lambda line: print(line, flush=True))
+    return Mover(
+        settings.admin_dsn(), settings.every_cell(), timing=timing, progress=lambda line: print(line, flush=True)
+    )
 
 
 def cmd_tenant_move(args: argparse.Namespace) -> None:
@@ -319,8 +315,7 @@ def cmd_tenant_move(args: argparse.Namespace) -> None:
     mover = _mover(args)
     if args.status:
         for m in _exiting(mover.status):
-            ended = "aborted" if m.step == "aborted" else "finished"
-            state = ended if m.finished_at else ("switched" if m.switched_at else "running")
+            state = m.step if m.finished_at else ("switched" if m.switched_at else "running")
             error = f"\terror: {m.error}" if m.error else ""
             when = f"{m.updated_at:%Y-%m-%d %H:%M:%S}"
             print(f"{m.key}\t{m.source} -> {m.target}\t{state}\tstep {m.step}\tupdated {when}{error}")

@@ -12,6 +12,8 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.auth.scopes import ADMIN, READ, WRITE
+
 _DEFAULT_MIGRATIONS = Path(__file__).resolve().parent / "sql" / "migrations"  # shipped in the package
 # Each tool set is served at its own MCP endpoint (ENGRAM_TOOL_SETS picks which), with its own audience.
 # The hook events /hooks/claude-code answers (docs/clients.md); the rest are answered empty.
@@ -184,9 +186,9 @@ class Settings(BaseSettings):
         default_factory=lambda: ["scope", "scp"],
         description="Token claims that carry scopes (a space-separated string or a list), e.g. add `permissions`.",
     )
-    scope_read: str = Field("memory:read", min_length=1, max_length=200)
-    scope_write: str = Field("memory:write", min_length=1, max_length=200)
-    scope_admin: str = Field("memory:admin", min_length=1, max_length=200)
+    scope_read: str = Field(READ, min_length=1, max_length=200)
+    scope_write: str = Field(WRITE, min_length=1, max_length=200)
+    scope_admin: str = Field(ADMIN, min_length=1, max_length=200)
     documentation_url: str | None = Field(None, description="Linked from the protected resource metadata.")
     tenant_claim: str = Field("tenant_id", min_length=1, max_length=100)
     tenant_fallback_claims: CommaList = Field(default_factory=lambda: ["org_id", "tid"])
@@ -535,7 +537,7 @@ class Settings(BaseSettings):
     @property
     def scope_names(self) -> dict[str, str]:
         """Scope names as the identity provider spells them, by Engram's own name."""
-        return {"memory:read": self.scope_read, "memory:write": self.scope_write, "memory:admin": self.scope_admin}
+        return {READ: self.scope_read, WRITE: self.scope_write, ADMIN: self.scope_admin}
 
     def runtime_dsn(self) -> str:
         if self.database_url is None:

@@ -13,11 +13,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from app.config import MAIN_CELL
 from app.observability.context import deadline
 from app.services.indexing import Indexer
 from app.store import cells, migrate
-from app.store.database import Database, wrong_settings
+from app.store.cell import Cell, each_cell
+from app.store.database import Database
 from app.store.errors import Unavailable
+from app.store.pool import wrong_settings
 
 logger = logging.getLogger("engram")
 
@@ -91,39 +94,39 @@ async def serving_problem(db: Database, migrations_dir: Path) -> str | None:
         return f"readiness check failed: {type(exc).__name__}"
 
 
-async def _cell_problem(cell: Database, migrations_dir: Path) -> str:
-    try:
-        with deadline(READY_BUDGET):
-            async with cell.connection() as lease:
-                todo = await migrate.pending(lease.conn, migrations_dir)
-    except Unavailable as exc:
-        return f"unreachable: {exc.reason}"
-    except migrate.SchemaAhead:
+def _state(answer: list[str] | Exception) -> str:
+    """A cell's state from what its migrations check answered."""
+    if isinstance(answer, Unavailable):
+        return f"unreachable: {answer.reason}"
+    if isinstance(answer, migrate.SchemaAhead):
         return "ready"
-    except (asyncpg.PostgresError, migrate.MigrationError) as exc:
-        return f"not ready: {type(exc).__name__}"
-    return f"migrations pending: {', '.join(todo)}" if todo else "ready"
+    if isinstance(answer, asyncpg.PostgresError | migrate.MigrationError):
+        return f"not ready: {type(answer).__name__}"
+    if isinstance(answer, Exception):
+        raise answer
+    return f"migrations pending: {', '.join(answer)}" if answer else "ready"
 
 
 async def cell_states(db: Database, migrations_dir: Path) -> dict[str, str]:
     """Each cell but `main`: `ready`, or why its tenants cannot be served now (`unconfigured`: in the
     directory, but this replica has no URL for it). Reported by /readyz, never fatal to it: the
     other cells' tenants are still served. Never raises."""
-    configured = {name: cell for name, cell in db.cells.items() if cell is not db}
     try:
         with deadline(READY_BUDGET):
             async with db.connection() as lease:
                 listed = await cells.names(lease.conn)
     except Exception:  # the control database's own state is the readiness check's to report
         listed = []
-    states = dict(
-        zip(
-            configured,
-            await asyncio.gather(*(_cell_problem(c, migrations_dir) for c in configured.values())),
-            strict=True,
-        )
-    )
-    return {name: states.get(name, "unconfigured") for name in sorted({*listed, *configured}) if name != "main"}
+
+    async def pending(name: str, cell: Cell) -> list[str]:
+        with deadline(READY_BUDGET):
+            async with cell.pool.connection() as lease:
+                return await migrate.pending(lease.conn, migrations_dir)
+
+    configured = {name: cell for name, cell in db.cells.items() if name != MAIN_CELL}
+    answers = await each_cell(configured, pending, on_error="report", together=True)
+    states = {name: _state(answer) for name, answer in answers.items()}
+    return {name: states.get(name, "unconfigured") for name in sorted({*listed, *configured}) if name != MAIN_CELL}
 
 
 def routes(db: Database, indexer: Indexer, migrations_dir: Path) -> list[Route]:

@@ -159,10 +159,12 @@ async def _open_when_reachable(db: Database, seconds: float) -> None:
 
 
 def _watch_pool(db: Database) -> None:
-    metrics.DB_POOL.labels("open").set_function(lambda: db.pool.get_size())
-    metrics.DB_POOL.labels("in_use").set_function(lambda: db.pool.get_size() - db.pool.get_idle_size())
-    metrics.DB_POOL.labels("waiting").set_function(lambda: db.waiting)
-    metrics.DB_POOL.labels("max").set_function(lambda: db.pool.get_max_size())
+    """engram_db_pool_connections: the control database's pool, read at each scrape."""
+    control = db.control
+    metrics.DB_POOL.labels("open").set_function(lambda: control.pool.get_size())
+    metrics.DB_POOL.labels("in_use").set_function(lambda: control.pool.get_size() - control.pool.get_idle_size())
+    metrics.DB_POOL.labels("waiting").set_function(lambda: control.waiting)
+    metrics.DB_POOL.labels("max").set_function(lambda: control.pool.get_max_size())
 
 
 def watch_breaker(embedder: Embedder | None) -> None:

@@ -15,6 +15,7 @@ import httpx2
 from mcp.server.auth.routes import build_resource_metadata_url, create_protected_resource_routes
 from mcp.server.transport_security import TransportSecuritySettings
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import AnyHttpUrl, ConfigDict, TypeAdapter
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -135,8 +136,16 @@ def _mcp_endpoint(settings: Settings, endpoint: Endpoint) -> ASGIApp:
     )
 
 
+# URLs as the SDK's metadata model keeps them: an empty path stays empty (no "/" added to an issuer).
+_URL = TypeAdapter(AnyHttpUrl, config=ConfigDict(url_preserve_empty_path=True))
+
+
+def _url(text: str) -> AnyHttpUrl:
+    return _URL.validate_python(text)
+
+
 def _metadata_url(resource_url: str) -> str:
-    return str(build_resource_metadata_url(resource_url))  # type: ignore[arg-type]
+    return str(build_resource_metadata_url(_url(resource_url)))
 
 
 def _resource_metadata(settings: Settings, endpoints: Sequence[Endpoint]) -> list[Route]:
@@ -145,11 +154,11 @@ def _resource_metadata(settings: Settings, endpoints: Sequence[Endpoint]) -> lis
     routes: list[Route] = []
     for endpoint in endpoints:
         routes += create_protected_resource_routes(
-            resource_url=endpoint.url,  # type: ignore[arg-type]
-            authorization_servers=[settings.issuer],  # type: ignore[list-item]
+            resource_url=_url(endpoint.url),
+            authorization_servers=[_url(settings.issuer)],
             scopes_supported=list(settings.scope_names.values()),
             resource_name=RESOURCE_NAMES[endpoint.tool_set],
-            resource_documentation=settings.documentation_url,  # type: ignore[arg-type]
+            resource_documentation=_url(settings.documentation_url) if settings.documentation_url else None,
         )
     root = Route("/.well-known/oauth-protected-resource", routes[0].endpoint, methods=["GET", "OPTIONS"])
     return [*routes, root]

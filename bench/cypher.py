@@ -20,7 +20,7 @@ from typing import Any
 import asyncpg
 import orjson
 
-from app.store import cypher_read
+from app.store import cypher
 from app.store.connect import init_connection
 from bench import env, generate
 from bench.stats import Latency, paired
@@ -46,7 +46,7 @@ async def main(quick: bool) -> dict[str, Any]:
         try:
             for name, text in (("one hop", ONE_HOP), ("two hops", TWO_HOPS)):
                 query = text.replace("NAME", hub)
-                parsed = cypher_read.parse(query)
+                parsed = cypher.parse(query)
                 sql = _sql(tenant.schema, parsed)
                 params = orjson.dumps(parsed.parameters).decode()
 
@@ -67,7 +67,7 @@ async def main(quick: bool) -> dict[str, Any]:
                 out[name] = {k: v.as_dict() for k, v in got.items()}
             started = time.perf_counter_ns()
             for _ in range(1000):
-                cypher_read.parse(TWO_HOPS.replace("NAME", hub))
+                cypher.parse(TWO_HOPS.replace("NAME", hub))
             out["parse_us"] = (time.perf_counter_ns() - started) / 1000 / 1000
         finally:
             await conn.close()
@@ -75,7 +75,7 @@ async def main(quick: bool) -> dict[str, Any]:
     return out
 
 
-def _sql(schema: str, q: cypher_read.ReadQuery) -> str:
+def _sql(schema: str, q: cypher.ReadQuery) -> str:
     cols = ", ".join(f"c{i} ag_catalog.agtype" for i in range(len(q.columns)))
     return f"SELECT * FROM ag_catalog.cypher('{schema}', $q$ {q.text} $q$, $1) AS ({cols})"
 

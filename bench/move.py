@@ -29,7 +29,7 @@ from app import localcells, provision
 from app.config import CellUrls, Settings
 from app.services.calls import retrying, within
 from app.services.models import EntityIn
-from app.services.moves import CellAccess, Mover, Timing
+from app.services.moves import Mover, Timing
 from app.store import migrate
 from bench import env, generate
 from bench.stats import Latency
@@ -106,7 +106,7 @@ async def run(entities: int, relations: int, interval: float, quick: bool) -> di
     started = time.monotonic()
     mover = Mover(
         s.admin_dsn(),
-        {"main": CellAccess(s.admin_dsn(), s.admin_dsn()), "b": CellAccess(b_admin, b_admin)},
+        cells.every_cell(),
         timing=Timing(poll_seconds=0.02),
         progress=lambda line: steps.append(f"{line} (at {time.monotonic() - started:.2f} s)"),
     )

@@ -40,10 +40,12 @@ from app.services.cursors import Cursors
 from app.services.entities import Entities
 from app.services.indexing import Indexer
 from app.services.models import EntityIn
+from app.services.ranking import CommonWords, Pager
 from app.services.recall import Recall, RecallQuery
 from app.services.search import Query, Search
 from app.store import index, migrate, rankings
 from app.store.database import Database, Tenant
+from app.store.scopes import Scope
 from bench import corpus, env
 
 BENCH_DB = "engram_bench_search"
@@ -140,7 +142,7 @@ async def vector_recall(
         for v in vectors:
             async with db.transaction(tenant, readonly=True) as tx:
                 await rankings.tune(tx, max(search_ef, 50))
-                ms, ann = await timed(lambda v=v, tx=tx: rankings.by_vector(tx, model, v, 50))
+                ms, ann = await timed(lambda v=v, tx=tx: rankings.by_vector(tx, model, v, 50, Scope(), "entity texts"))
             ann_ms.append(ms)
             literal = "[" + ",".join(map(str, v)) + "]"
             ms, exact = await timed(
@@ -318,7 +320,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         vectors.append(v[0])
     report["query embedding p50 ms"] = pct(embed_ms, 50)
 
-    search = Search(db, indexer, Cursors(), Limits(max_results=200), ef_search=settings.search_ef_search)
+    cursors, limits = Cursors(), Limits(max_results=200)
+    pager, common, ef_search = Pager(cursors, limits), CommonWords(), settings.search_ef_search
+    search = Search(db, indexer, cursors, limits, pager=pager, common_words=common, ef_search=ef_search)
     for key, t in tenants.items():
         report[f"{key} vector ranking"] = await vector_recall(
             db, owner_url, settings.search_ef_search, model, t, vectors
@@ -329,7 +333,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 ms, _ = await timed(lambda q=q, mode=mode, key=key: search.search(who(key), Query(text=q, mode=mode)))
                 times.append(ms)
             report[f"{key} search {mode} ms"] = {"p50": pct(times, 50), "p95": pct(times, 95)}
-        remember = Recall(search)
+        remember = Recall(db, indexer, cursors, limits, pager=pager, common_words=common, ef_search=ef_search)
         for mode in ("hybrid", "keyword"):
             times = []
             for q in questions:

@@ -115,7 +115,7 @@ async def stop_writer(proc: asyncio.subprocess.Process) -> dict[str, Any]:
 @asynccontextmanager
 async def tenant_connection(db: Database, tenant: Tenant) -> AsyncIterator[Tx]:
     """One pool connection in the tenant's context for the whole session: statements autocommit."""
-    async with db.pool.acquire() as conn:
+    async with db.control.pool.acquire() as conn:
         await conn.execute(
             "SELECT set_config('role', $1, false), set_config('engram.tenant_id', $2, false)", tenant.schema, tenant.id
         )

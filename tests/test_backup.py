@@ -23,7 +23,7 @@ from app.config import Settings
 from app.errors import EngramError
 from app.services import backup
 from app.store import backup as store
-from app.store import migrate
+from app.store import connect, migrate
 from tests.support.client import ok
 from tests.support.server import ROOT, TEST_DB, Server, serve
 
@@ -99,7 +99,7 @@ async def _fill(server: Server, tenant: str, n: int) -> None:
 
 async def _analyze(owner: str) -> None:
     """Planner statistics made from every row, as a restore leaves them: search ranks with them."""
-    async with store.connect(owner) as conn:
+    async with connect.owner(owner) as conn:
         await conn.execute("ANALYZE")
 
 
@@ -126,7 +126,7 @@ async def _state(owner: str, keys: tuple[str, ...] | None) -> dict[str, Any]:
     """Every table's (row count, digest), the labels and the sequences: of the whole database, or of
     the tenants `keys` (their schemas and their own rows of the control tables)."""
     found: dict[str, Any] = {}
-    async with store.connect(owner) as conn:
+    async with connect.owner(owner) as conn:
         await store.start_snapshot(conn)
         try:
             tenants = [t for t in await store.tenants_here(conn) if keys is None or t.key in keys]
@@ -267,7 +267,7 @@ def test_restore_refuses_a_manifest_that_reaches_beyond_its_tenant(
     original = tmp_path / "tenant.backup"
 
     async def steps_version(value: str | None) -> str:
-        async with store.connect(source.admin_dsn()) as conn:
+        async with connect.owner(source.admin_dsn()) as conn:
             sql = (
                 "UPDATE engram.tenants SET steps_version = coalesce($2, steps_version)"
                 " WHERE key = $1 RETURNING steps_version"

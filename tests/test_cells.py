@@ -15,7 +15,8 @@ from app import localcells, provision
 from app.config import Settings
 from app.observability import metrics
 from app.pooler import PgBouncer
-from app.store.database import STANDBY_PROBE_SECONDS, Database, Tenant, Unavailable
+from app.store.database import Database, Tenant, Unavailable
+from app.store.standby import STANDBY_PROBE_SECONDS
 from tests.support.cells import CellDatabase, fetchval
 from tests.support.server import TEST_DB, free_port
 
@@ -292,7 +293,8 @@ async def test_a_lagging_or_unreachable_standby_is_skipped(
         assert lag > 0.001  # behind by more than the bound: bob reads the primary, and sees the write
         assert await _where(strict, tenant, "bob") == (b.cluster.port, 1)
         assert await _where(down, tenant, "bob") == (b.cluster.port, 1)  # no standby there: the primary
-        assert down.on("b").standby is not None and down.on("b").standby.unreachable
+        standby_of_b = down.cells["b"].standby
+        assert standby_of_b is not None and standby_of_b.replica.unreachable
     finally:
         await standby_admin.execute("SELECT pg_wal_replay_resume()")
         await standby_admin.close()
@@ -337,6 +339,6 @@ async def test_a_key_a_tenant_made_on_its_cell_is_found_from_the_control_databas
     audit = tenants.KeyAudit("someone", "console", "console:api_key", 1.0, "req")
     async with db.transaction(tenant) as tx:  # as the console makes it: on the tenant's cell
         await tenants.create_key_in_tenant(tx, key_id, hashlib.sha256(b"s").digest(), "k", ["memory:read"], None, audit)
-    found = await db.api_key(key_id)
+    found = await tenants.api_key(db, key_id)
     assert found is not None and found.tenant_key == tenant.key and found.scopes == ["memory:read"]
-    assert await db.api_key(uuid.uuid4().hex[:12]) is None  # a key nowhere is unknown
+    assert await tenants.api_key(db, uuid.uuid4().hex[:12]) is None  # a key nowhere is unknown

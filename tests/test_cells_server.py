@@ -15,7 +15,7 @@ import pytest
 
 from app import localcells, provision
 from app.config import Settings
-from app.store.database import STANDBY_PROBE_SECONDS
+from app.store.standby import STANDBY_PROBE_SECONDS
 from tests.support.cells import CellDatabase, cell_env, fetchval, set_states
 from tests.support.client import connect, error_code, ok
 from tests.support.server import Server, engram, serve, server_env

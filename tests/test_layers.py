@@ -11,6 +11,7 @@ There are no exceptions.
 from __future__ import annotations
 
 import ast
+import re
 from functools import cache
 from pathlib import Path
 
@@ -115,6 +116,52 @@ def test_services_do_not_use_the_driver() -> None:
     assert not _violations("app.services", ("asyncpg",)), "services read typed rows, not the driver's records"
 
 
+# What a service may take from the store's connection module: the owner's connection, by its name.
+OWNER_NAMES = {"owner", "OwnerConnection"}
+
+
+def test_services_hold_the_owner_connection_by_its_name() -> None:
+    """A service that administers cells (tenant moves) opens `app.store.connect.owner` and holds
+    an `OwnerConnection`, imported under those names: never the driver, the pools' plumbing, or a
+    store module's alias of either."""
+    taken = {
+        module: {(a.name, a.asname) for a in node.names}
+        for module, tree in _sources().items()
+        if _in(module, "app.services")
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "app.store.connect"
+    }
+    assert taken.get("app.services.moves") == {(name, None) for name in OWNER_NAMES}
+    assert all(names <= {(name, None) for name in OWNER_NAMES} for names in taken.values()), taken
+
+
+def _rebinds(tree: ast.Module, names: set[str]) -> list[int]:
+    """Lines of `tree`'s top level that give one of `names` (or `asyncpg.<name>`) another name."""
+    return [
+        node.lineno
+        for node in tree.body
+        if isinstance(node, ast.Assign | ast.AnnAssign)
+        and node.value is not None
+        and (
+            (isinstance(node.value, ast.Name) and node.value.id in names)
+            or (isinstance(node.value, ast.Attribute) and ast.unparse(node.value) in {f"asyncpg.{n}" for n in names})
+        )
+    ]
+
+
+def test_the_store_names_the_owner_connection_once() -> None:
+    """Only app/store/connect.py names the owner's connection; a store module that re-exported the
+    driver's connection (or `owner`) under a name of its own would hand services the driver unseen."""
+    driver = {"Connection", "connect", *OWNER_NAMES}
+    found = {
+        module: lines
+        for module, tree in _sources().items()
+        if _in(module, "app.store") and module != "app.store.connect" and (lines := _rebinds(tree, driver))
+    }
+    assert not found, f"the owner's connection renamed: {found}"
+    assert _rebinds(_sources()["app.store.connect"], driver)  # the check sees its one home
+
+
 def test_the_store_imports_nothing_above_it() -> None:
     assert not _violations("app.store", ("app.services", "app.mcp", "app.server", "app.cli"))
 
@@ -148,8 +195,16 @@ def test_the_authorization_servers_pages_do_not_reach_the_store() -> None:
     assert not {m: v for m, v in _violations("app.authserver", ("app.store", "asyncpg")).items() if m in pages}
 
 
-# The store's connection plumbing (pools, connections, the migrations runner): no query functions to time.
-PLUMBING = ("app.store.database", "app.store.connect", "app.store.migrate")
+# The store's connection plumbing (pools, standbys, the walk over cells, connections, the migrations
+# runner): no query functions to time.
+PLUMBING = (
+    "app.store.database",
+    "app.store.pool",
+    "app.store.standby",
+    "app.store.cell",
+    "app.store.connect",
+    "app.store.migrate",
+)
 
 
 def test_every_store_function_is_timed() -> None:
@@ -164,6 +219,208 @@ def test_every_store_function_is_timed() -> None:
         and not any(isinstance(d, ast.Name) and d.id == "timed" for d in node.decorator_list)
     ]
     assert not untimed
+
+
+def test_only_the_emitter_writes_age_text() -> None:
+    """The Cypher read subset goes tokens → tree → rewrites → text: the parser, the tree and the
+    rewrites build trees only, and the database's bound checks (`engram.cypher_…`) are named only
+    where the text is written. The parser that wrote text while it parsed is gone."""
+    pieces = ("app.store.cypher.tokens", "app.store.cypher.tree", "app.store.cypher.parse", "app.store.cypher.rewrite")
+    assert not {m for m in pieces if _imports(m, "app.store.cypher.age")}, (
+        "only the package's parse() calls the emitter"
+    )
+    writers = {
+        module
+        for module, tree in _sources().items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "engram.cypher_" in node.value
+    }
+    assert writers == {"app.store.cypher.age"}, writers
+    assert "app.store.cypher_read" not in import_graph()
+    assert not any(_imports(m, "app.store.cypher_read") for m in import_graph())
+
+
+def _calls(tree: ast.Module, owner: str, attribute: str) -> list[int]:
+    """Lines where `owner.attribute` is read (`asyncpg.create_pool`, `settings.cells`)."""
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr == attribute
+        and isinstance(node.value, ast.Name)
+        and node.value.id == owner
+    ]
+
+
+def test_only_the_pool_module_opens_pools() -> None:
+    """One database's pool, its lease under the call's deadline and its outages live in `app/store/pool.py`;
+    everything else asks it (`Pool`) for a connection."""
+    found = {m: lines for m, tree in _sources().items() if (lines := _calls(tree, "asyncpg", "create_pool"))}
+    assert set(found) == {"app.store.pool"}, found
+
+
+def test_the_cells_are_listed_only_by_the_settings() -> None:
+    """`Settings.every_cell()` is the one list of the cells, main first: nothing reads `settings.cells`
+    (the operator's commands, app/cli, are the last to move to it)."""
+    found = {m: lines for m, tree in _sources().items() if (lines := _calls(tree, "settings", "cells"))}
+    assert not {m for m in found if not _in(m, "app.cli")}, found
+
+
+def test_no_database_is_built_inside_the_database() -> None:
+    """`Database` holds pools and cells (`Pool`, `Standby`, `Cell`); only `from_settings` builds one."""
+    [database] = [
+        node
+        for node in _sources()["app.store.database"].body
+        if isinstance(node, ast.ClassDef) and node.name == "Database"
+    ]
+    building = {
+        method.name
+        for method in database.body
+        if isinstance(method, ast.FunctionDef | ast.AsyncFunctionDef)
+        for node in ast.walk(method)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in {"Database", "cls"}
+    }
+    assert building == {"from_settings"}, building
+
+
+def test_the_tenant_key_and_id_patterns_have_one_home() -> None:
+    """The tenant key's and the canonical id's regular expressions are written once, in
+    `app/store/database.py` (the tokens' tenant claim, the console and the tools check with them)."""
+    patterns = (r"[A-Za-z0-9._:@|-]{0,199}", r"[0-9a-f]{8}-[0-9a-f]{4}")
+    written = {
+        pattern: sorted(m for m, tree in _sources().items() if any(pattern in text for text in _strings(tree)))
+        for pattern in patterns
+    }
+    assert written == {pattern: ["app.store.database"] for pattern in patterns}, written
+
+
+def _strings(tree: ast.Module) -> list[str]:
+    return [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+
+
+def test_the_tools_write_path_does_not_reach_the_import_store() -> None:
+    """The writer serves the tools and imports alike: what both need lives in the store modules of
+    the things written (entities, aliases, merges, history), not in the import's own."""
+    assert not _imports("app.services.writer", "app.store.transfer")
+
+
+def test_audit_rows_are_built_in_one_place() -> None:
+    """Every audit row's fields (who, client, tool, duration, request) come from
+    app/services/audit_rows.py; only it writes rows through the store, and only it times the call
+    for them."""
+    writers = {
+        module
+        for module, tree in _sources().items()
+        if not _in(module, "app.store")
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr in ("write", "KeyAudit") and _names(node.value, "audit")
+    }
+    assert writers == {"app.services.audit_rows"}, writers
+    builders = {m for m in import_graph() if _in(m, "app.services") and _imports(m, "app.observability.context")}
+    timing = {m for m in builders if "REQUEST_ID" in ast.unparse(_sources()[m])}
+    assert timing == {"app.services.audit_rows"}, timing
+
+
+def _names(node: ast.expr, name: str) -> bool:
+    return isinstance(node, ast.Name) and node.id == name
+
+
+def _circles(package: str) -> list[set[str]]:
+    """The import circles among a package's modules (the `__init__`s, which gather them, left out)."""
+    modules = {
+        m for m in import_graph() if _in(m, package) and not (ROOT / Path(*m.split(".")) / "__init__.py").exists()
+    }
+    graph = {m: {i for i in import_graph()[m] if i in modules} for m in modules}
+    found: list[set[str]] = []
+    for start in graph:
+        reach = _reached(graph, start)
+        if start in reach:
+            circle = {m for m in reach if start in _reached(graph, m)}
+            if circle not in found:
+                found.append(circle)
+    return found
+
+
+def _reached(graph: dict[str, set[str]], start: str) -> set[str]:
+    reach: set[str] = set()
+    todo = [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in reach:
+                reach.add(nxt)
+                todo.append(nxt)
+    return reach
+
+
+def test_the_console_has_no_import_circle() -> None:
+    """Its pages take `Kit` and `Visit` from app/console/kit.py, which imports no page (type-only
+    imports count: a circle is a circle for the reader too)."""
+    assert not _circles("app.console"), _circles("app.console")
+
+
+def test_the_services_have_no_import_circle() -> None:
+    """The audit rows sit below `Service` (base.py writes them), the audit log's pages above it."""
+    assert not _circles("app.services"), _circles("app.services")
+
+
+def test_the_scope_names_are_spelled_once() -> None:
+    """Engram's scope names are written in app/auth/scopes.py only; everything else names them."""
+    spelled = {
+        module
+        for module, tree in _sources().items()
+        if module != "app.auth.scopes"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and node.value in ("memory:read", "memory:write", "memory:admin")
+    }
+    assert not spelled, spelled
+
+
+def _store_names(tree: ast.Module) -> set[str]:
+    """Names a module imports from the store (`from app.store.x import Y`, `from app.store import x`)."""
+    return {
+        a.asname or a.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module and _in(node.module, "app.store")
+        for a in node.names
+    }
+
+
+def test_services_do_not_rename_store_types_for_the_transports() -> None:
+    """A service type the tools use is the service's own (mapped onto the store's by the service), not
+    the store's under a service name (`SearchFilters = Narrowing`), which would hand the store to
+    the transport while keeping the import check green."""
+    renamed = []
+    for module, tree in _sources().items():
+        if not _in(module, "app.services"):
+            continue
+        store = _store_names(tree)
+        for node in tree.body:
+            value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
+            root = value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in store and not isinstance(value, ast.Call):
+                renamed.append(f"{module}:{node.lineno}")
+    assert not renamed, f"store types re-exported under service names: {renamed}"
+
+
+def test_only_the_ranking_module_fuses() -> None:
+    """Search and recall are siblings over app/services/ranking.py (pager, query vector, fusion): one
+    fusion, and neither reaches into the other."""
+    fusers = [
+        f"{module}.{node.name}"
+        for module, tree in _sources().items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and re.search(r"(^|_)fuse($|_)", node.name)
+        and module != "app.services.ranking"
+    ]
+    assert not fusers, f"rankings fused outside app/services/ranking.py: {fusers}"
+    graph = import_graph()
+    assert "app.services.ranking" in graph["app.services.search"]
+    assert "app.services.ranking" in graph["app.services.recall"]
+    assert "app.services.search" not in graph["app.services.recall"], "recall must not reach into search"
+    assert "app.services.recall" not in graph["app.services.search"]
 
 
 # --- the tests' own house: shared helpers live in tests/support/ ------------------------------------

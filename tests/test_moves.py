@@ -14,10 +14,11 @@ from collections.abc import Iterator
 
 import asyncpg
 import pytest
+from pydantic import SecretStr
 
-from app.config import Settings
+from app.config import CellUrls, Settings
 from app.errors import EngramError
-from app.services.moves import STEPS, CellAccess, Interrupted, Mover, Timing
+from app.services.moves import STEP_NAMES, Interrupted, Mover, Timing
 from tests.support.cells import CellDatabase, cell_env, fetchval, set_states
 from tests.support.client import ok
 from tests.support.server import ROOT, Server, engram, serve, server_env
@@ -57,9 +58,11 @@ def servers(db_settings: Settings, cells: dict[str, CellDatabase]) -> Iterator[t
 
 
 def _mover(settings: Settings, cells: dict[str, CellDatabase], **kw: object) -> Mover:
-    access = {"main": CellAccess(settings.admin_dsn(), settings.admin_dsn())}
-    access |= {name: CellAccess(cell.admin_url, cell.admin_url) for name, cell in cells.items()}
-    return Mover(settings.admin_dsn(), access, timing=Timing(copy_seconds=120, poll_seconds=0.02), **kw)  # type: ignore[arg-type]
+    urls = {"main": CellUrls(admin_url=SecretStr(settings.admin_dsn()))}
+    urls |= {
+        name: CellUrls(url=SecretStr(cell.url), admin_url=SecretStr(cell.admin_url)) for name, cell in cells.items()
+    }
+    return Mover(settings.admin_dsn(), urls, timing=Timing(copy_seconds=120, poll_seconds=0.02), **kw)  # type: ignore[arg-type]
 
 
 async def _cell_of(settings: Settings, key: str) -> str:
@@ -186,19 +189,19 @@ async def test_a_move_stopped_after_each_step_resumes(
 ) -> None:
     writer, _ = servers
     key, source, target = await _seeded(writer, db_settings, "resume", 10)
-    for step in STEPS[:-1]:
+    for step in STEP_NAMES[:-1]:
         with pytest.raises(Interrupted):
             await _mover(db_settings, cells, stop_after=step).move(key, target)
         plan = await _mover(db_settings, cells).plan(key, target)
-        assert plan.done == STEPS[: STEPS.index(step) + 1]
+        assert plan.done == STEP_NAMES[: STEP_NAMES.index(step) + 1]
         if step in ("fence_writes", "fence_reads"):
             assert await _refused(cells[source], key) == (["write"] if step == "fence_writes" else ["write", "read"])
         # before the switch the tenant is still served from its source (writes refused while fenced)
         assert await _cell_of(db_settings, key) == (
-            target if plan.done[-1] in STEPS[STEPS.index("switch") :] else source
+            target if plan.done[-1] in STEP_NAMES[STEP_NAMES.index("switch") :] else source
         )
     moved = await _mover(db_settings, cells).move(key, target)
-    assert moved.step == STEPS[-1]
+    assert moved.step == STEP_NAMES[-1]
     async with writer.client(key) as c:
         got = ok(await c.call_tool("get_entity", {"name": "seed 3"}))
         assert got["observations"] == ["seed fact 3"]
@@ -290,7 +293,7 @@ async def test_an_aborted_move_leaves_the_tenant_served_where_it_was_and_nothing
     moved = await _mover(db_settings, cells).move(key, target)
     with pytest.raises(EngramError, match="served from cell"):
         await _mover(db_settings, cells).abort(key)
-    assert moved.step == STEPS[-1] and await _cell_of(db_settings, key) == target
+    assert moved.step == STEP_NAMES[-1] and await _cell_of(db_settings, key) == target
     async with writer.client(key) as c:
         assert len(ok(await c.call_tool("get_entity", {"name": "seed 2"}))["observations"]) == 3
     await _mover(db_settings, cells).finish(key)

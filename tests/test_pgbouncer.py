@@ -18,7 +18,8 @@ from app import provision
 from app.config import Settings
 from app.observability.context import deadline
 from app.pooler import PgBouncer
-from app.store.database import ROLE_SETTINGS, Database, Recycling, Tenant, Unavailable, wrong_settings
+from app.store.database import Database, Tenant, Unavailable
+from app.store.pool import ROLE_SETTINGS, Recycling, wrong_settings
 from tests.support.client import ok
 from tests.support.server import TEST_DB, free_port, open_database, serve
 

@@ -244,11 +244,24 @@ async def test_the_operator_purges_from_the_command_line(purging, db_settings):
 
 
 async def _moved_away(db_settings: Any, tenant: str) -> None:
-    """What a tenant that moved to another cell leaves on `main`: its directory row, its tables gone."""
+    """What a tenant that moved to another cell leaves on `main`: its directory row naming that
+    cell, its tables and role gone (as a finished move's clean-up leaves it)."""
     schema = await _schema(db_settings, tenant)
     conn = await asyncpg.connect(db_settings.admin_dsn())
     try:
+        await conn.execute("INSERT INTO engram.cells (name, state) VALUES ('gone', 'draining') ON CONFLICT DO NOTHING")
         await conn.execute("SELECT ag_catalog.drop_graph($1, true)", schema)
+        await conn.execute("UPDATE engram.tenants SET cell = 'gone' WHERE key = $1", tenant)
+        await conn.execute(f"DROP ROLE IF EXISTS {schema}")
+    finally:
+        await conn.close()
+
+
+async def _forget(db_settings: Any, tenant: str) -> None:
+    conn = await asyncpg.connect(db_settings.admin_dsn())
+    try:
+        await conn.execute("DELETE FROM engram.tenants WHERE key = $1", tenant)
+        await conn.execute("DELETE FROM engram.cells WHERE name = 'gone'")
     finally:
         await conn.close()
 
@@ -261,6 +274,13 @@ async def test_deleted_entities_past_their_retention_are_purged(purging, db_sett
         ok(await c.call_tool("upsert_entities", {"entities": [{"name": "Gone", "type": "x"}]}))
         ok(await c.call_tool("remove_entities", {"entities": ["Gone"]}))
     await _moved_away(db_settings, gone)
+    try:
+        await _swept(purging, db_settings, tenant)
+    finally:
+        await _forget(db_settings, gone)
+
+
+async def _swept(purging: Any, db_settings: Any, tenant: str) -> None:
     async with purging.client(tenant, (READ, WRITE, ADMIN)) as c:
         await _write_everywhere(c)
         ok(await c.call_tool("remove_entities", {"entities": [SUBJECT]}))

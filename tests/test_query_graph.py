@@ -11,7 +11,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from app.services.graph_query import FUNCTION_NAMES
-from app.store.cypher_read import CypherError, parse
+from app.store.cypher import CypherError, parse
 from tests.support.client import connect, error_code, ok, text
 from tests.support.server import serve
 

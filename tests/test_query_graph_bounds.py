@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from app.store.cypher_read import MAX_COMPUTED_ITEMS, MAX_MAP_ENTRIES, CypherError, parse
+from app.store.cypher import MAX_COMPUTED_ITEMS, MAX_MAP_ENTRIES, CypherError, parse
 from tests.support.client import ok
 
 

@@ -13,9 +13,9 @@ from app.errors import EngramError
 from app.services import models
 from app.services.cursors import Cursors
 from app.services.entities import _fold, hash_filters
-from app.services.filters import EntityFilters, SearchFilters
+from app.services.filters import EntityFilters, Scope
 from app.services.refs import choose
-from app.services.search import Query, Search
+from app.services.search import Query, fused_entities
 from app.services.shapes import summary
 from app.services.writer import apply
 from app.store import entities
@@ -171,7 +171,7 @@ def test_a_listing_fingerprint_depends_on_every_filter() -> None:
     base = EntityFilters(name_contains="a")
     assert hash_filters(base) == hash_filters(EntityFilters(name_contains="a"))
     assert hash_filters(base) != hash_filters(EntityFilters(name_contains="a", area="x"))
-    assert Query("q").fingerprint() != Query("q", filters=SearchFilters(types=["person"])).fingerprint()
+    assert Query("q").fingerprint() != Query("q", scope=Scope(types=["person"])).fingerprint()
 
 
 # --- fusion of rankings ----------------------------------------------------------------------------
@@ -179,20 +179,23 @@ def test_a_listing_fingerprint_depends_on_every_filter() -> None:
 
 def test_fusion_favours_entities_ranked_well_by_several_rankings() -> None:
     rankings = {
-        "semantic": [Ranked("a", 1, 0.9), Ranked("b", 2, 0.8)],
-        "keyword": [Ranked("b", 3, 1.0), Ranked("c", 4, 0.5)],
+        "semantic": [Ranked(1, 0.9, entity_id="a"), Ranked(2, 0.8, entity_id="b")],
+        "keyword": [Ranked(3, 1.0, entity_id="b"), Ranked(4, 0.5, entity_id="c")],
     }
-    fused = Search._fuse(rankings, None)
-    assert [c.entity_id for c in fused] == ["b", "a", "c"]
-    assert fused[0].ranks == {"semantic": 2, "keyword": 1}
-    assert fused[0].docs == {"semantic": 2, "keyword": 3}
+    fused = fused_entities(rankings, None)
+    assert [c.key for c in fused] == ["b", "a", "c"]
+    assert {leg: rank for leg, (rank, _) in fused[0].legs.items()} == {"semantic": 2, "keyword": 1}
+    assert {leg: r.doc_id for leg, (_, r) in fused[0].legs.items()} == {"semantic": 2, "keyword": 3}
 
 
 def test_fusion_scales_first_place_everywhere_to_one_and_drops_weak_hits() -> None:
-    rankings = {"semantic": [Ranked("a", 1, 1.0), Ranked("b", 2, 0.2)], "name": [Ranked("a", None, 1.0)]}
-    fused = Search._fuse(rankings, None)
-    assert fused[0].entity_id == "a" and fused[0].fused == pytest.approx(1.0)
-    assert [c.entity_id for c in Search._fuse(rankings, 0.5)] == ["a"]
+    rankings = {
+        "semantic": [Ranked(1, 1.0, entity_id="a"), Ranked(2, 0.2, entity_id="b")],
+        "name": [Ranked(None, 1.0, entity_id="a")],
+    }
+    fused = fused_entities(rankings, None)
+    assert fused[0].key == "a" and fused[0].score == pytest.approx(1.0)
+    assert [c.key for c in fused_entities(rankings, 0.5)] == ["a"]
 
 
 # --- one entity field list -------------------------------------------------------------------------

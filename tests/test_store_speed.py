@@ -16,7 +16,7 @@ import asyncpg
 import pytest
 
 from app.services import graph
-from app.store import entities, relations, traversal
+from app.store import entities, listings, relations, traversal
 from app.store.connect import init_connection
 from app.store.database import Database, Tenant, Tx
 from app.store.traversal import Step
@@ -384,7 +384,7 @@ async def test_a_name_filter_reads_the_trigram_index_of_aliases(db_settings, cli
                 ("moniker 0150", ("Entity 0150", "Moniker 0150")),
                 ("y 0151", ("Entity 0151", None)),
             ):
-                found, total = await entities.find(
+                found, total = await listings.find(
                     Tx(conn, Tenant(*row)), sort="name", limit=10, after=None, name_contains=text
                 )
                 assert [(f.row.name, f.matched_alias) for f in found] == [expected] and total == 1

@@ -263,6 +263,19 @@ def _absolute_url(value: str, *, loopback_http: bool) -> bool:
     return False
 
 
+def _redirect_uris(doc: dict[str, Any]) -> list[str]:
+    """A document's redirect URIs, each an https URL or http on a loopback host, as the SDK keeps them."""
+    redirect_uris = _string_list(doc, "redirect_uris", items=MAX_REDIRECT_URIS, limit=MAX_URL_LENGTH)
+    if not redirect_uris:
+        raise ClientDocumentError("redirect_uris is required")
+    try:
+        if not all(_absolute_url(uri, loopback_http=True) for uri in redirect_uris):
+            raise ValueError
+        return [str(_REQUEST_URL.validate_python(uri)) for uri in redirect_uris]
+    except ValueError:  # pydantic's ValidationError included
+        raise ClientDocumentError("each redirect URI must be an https URL, or http on a loopback host") from None
+
+
 def client_information(doc: Any, client_id: str) -> OAuthClientInformationFull:
     """The registration a document describes, if it is one this server accepts for `client_id`.
 
@@ -279,16 +292,7 @@ def client_information(doc: Any, client_id: str) -> OAuthClientInformationFull:
     if doc.get("token_endpoint_auth_method", "none") != "none":
         raise ClientDocumentError("token_endpoint_auth_method must be none")
 
-    redirect_uris = _string_list(doc, "redirect_uris", items=MAX_REDIRECT_URIS, limit=MAX_URL_LENGTH)
-    if not redirect_uris:
-        raise ClientDocumentError("redirect_uris is required")
-    try:
-        if not all(_absolute_url(uri, loopback_http=True) for uri in redirect_uris):
-            raise ValueError
-        redirect_uris = [str(_REQUEST_URL.validate_python(uri)) for uri in redirect_uris]
-    except ValueError:  # pydantic's ValidationError included
-        raise ClientDocumentError("each redirect URI must be an https URL, or http on a loopback host") from None
-
+    redirect_uris = _redirect_uris(doc)
     grant_types = _string_list(doc, "grant_types", items=MAX_GRANT_TYPES, limit=MAX_NAME_LENGTH)
     grant_types = grant_types or list(DEFAULT_GRANT_TYPES)
     if "authorization_code" not in grant_types:

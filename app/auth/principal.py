@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,9 +13,7 @@ from app.auth.scopes import ADMIN as ADMIN  # re-exported: most modules name the
 from app.auth.scopes import READ as READ
 from app.auth.scopes import WRITE as WRITE
 from app.errors import EngramError
-
-# A tenant id, as the tenants table's CHECK has it (whole string: no trailing newline slips through).
-TENANT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@|-]{0,199}")
+from app.store.database import TENANT_KEY
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +44,7 @@ def principal_from_token(token: AccessToken, tenant_claims: Sequence[str]) -> Pr
     issuer = str(claims.get("iss", ""))
     subject = token.subject or token.client_id
     tenant = next((v for c in tenant_claims if isinstance(v := claims.get(c), str) and v), None)
-    if tenant is not None and not TENANT_ID.fullmatch(tenant):
+    if tenant is not None and not TENANT_KEY.fullmatch(tenant):
         raise EngramError("forbidden", "the token's tenant id is not 1-200 letters, digits and . _ : @ | -")
     return Principal(
         subject=subject,

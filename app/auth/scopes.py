@@ -2,4 +2,9 @@
 them. A module of their own, importing nothing, so that the CLI can name them without loading the
 MCP SDK."""
 
-READ, WRITE, ADMIN = "memory:read", "memory:write", "memory:admin"
+from typing import Final, Literal
+
+Scope = Literal["memory:read", "memory:write", "memory:admin"]
+READ: Final = "memory:read"
+WRITE: Final = "memory:write"
+ADMIN: Final = "memory:admin"

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from mcp.server.auth.middleware.client_auth import AuthenticationError
+from mcp.server.auth.middleware.client_auth import AuthenticationError, ClientAuthenticator
 from mcp.server.auth.provider import RegistrationError
 from mcp.shared.auth import InvalidRedirectUriError, InvalidScopeError, OAuthClientInformationFull
 from pydantic import AnyUrl
@@ -92,8 +92,9 @@ def check_metadata(info: OAuthClientInformationFull) -> None:
         raise RegistrationError("invalid_client_metadata", "token_endpoint_auth_method is not supported")
 
 
-class Clients:
-    """Finds clients by id: registered ones in the database, metadata documents by fetching them."""
+class Clients(ClientAuthenticator):
+    """Finds clients by id: registered ones in the database, metadata documents by fetching them;
+    the SDK's token endpoint authenticates them here (against hashed secrets, not the SDK's store)."""
 
     def __init__(self, db: Database, scopes: Sequence[str], documents: ClientDocuments | None = None) -> None:
         self._scopes = " ".join(scopes)

@@ -15,13 +15,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from app.auth.principal import TENANT_ID
 from app.authserver.accounts import user_key
 from app.authserver.clients import MAX_URL, Clients, EngramClient, public_view
 from app.authserver.events import Events
 from app.errors import EngramError
 from app.store import oauth
-from app.store.database import Database
+from app.store.database import TENANT_KEY, Database
 
 MAX_GRANTS = 200  # grants (and, apart, remembered consents) a listing shows
 NAME_SECONDS = 2.0  # how long a listing waits for clients' metadata documents before showing their ids
@@ -108,7 +107,7 @@ class Connections:
         within seconds) and forgets the consent remembered for it; recorded as an event."""
         if not client_id or len(client_id) > MAX_URL or "\x00" in client_id:
             raise EngramError("invalid", f"client: 1 to {MAX_URL} characters, no NUL")
-        if not TENANT_ID.fullmatch(tenant):
+        if not TENANT_KEY.fullmatch(tenant):
             raise EngramError("invalid", "tenant: 1-200 letters, digits and . _ : @ | -")
         user = user_key(user_id)
         grants, forgotten = await self._db.run(oauth.disconnect, user, client_id, tenant) if user else ([], False)

@@ -24,12 +24,14 @@ from mcp.server.auth.provider import (
     AuthorizationCode,
     AuthorizationParams,
     AuthorizeError,
+    OAuthAuthorizationServerProvider,
     RefreshToken,
     TokenError,
     construct_redirect_uri,
 )
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
+from app.auth.scopes import ADMIN, READ, WRITE
 from app.authserver.clients import Clients, EngramClient
 from app.authserver.credentials import digest, new_secret
 from app.authserver.events import Events
@@ -42,9 +44,9 @@ logger = logging.getLogger(__name__)
 
 # What each role may be granted, by Engram's own scope names.
 ROLE_SCOPES = {
-    "reader": ("memory:read",),
-    "writer": ("memory:read", "memory:write"),
-    "admin": ("memory:read", "memory:write", "memory:admin"),
+    "reader": (READ,),
+    "writer": (READ, WRITE),
+    "admin": (READ, WRITE, ADMIN),
 }
 
 
@@ -69,8 +71,9 @@ class Lifetimes:
     request: int = 600
 
 
-class Provider:
-    """Implements the SDK's provider protocol; the consent page calls `approve` and `deny`."""
+class Provider(OAuthAuthorizationServerProvider[Code, Refresh, AccessToken]):
+    """Implements the SDK's provider protocol (its default refuses the identity-assertion grant,
+    which Engram does not offer); the consent page calls `approve` and `deny`."""
 
     def __init__(
         self,
@@ -142,7 +145,7 @@ class Provider:
     def grantable(self, asked: Sequence[str] | None, role: str) -> list[str]:
         """The scopes a token may carry: those asked for (read and write if none) that the role allows."""
         allowed = [self._external[s] for s in ROLE_SCOPES[role]]
-        wanted = asked if asked is not None else [self._external["memory:read"], self._external["memory:write"]]
+        wanted = asked if asked is not None else [self._external[READ], self._external[WRITE]]
         return [s for s in allowed if s in wanted]
 
     async def remember(self, user: User, client_id: str, tenant: str, scopes: Sequence[str]) -> None:

@@ -113,6 +113,28 @@ class AuthServer:
         self.connections = Connections(
             db, self.clients, self._events, access_lifetime=timedelta(seconds=lifetimes.access)
         )
+        self._sign_in(
+            throttle=throttle,
+            personal_tenants=personal_tenants,
+            local_accounts=local_accounts,
+            auto_sign_in=auto_sign_in,
+            upstream=upstream,
+        )
+        self._sessions: list[Sessions] = []
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def _sign_in(
+        self,
+        *,
+        throttle: Throttle,
+        personal_tenants: bool,
+        local_accounts: bool,
+        auto_sign_in: bool,
+        upstream: Sequence[UpstreamProvider],
+    ) -> None:
+        """The person's side: accounts, the sign-in and consent pages, their cookies and sessions,
+        and the upstream identity providers they may sign in with."""
+        db, issuer = self._db, self.issuer
         accounts = Accounts(
             db,
             self._limiter,
@@ -140,9 +162,6 @@ class AuthServer:
             if upstream
             else None
         )
-        self._sessions: list[Sessions] = []
-        self._cookies = cookies
-        self._tasks: list[asyncio.Task[None]] = []
 
     def add_first_party(self, client_id: str, name: str, redirect_uri: str) -> None:
         """A client that is part of this server (the console): known without registration, and its
@@ -234,8 +253,8 @@ class AuthServer:
         async def jwks(request: Request) -> Response:
             return JSONResponse(self.keys.jwks(), headers={"Cache-Control": "public, max-age=300"})
 
-        authorize = AuthorizationHandler(self.provider).handle  # type: ignore[arg-type]
-        token = TokenHandler(self.provider, self.clients).handle  # type: ignore[arg-type]
+        authorize = AuthorizationHandler(self.provider).handle
+        token = TokenHandler(self.provider, self.clients).handle
         get, post = ["GET", "OPTIONS"], ["POST", "OPTIONS"]
         routes: list[BaseRoute] = [
             Route("/.well-known/oauth-authorization-server", _public(metadata, get), methods=get),
@@ -250,12 +269,12 @@ class AuthServer:
         ]
         if self.upstream is not None:
             for path, endpoint in (("", self.upstream.begin), ("/callback", self.upstream.callback)):
-                sessions = Sessions(request_response(endpoint), self._cookies)
+                sessions = Sessions(request_response(endpoint), self.cookies)
                 self._sessions.append(sessions)
                 routes.append(Route(f"{PAGES}/upstream/{{name}}{path}", sessions, methods=["GET"]))
         if self._registration:
             options = ClientRegistrationOptions(enabled=True, valid_scopes=self._scopes, default_scopes=self._scopes)
-            register = RegistrationHandler(self.provider, options).handle  # type: ignore[arg-type]
+            register = RegistrationHandler(self.provider, options).handle
             routes.append(
                 Route(
                     "/register", _public(self._limited("register", self._limits.register, register), post), methods=post

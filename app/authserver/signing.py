@@ -17,7 +17,7 @@ from typing import Any
 
 import asyncpg
 from joserfc import jwt
-from joserfc.jwk import ECKey, KeySet
+from joserfc.jwk import ECKey, Key, KeySet
 
 from app.store import oauth
 from app.store.database import Database
@@ -83,7 +83,8 @@ class SigningKeys:
     async def key_set(self, kid: str | None) -> KeySet:
         """Every key that may have signed a valid token (the verifier's KeySource)."""
         await self._fresh(kid)
-        return KeySet([key for _, key in self._keys] + self._extra)  # type: ignore[arg-type]
+        keys: list[Key] = [*(key for _, key in self._keys), *self._extra]
+        return KeySet(keys)
 
     async def sign(self, claims: dict[str, Any]) -> str:
         await self._fresh()

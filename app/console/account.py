@@ -22,8 +22,7 @@ from app.errors import EngramError
 
 if TYPE_CHECKING:
     from app.authserver.accounts import Accounts
-    from app.console.console import Visit
-    from app.console.kit import Kit
+    from app.console.kit import Kit, Visit
 
 PATH = "/console/account"
 

@@ -22,9 +22,9 @@ from app.services.transfer import Format
 
 if TYPE_CHECKING:
     from app.authserver.accounts import Accounts
-    from app.console.console import Visit
-    from app.console.kit import Kit
-    from app.services.entities import Entities
+    from app.console.kit import Kit, Visit
+    from app.services.api_keys import ApiKeys
+    from app.services.audit import Audit
     from app.services.graph import Graph
     from app.services.transfer import Transfer
 
@@ -76,7 +76,8 @@ class AdminPages:
         self,
         kit: Kit,
         accounts: Accounts,
-        entities: Entities,
+        audit: Audit,
+        api_keys: ApiKeys,
         graph: Graph,
         transfer: Transfer,
         *,
@@ -84,7 +85,8 @@ class AdminPages:
         seconds: float,
     ) -> None:
         self.c = kit
-        self.accounts, self.entities, self.graph, self.transfer = accounts, entities, graph, transfer
+        self.accounts, self.graph, self.transfer = accounts, graph, transfer
+        self.audit_log, self.api_keys = audit, api_keys
         self.max_bytes = max_bytes  # of a file to import
         self.seconds = seconds  # an export or import may take
 
@@ -101,7 +103,7 @@ class AdminPages:
         visit.require(ADMIN)
         stats = await self.c.run(visit.who, "graph_stats", self.graph.stats, writes=False)
         members = await self.accounts.members(visit.who.tenant)
-        keys = await self.c.run(visit.who, "api_keys", self.entities.api_keys, writes=False)
+        keys = await self.c.run(visit.who, "api_keys", self.api_keys.keys, writes=False)
         grantable = [s for s in (READ, WRITE, ADMIN) if s in visit.who.scopes]  # never more than one's own
         context = {
             "stats": stats,
@@ -116,7 +118,7 @@ class AdminPages:
         visit.require(ADMIN)
         q = request.query_params
         form = parse(AuditForm, {k: v for k in ("tool", "subject", "cursor") if (v := q.get(k))})
-        audit = self.entities.audit
+        audit = self.audit_log.page
         page = await self.c.run(
             visit.who, "audit_log", audit, form.tool, AUDIT_PAGE, form.cursor, subject=form.subject, writes=False
         )
@@ -142,7 +144,7 @@ class AdminPages:
         scopes = (await request.form()).getlist("scope")  # the form parsed once above; checkboxes repeat
         days = fields.get("expires_days", "").strip()
         new = parse(models.NewApiKey, {"name": fields.get("name", ""), "scopes": scopes, "expires_days": days or None})
-        made = await self.c.run(visit.who, "create_api_key", self.entities.create_api_key, new, writes=True)
+        made = await self.c.run(visit.who, "create_api_key", self.api_keys.create, new, writes=True)
         response = self.c.page(request, "key_created.html", {"made": made}, visit)
         response.headers["Cache-Control"] = "no-store"
         response.headers["Pragma"] = "no-cache"
@@ -154,12 +156,12 @@ class AdminPages:
         fields = await self.c.form(request, visit)
         form = parse(RevokeForm, {k: v for k, v in fields.items() if v})  # an empty `confirm` asks
         if not form.confirm:
-            keys = await self.c.run(visit.who, "api_keys", self.entities.api_keys, writes=False)
+            keys = await self.c.run(visit.who, "api_keys", self.api_keys.keys, writes=False)
             key = next((k for k in keys if k.id == form.key_id and k.revoked_at is None), None)
             if key is None:
                 raise EngramError("not_found", f"this tenant has no unrevoked API key {form.key_id}")
             return self.c.page(request, "key_revoke.html", {"key": key}, visit)
-        revoke = self.entities.revoke_api_key
+        revoke = self.api_keys.revoke
         await self.c.run(visit.who, "revoke_api_key", revoke, form.key_id, writes=True)
         return self.c.done(visit, "/console/admin", f"API key {form.key_id} revoked.")
 

@@ -18,8 +18,7 @@ from app.console.hook_setups import hook_setups
 from app.console.web import TEMPLATES
 
 if TYPE_CHECKING:
-    from app.console.console import Visit
-    from app.console.kit import Kit
+    from app.console.kit import Kit, Visit
 
 # What each endpoint serves, in the order of ENDPOINT_PATHS (docs/tools.md).
 SERVES = {

@@ -22,8 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from app.authserver.connections import Connections
-    from app.console.console import Visit
-    from app.console.kit import Kit
+    from app.console.kit import Kit, Visit
 
 PATH = "/console/apps"
 

@@ -13,7 +13,6 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from mcp.server.transport_security import RequestBodyLimitMiddleware
@@ -23,7 +22,7 @@ from starlette.routing import BaseRoute, Route, request_response
 from starlette.types import ASGIApp
 
 from app import web
-from app.auth.principal import ADMIN, WRITE, Principal, principal_from_token
+from app.auth.principal import principal_from_token
 from app.auth.verifier import TokenVerifier
 from app.authserver.server import STATIC as AUTH_STATIC
 from app.authserver.server import AuthServer
@@ -34,6 +33,7 @@ from app.console.connect import ConnectPage
 from app.console.connected import ConnectedApps
 from app.console.cypher import QueryPage
 from app.console.hook_pages import HookPages
+from app.console.kit import Visit
 from app.console.memory import MemoryPages
 from app.console.merging import MergePages
 from app.console.sessions import PendingSignIn, Session, Sessions
@@ -61,33 +61,6 @@ class Cookies(web.Cookies):
     @property
     def sign_in(self) -> str:
         return self.name("engram-console-sign-in")
-
-
-@dataclass(frozen=True, slots=True)
-class Visit:
-    """A signed-in request: the session, the principal its verified token makes, and the grant
-    (the token's `sid`) this session is."""
-
-    session: Session
-    who: Principal
-    grant: str = ""
-
-    @property
-    def can_write(self) -> bool:
-        return WRITE in self.who.scopes
-
-    @property
-    def is_admin(self) -> bool:
-        return ADMIN in self.who.scopes
-
-    @property
-    def role(self) -> str:
-        return "admin" if self.is_admin else "writer" if self.can_write else "reader"
-
-    def require(self, scope: str) -> None:
-        """The scope check a tool makes: a reader's post is refused whatever the page showed."""
-        if scope not in self.who.scopes:
-            raise EngramError("forbidden", f"your role ({self.role}) does not allow this")
 
 
 Handler = Callable[[Request, Visit], Awaitable[Response]]
@@ -294,7 +267,8 @@ class Console:
         tenant_admin = AdminPages(
             self,
             auth.accounts,
-            services.entities,
+            services.audit,
+            services.api_keys,
             services.graph,
             services.transfer,
             max_bytes=self.transfer_max_bytes,

@@ -17,8 +17,7 @@ from app.errors import EngramError, http_problem
 from app.services.graph_query import FUNCTION_NAMES, QueryText
 
 if TYPE_CHECKING:
-    from app.console.console import Visit
-    from app.console.kit import Kit
+    from app.console.kit import Kit, Visit
     from app.services.graph_query import GraphQueries
 
 SHOWN_ROWS = 100

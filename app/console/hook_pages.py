@@ -19,8 +19,7 @@ from app.services.hook_models import SESSION_PATTERN, HookTurn
 from app.services.redaction import check_patterns
 
 if TYPE_CHECKING:
-    from app.console.console import Visit
-    from app.console.kit import Kit
+    from app.console.kit import Kit, Visit
     from app.services.hooks import Hooks
 
 PATH = "/console/hooks"

@@ -1,19 +1,48 @@
 """What every page handler uses of the console: rendering a page, reading a posted form, answering
-a change, and running a service call as the person. A page receives this and the services it uses,
-nothing more."""
+a change, and running a service call as the person; and the signed-in request it is for (`Visit`).
+A page receives these and the services it uses, nothing more."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from app.auth.principal import Principal
+from app.auth.scopes import ADMIN, WRITE
 from app.console.calls import Runner
+from app.console.sessions import Session
+from app.errors import EngramError
 
-if TYPE_CHECKING:
-    from app.console.console import Visit
+
+@dataclass(frozen=True, slots=True)
+class Visit:
+    """A signed-in request: the session, the principal its verified token makes, and the grant
+    (the token's `sid`) this session is."""
+
+    session: Session
+    who: Principal
+    grant: str = ""
+
+    @property
+    def can_write(self) -> bool:
+        return WRITE in self.who.scopes
+
+    @property
+    def is_admin(self) -> bool:
+        return ADMIN in self.who.scopes
+
+    @property
+    def role(self) -> str:
+        return "admin" if self.is_admin else "writer" if self.can_write else "reader"
+
+    def require(self, scope: str) -> None:
+        """The scope check a tool makes: a reader's post is refused whatever the page showed."""
+        if scope not in self.who.scopes:
+            raise EngramError("forbidden", f"your role ({self.role}) does not allow this")
 
 
 class Kit(Protocol):

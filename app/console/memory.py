@@ -18,13 +18,12 @@ from app.console.history import describe
 from app.console.web import query, secure
 from app.errors import EngramError, http_problem
 from app.services import models
-from app.services.filters import EntityFilters, SearchFilters, moment, time_range
+from app.services.filters import EntityFilters, Scope, moment, time_range
 from app.services.search import Query
 from app.services.search_models import Mode
 
 if TYPE_CHECKING:
-    from app.console.console import Visit
-    from app.console.kit import Kit
+    from app.console.kit import Kit, Visit
     from app.services import Services
 
 ENTITY_ID = TypeAdapter(models.Id)
@@ -126,8 +125,8 @@ class MemoryPages:
         stats = await run(who, "graph_stats", self.services.graph.stats, writes=False)
         hits, listing, notices = None, None, []
         if form.q and form.q.strip():
-            kinds = SearchFilters(types=[form.type] if form.type else None, area=form.area, topic=form.topic, **facts)
-            q = Query(text=form.q.strip(), mode=form.mode, filters=kinds, limit=HITS)
+            kinds = Scope(types=[form.type] if form.type else None, area=form.area, topic=form.topic, **facts)
+            q = Query(text=form.q.strip(), mode=form.mode, scope=kinds, limit=HITS)
             result = await run(who, "search", self.services.search.search, q, writes=False)
             hits, notices = result.hits, list(result.notices)
             if form.after or form.before:

@@ -17,8 +17,7 @@ from app.errors import EngramError
 from app.services import models
 
 if TYPE_CHECKING:
-    from app.console.console import Visit
-    from app.console.kit import Kit
+    from app.console.kit import Kit, Visit
     from app.services import Services
 
 DUPLICATE_PAGES = 5  # find_duplicates pages read for one entity's candidates (each looks at 100 entities)

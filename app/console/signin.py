@@ -45,7 +45,7 @@ class SignIn:
         self.callback = callback
         self._auth = auth
         auth.add_first_party(CLIENT_ID, CLIENT_NAME, callback)
-        token = request_response(TokenHandler(auth.provider, auth.clients).handle)  # type: ignore[arg-type]
+        token = request_response(TokenHandler(auth.provider, auth.clients).handle)
         self._http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=token), base_url=issuer)
 
     def authorize_url(self, state: str, challenge: str) -> str:

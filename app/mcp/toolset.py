@@ -88,71 +88,106 @@ class ToolSet:
         bounds its own database work), so its admission does not read the tenant's limits either.
         `one_of` / `any_of`: arguments of which the call must give exactly one / at least one (the
         tool checks it; the schema says it)."""
+        spec = _Spec(scope, annotations, name, title, answers_offline, tuple(one_of), tuple(any_of), render)
+        return functools.partial(self._register, spec)
 
-        def register(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-            if (name or fn.__name__) in self.disabled:
-                self.skipped.add(name or fn.__name__)
-                return fn
-            if self.compact and not title:
-                raise ValueError(f"tool {name or fn.__name__} has no title")
-            signature = inspect.signature(fn)
-            renamed = _aliases(signature)
-
-            @functools.wraps(fn)
-            async def run(**kwargs: Any) -> Any:
-                if renamed:  # the SDK passes aliases ("from")
-                    kwargs = {renamed.get(k, k): v for k, v in kwargs.items()}
-                call = CALL.get()
-                try:
-                    who = caller(self.tenant_claims, scope)
-                    if call is not None:
-                        call.subject, call.client_id, call.tenant = who.subject, who.client_id, who.tenant
-                    admit = self.fairness.admit(who, read=not answers_offline) if self.fairness else None
-                    async with admit or contextlib.nullcontext():
-                        result = await within(
-                            self.deadline,
-                            functools.partial(retrying, fn, who, **kwargs),
-                            writes=not annotations.read_only_hint,
-                        )
-                except EngramError as exc:  # domain errors, and tenants the store refuses (`forbidden`)
-                    _ended(call, _OUTCOMES.get(exc.code, "tool_error"))
-                    if exc.code == "unavailable":
-                        warn_unavailable(f"tool call {tool_name}", call.tenant if call else None, exc)
-                    raise ToolError(str(exc)) from exc
-                except Exception:
-                    _ended(call, "internal")
-                    raise
-                _ended(call, "ok")
-                if render is None:
-                    return result
-                return answer(result, render, kwargs.get("detail", "concise"), self.output_schemas)
-
-            published = [p.replace(annotation=_as_text(p.annotation)) for p in list(signature.parameters.values())[1:]]
-            run.__signature__ = signature.replace(parameters=published)  # type: ignore[attr-defined]
-            del run.__wrapped__  # the SDK must read the signature above, not fn's
-            tool_name = self.prefix + (name or fn.__name__)
-            tool = Tool.from_function(
-                run,
-                name=tool_name,
-                description=inspect.getdoc(fn),
-                title=title,
-                annotations=annotations,
-                meta={"engram/requiredScope": scope},  # listed by the dialects; the compact lists leave it out
-            )
-            tool.parameters = lean(tool.parameters) | {"additionalProperties": False}  # see `_Arguments`
-            for keyword, names in (("oneOf", one_of), ("anyOf", any_of)):
-                if names:
-                    tool.parameters[keyword] = [{"required": [n]} for n in names]
-            fields = {f: getattr(tool.fn_metadata, f) for f in FuncMetadata.model_fields}
-            fields["output_schema"] = lean(fields["output_schema"], output=True)
-            known = frozenset(f.alias or name for name, f in fields["arg_model"].model_fields.items())
-            tool.fn_metadata = _Arguments(**fields, known=known)
-            self.tools.append(tool)
-            self.listed.append(listing(tool, compact=self.compact, output_schema=self.output_schemas))
-            self.scopes[tool_name] = scope
+    def _register(self, spec: _Spec, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        """Add `fn` as a tool (unless disabled); returns it unchanged."""
+        if (spec.name or fn.__name__) in self.disabled:
+            self.skipped.add(spec.name or fn.__name__)
             return fn
+        if self.compact and not spec.title:
+            raise ValueError(f"tool {spec.name or fn.__name__} has no title")
+        tool_name = self.prefix + (spec.name or fn.__name__)
+        tool = self._tool(spec, self._runner(spec, fn, tool_name), inspect.getdoc(fn), tool_name)
+        self.tools.append(tool)
+        self.listed.append(listing(tool, compact=self.compact, output_schema=self.output_schemas))
+        self.scopes[tool_name] = spec.scope
+        return fn
 
-        return register
+    def _runner(self, spec: _Spec, fn: Callable[..., Awaitable[Any]], tool_name: str) -> Callable[..., Awaitable[Any]]:
+        """What the SDK calls: `fn`'s signature without the caller, the arguments by their Python
+        names, the call run, its answer shaped."""
+        signature = inspect.signature(fn)
+        renamed = _aliases(signature)
+
+        @functools.wraps(fn)
+        async def run(**kwargs: Any) -> Any:
+            if renamed:  # the SDK passes aliases ("from")
+                kwargs = {renamed.get(k, k): v for k, v in kwargs.items()}
+            result = await self._called(spec, fn, tool_name, kwargs)
+            if spec.render is None:
+                return result
+            return answer(result, spec.render, kwargs.get("detail", "concise"), self.output_schemas)
+
+        published = [p.replace(annotation=_as_text(p.annotation)) for p in list(signature.parameters.values())[1:]]
+        # inspect.signature() honours __signature__; typeshed does not declare it on functions
+        run.__signature__ = signature.replace(parameters=published)  # type: ignore[attr-defined]
+        del run.__wrapped__  # the SDK must read the signature above, not fn's
+        return run
+
+    async def _called(
+        self, spec: _Spec, fn: Callable[..., Awaitable[Any]], tool_name: str, kwargs: dict[str, Any]
+    ) -> Any:
+        """One call as the verified caller: admitted by its fair share, within the deadline, retried
+        on a race; its outcome recorded, a domain error made the tool's error."""
+        call = CALL.get()
+        try:
+            who = caller(self.tenant_claims, spec.scope)
+            if call is not None:
+                call.subject, call.client_id, call.tenant = who.subject, who.client_id, who.tenant
+            admit = self.fairness.admit(who, read=not spec.answers_offline) if self.fairness else None
+            async with admit or contextlib.nullcontext():
+                result = await within(
+                    self.deadline,
+                    functools.partial(retrying, fn, who, **kwargs),
+                    writes=not spec.annotations.read_only_hint,
+                )
+        except EngramError as exc:  # domain errors, and tenants the store refuses (`forbidden`)
+            _ended(call, _OUTCOMES.get(exc.code, "tool_error"))
+            if exc.code == "unavailable":
+                warn_unavailable(f"tool call {tool_name}", call.tenant if call else None, exc)
+            raise ToolError(str(exc)) from exc
+        except Exception:
+            _ended(call, "internal")
+            raise
+        _ended(call, "ok")
+        return result
+
+    @staticmethod
+    def _tool(spec: _Spec, run: Callable[..., Awaitable[Any]], doc: str | None, tool_name: str) -> Tool:
+        """The SDK's tool for `run`, its schemas made lean and strict (unknown arguments refused)."""
+        tool = Tool.from_function(
+            run,
+            name=tool_name,
+            description=doc,
+            title=spec.title,
+            annotations=spec.annotations,
+            meta={"engram/requiredScope": spec.scope},  # listed by the dialects; the compact lists leave it out
+        )
+        tool.parameters = lean(tool.parameters) | {"additionalProperties": False}  # see `_Arguments`
+        for keyword, names in (("oneOf", spec.one_of), ("anyOf", spec.any_of)):
+            if names:
+                tool.parameters[keyword] = [{"required": [n]} for n in names]
+        fields = {f: getattr(tool.fn_metadata, f) for f in FuncMetadata.model_fields}
+        fields["output_schema"] = lean(fields["output_schema"], output=True)
+        known = frozenset(f.alias or name for name, f in fields["arg_model"].model_fields.items())
+        tool.fn_metadata = _Arguments(**fields, known=known)
+        return tool
+
+
+@dataclass(frozen=True, slots=True)
+class _Spec:
+    """How a tool is registered: what `ToolSet.__call__` was given."""
+
+    scope: str
+    annotations: ToolAnnotations
+    name: str | None
+    title: str | None
+    answers_offline: bool
+    one_of: tuple[str, ...]
+    any_of: tuple[str, ...]
+    render: Renderer | None
 
 
 def listing(tool: Tool, *, compact: bool, output_schema: bool) -> Listed:

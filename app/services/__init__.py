@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.config import Settings
+from app.services.api_keys import ApiKeys
+from app.services.audit import Audit
 from app.services.base import Limits
 from app.services.cursors import Cursors
 from app.services.duplicates import Duplicates
@@ -19,6 +21,7 @@ from app.services.indexing import Indexer
 from app.services.live import Live
 from app.services.merges import Merges
 from app.services.purges import Purges
+from app.services.ranking import CommonWords, Pager
 from app.services.recall import Recall
 from app.services.relations import Relations
 from app.services.search import Search
@@ -49,6 +52,8 @@ class Services:
     limits: Limits
     cursors: Cursors
     hooks: Hooks
+    audit: Audit
+    api_keys: ApiKeys
     fairness: Fairness | None = None
     live: Live | None = None  # subscriptions; None where nothing serves them (the CLI, benchmarks)
 
@@ -69,8 +74,9 @@ class Services:
     ) -> Services:
         cursors = Cursors(cursor_max_age)
         shared = (db, indexer, cursors, limits, fairness)
-        search = Search(*shared, ef_search=ef_search)
-        recall = Recall(search)
+        pager, common = Pager(cursors, limits), CommonWords()  # one cache of common words for both
+        search = Search(*shared, pager=pager, common_words=common, ef_search=ef_search)
+        recall = Recall(*shared, pager=pager, common_words=common, ef_search=ef_search)
         episodes = Episodes(*shared)
         return cls(
             entities=Entities(*shared),
@@ -95,6 +101,8 @@ class Services:
                 cache_seconds=hook_cache_seconds,
                 session_days=hook_session_days,
             ),
+            audit=Audit(*shared),
+            api_keys=ApiKeys(*shared),
             fairness=fairness,
             live=live,
         )

@@ -33,6 +33,7 @@ from typing import IO, Any
 
 from app.errors import EngramError
 from app.store import backup as store
+from app.store.connect import OwnerConnection, owner
 from app.version import VERSION
 
 FORMAT = "engram-backup"
@@ -59,7 +60,7 @@ async def backup(owner_url: str, path: Path, tenant: str | None = None) -> Repor
         raise EngramError("conflict", f"{path} exists: give a new file name")
     started = time.monotonic()
     partial = path.with_name(path.name + ".partial")
-    async with store.connect(owner_url) as conn:
+    async with owner(owner_url) as conn:
         await store.start_snapshot(conn)
         try:
             tenants = await store.tenants_here(conn, tenant)
@@ -108,7 +109,7 @@ async def backup(owner_url: str, path: Path, tenant: str | None = None) -> Repor
     return _report(manifest, _size(path), started)
 
 
-async def _add_table(conn: store.Connection, tar: tarfile.TarFile, table: store.Table, name: str) -> None:
+async def _add_table(conn: OwnerConnection, tar: tarfile.TarFile, table: store.Table, name: str) -> None:
     with tempfile.TemporaryFile() as spool:
         with gzip.GzipFile(fileobj=spool, mode="wb", compresslevel=6, mtime=0) as packed:
 
@@ -199,7 +200,7 @@ async def restore(owner_url: str, path: Path) -> Report:
     manifest = read_manifest(path)
     tenants = [store.TenantRow(**t) for t in manifest["tenants"]]
     tables = [store.Table(t["schema"], t["name"], tuple(t["columns"]), t["tenant_id"]) for t in manifest["tables"]]
-    async with store.connect(owner_url) as conn:
+    async with owner(owner_url) as conn:
         await _check_target(conn, manifest, tenants)
         await store.begin_restore(conn)
         try:
@@ -231,7 +232,7 @@ async def restore(owner_url: str, path: Path) -> Report:
     return _report(manifest, _size(path), started)
 
 
-async def _check_target(conn: store.Connection, manifest: dict[str, Any], tenants: list[store.TenantRow]) -> None:
+async def _check_target(conn: OwnerConnection, manifest: dict[str, Any], tenants: list[store.TenantRow]) -> None:
     here = [list(m) for m in await store.migrations(conn)]
     if here != manifest["migrations"]:
         theirs = manifest["migrations"][-1][0] if manifest["migrations"] else "none"
@@ -254,7 +255,7 @@ async def _chunks(member: IO[bytes]) -> AsyncIterator[bytes]:
             yield chunk
 
 
-async def _verify(conn: store.Connection, tables: list[store.Table], entries: list[dict[str, Any]]) -> None:
+async def _verify(conn: OwnerConnection, tables: list[store.Table], entries: list[dict[str, Any]]) -> None:
     differ = []
     for table, entry in zip(tables, entries, strict=True):
         rows, digest = await store.digest(conn, table)

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from app.auth.principal import Principal
 from app.config import Settings
-from app.observability.context import CALL, REQUEST_ID
+from app.observability.context import CALL
+from app.services import audit_rows
 from app.services.cursors import Cursors
 from app.services.fairness import Fairness, refuse
 from app.services.indexing import Indexer
-from app.store import audit, changes, index
+from app.store import changes, index
 from app.store import limits as tenant_limits
 from app.store.database import Database, Tx
 
@@ -110,17 +110,8 @@ class Service:
                 totals = await tenant_limits.grow(tx, tx.growth)
                 if policy is not None:
                     Fairness.check_quotas(policy, totals, tx.growth)
-            call = CALL.get()
-            if not readonly and call is not None and tx.affected:
-                await audit.write(
-                    tx,
-                    subject=who.subject,
-                    client_id=who.client_id,
-                    tool=call.tool,
-                    affected=tx.affected,
-                    duration_ms=round((time.perf_counter() - call.started) * 1000, 3),
-                    request_id=REQUEST_ID.get(),
-                )
+            if not readonly and CALL.get() is not None and tx.affected:
+                await audit_rows.write(tx, audit_rows.fields(who), tx.affected)
             if not readonly and tx.touched:  # delivered on commit to every server's subscribers
                 await changes.announce(tx, tx.touched)
         self.indexer.written(tx.pending)

@@ -7,26 +7,23 @@ that same transaction.
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 import orjson
 
-from app.auth import apikeys
-from app.auth.principal import ADMIN, Principal
+from app.auth.principal import Principal
 from app.errors import EngramError
-from app.observability.context import CALL, REQUEST_ID
 from app.services import models
 from app.services.base import Service
 from app.services.budget import Budget
 from app.services.filters import EntityFilters
 from app.services.refs import choose, resolve
-from app.services.shapes import audit_entry, entity, found, history_entry, relation, summary
+from app.services.shapes import entity, found, history_entry, relation, summary
 from app.services.writer import EntityIn, FactIn, OnExisting, Writer, apply
 from app.services.writer import changes as diff
-from app.store import audit, entities, history, index, merges, relations, tenants
+from app.store import entities, history, index, listings, merges, relations
 from app.store.database import Tx
 from app.store.entities import EntityRow, NewFact, Provenance
 from app.store.history import Event
@@ -349,7 +346,7 @@ class Entities(Service):
         async with self.tx(who, readonly=True) as tx:
             listing = f"find:{sort}:{hash_filters(filters)}"
             after = tuple(self.cursors.decode(cursor, tx.tenant.id, listing)) if cursor else None
-            rows, total = await entities.find(
+            rows, total = await listings.find(
                 tx,
                 sort=sort,
                 limit=limit + 1,
@@ -361,64 +358,6 @@ class Entities(Service):
                 last = rows[limit - 1]
                 next_cursor = self.cursors.encode(tx.tenant.id, listing, [last.sort_key, last.row.id])
         return models.EntityPage(entities=[found(f) for f in rows[:limit]], total=total, next_cursor=next_cursor)
-
-    async def audit(
-        self, who: Principal, tool: str | None, limit: int, cursor: str | None, subject: str | None = None
-    ) -> models.AuditPage:
-        """The tenant's audit log, newest first; only one tool's calls, or one subject's, if given."""
-        async with self.tx(who, readonly=True) as tx:
-            listing = f"audit:{tool or ''}" + (f":{subject}" if subject else "")
-            before = self.cursors.decode(cursor, tx.tenant.id, listing) if cursor else None
-            rows = await audit.page(tx, limit + 1, before, tool, subject)
-            more = len(rows) > limit
-            next_cursor = self.cursors.encode(tx.tenant.id, listing, rows[limit - 1].id) if more else None
-        return models.AuditPage(entries=[audit_entry(r) for r in rows[:limit]], next_cursor=next_cursor)
-
-    async def api_keys(self, who: Principal) -> list[models.ApiKey]:
-        """The tenant's API keys (without their secrets), newest first."""
-        async with self.tx(who, readonly=True, primary=True) as tx:
-            rows = await tenants.keys_of_tenant(tx)
-        return [models.ApiKey.model_validate(r, from_attributes=True) for r in rows]
-
-    async def create_api_key(self, who: Principal, new: models.NewApiKey) -> models.CreatedApiKey:
-        """A key for the caller's own tenant, made by one of its administrators, with at most the
-        scopes they hold themselves. The secret is made and hashed as `engram apikey create` does
-        (app/auth/apikeys.py) and only its hash is stored; the database function writes the audit row."""
-        _require_admin(who)
-        beyond = sorted(set(new.scopes) - who.scopes)
-        if beyond:
-            raise EngramError("forbidden", f"you cannot grant scopes you do not hold: {' '.join(beyond)}")
-        key_id, key, digest = apikeys.generate()
-        expires = apikeys.expiry(new.expires_days)
-        async with self.tx(who) as tx:
-            audit_fields = _key_audit(who, "create_api_key")
-            made = await tenants.create_key_in_tenant(tx, key_id, digest, new.name, new.scopes, expires, audit_fields)
-        api_key = models.ApiKey(id=key_id, name=new.name, scopes=new.scopes, created_at=made, expires_at=expires)
-        return models.CreatedApiKey(key=key, api_key=api_key)
-
-    async def revoke_api_key(self, who: Principal, key_id: str) -> None:
-        """Revoke one of the caller's tenant's keys (an administrator only); another tenant's id is not found."""
-        _require_admin(who)
-        async with self.tx(who) as tx:
-            if not await tenants.revoke_key_in_tenant(tx, key_id, _key_audit(who, "revoke_api_key")):
-                raise EngramError("not_found", f"this tenant has no unrevoked API key {key_id}")
-
-
-def _require_admin(who: Principal) -> None:
-    if ADMIN not in who.scopes:
-        raise EngramError("forbidden", "API keys are made and revoked by the tenant's administrators")
-
-
-def _key_audit(who: Principal, action: str) -> tenants.KeyAudit:
-    """The audit fields of a key change, as the service layer writes them for every other change."""
-    call = CALL.get()
-    return tenants.KeyAudit(
-        subject=who.subject,
-        client_id=who.client_id,
-        tool=call.tool if call else action,
-        duration_ms=round((time.perf_counter() - call.started) * 1000, 3) if call else 0.0,
-        request_id=REQUEST_ID.get(),
-    )
 
 
 def _provenance(who: Principal, item: models.ObservationsIn) -> Provenance:

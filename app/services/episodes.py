@@ -28,13 +28,13 @@ from app.services.recall_models import (
     EpisodesWritten,
 )
 from app.services.recall_models import Involved as InvolvedModel
-from app.store import entities, episodes, index, recall
+from app.services.writer import Writer
+from app.store import episodes, index, recall
 from app.store.database import Tx
 from app.store.episodes import EpisodeRow, NewEpisode
 
 MENTIONED_MAX = 50  # entities one episode links by mention
 MENTION_KEYS_MAX = 100_000  # name keys looked up for one call
-STATISTICS_AFTER = 50  # episodes in one call after which tables that outgrew their statistics are analyzed
 
 
 def episode_model(row: EpisodeRow) -> EpisodeModel:
@@ -93,9 +93,7 @@ class Episodes(Service):
                     involved=tuple(involved.items()),
                 )
             )
-        ids = await episodes.insert(tx, new, who.subject)
-        if len(new) >= STATISTICS_AFTER:
-            await entities.refresh_statistics(tx)
+        ids = await Writer(tx, who.actor).episodes(new)
         return await episodes.by_ids(tx, ids)
 
     async def list(

@@ -1,5 +1,5 @@
-"""The filters tools pass to listings and searches: service types, turned into the store's
-parameters here, so the transport never names the store."""
+"""The filters tools pass to listings, searches and recall: service types, mapped onto the store's
+here, so the transport never names the store."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from datetime import datetime
 from typing import Any
 
 from app.errors import EngramError
-from app.store.rankings import Narrowing
-from app.store.recall import Scope
+from app.store import scopes
 from app.store.validity import NOW, When
+
+_FACT_FIELDS = ("sources", "since", "until")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,15 +35,38 @@ class EntityFilters:
     when: When = NOW
 
     def store_args(self) -> dict[str, Any]:
-        """Keyword arguments of `store.entities.find`, which are named as these fields."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """Keyword arguments of `store.listings.find`, which are named as these fields, the fact
+        filter (sources, since, until) as one."""
+        args = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _FACT_FIELDS}
+        return args | {"facts": scopes.FactFilter(self.sources, self.since, self.until)}
 
 
-# search: hits must pass every given filter. The store's own parameter object, named here for the
-# tools (which never name the store); its field order is part of a query's fingerprint.
-SearchFilters = Narrowing
-# recall: the facts it ranks must pass these (the store's own parameter object, named for the tools).
-RecallFilters = Scope
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """search and recall: what the texts they rank must pass; None: anything. Types, area and topic
+    match case-insensitively; `sources` and [since, until) are a fact's own source and time; `when`
+    the moment. Recall ranks facts, which have no area, topic or certainty of their own: it narrows
+    by the others (its tool takes no more)."""
+
+    types: Sequence[str] | None = None
+    area: str | None = None
+    topic: str | None = None
+    min_certainty: int | None = None
+    max_certainty: int | None = None
+    sources: Sequence[str] | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    when: When = NOW
+
+    @property
+    def by_facts(self) -> bool:
+        """Only facts from given sources or write times can pass (an entity's name cannot)."""
+        return self.store().facts.given
+
+    def store(self) -> scopes.Scope:
+        """The store's scope: the same filters, the fact filter as one."""
+        facts = scopes.FactFilter(self.sources, self.since, self.until)
+        return scopes.Scope(self.types, self.area, self.topic, self.min_certainty, self.max_certainty, facts, self.when)
 
 
 def moment(as_of: datetime | None, include_invalid: bool) -> When:

@@ -148,16 +148,8 @@ async def shortest(
             out, inc = (forward, backward) if side == 0 else (backward, forward)
             steps, more = await _level(tx, fronts[side], out, inc, types, bounds.level_edges, when)
         cut = cut or more
-        mine, other = trees[side], trees[1 - side]
         level = depths[side] + 1
-        next_front, meets = [], []
-        for step in steps:
-            if step.other in mine:
-                continue
-            mine[step.other] = (level, step)
-            next_front.append(step.other)
-            if step.other in other:
-                meets.append(step.other)
+        next_front, meets = _grown(trees[side], trees[1 - side], level, steps)
         if meets:
             meet = min(meets, key=lambda n: trees[0][n][0] + trees[1][n][0])
             return _unwind(trees[0], meet)[::-1] + _unwind(trees[1], meet), cut
@@ -165,6 +157,22 @@ async def shortest(
             next_front, cut = next_front[: bounds.frontier], True
         fronts[side], depths[side], large[side] = next_front, level, False
     return None, cut
+
+
+def _grown(
+    mine: dict[str, tuple[int, Step | None]], other: dict[str, tuple[int, Step | None]], level: int, steps: list[Step]
+) -> tuple[list[str], list[str]]:
+    """One side's tree grown by the steps of its next `level`: its new frontier, and the nodes
+    where it now meets the other side's tree."""
+    front, meets = [], []
+    for step in steps:
+        if step.other in mine:
+            continue
+        mine[step.other] = (level, step)
+        front.append(step.other)
+        if step.other in other:
+            meets.append(step.other)
+    return front, meets
 
 
 async def _join_round(

@@ -15,9 +15,9 @@ from app.observability.context import DEADLINE
 from app.services.base import Service
 from app.services.fairness import refuse
 from app.services.models import Clean
-from app.store import cypher_read, graph_query
+from app.store import cypher, graph_query
 
-FUNCTION_NAMES = [spelled for spelled, _, _ in cypher_read.FUNCTIONS.values()]
+FUNCTION_NAMES = [spelled for spelled, _, _ in cypher.FUNCTIONS.values()]
 MAX_QUERY_CHARS = 4000
 QueryText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_QUERY_CHARS), Clean]
 
@@ -50,8 +50,8 @@ class GraphQueries(Service):
         """Rows of the query as JSON, at most `limit` (and the configured bounds), in a READ ONLY
         transaction as the tenant's role, the statement cut at its time bound (`limit` error)."""
         try:
-            parsed = cypher_read.parse(text, rows_read=min(limit or self.limits.query_rows, self.limits.query_rows) + 1)
-        except cypher_read.CypherError as e:
+            parsed = cypher.parse(text, rows_read=min(limit or self.limits.query_rows, self.limits.query_rows) + 1)
+        except cypher.CypherError as e:
             raise EngramError("invalid", f"query: {e.reason}", line=e.line, column=e.column) from None
         async with self._slot(who.tenant):
             return await self._run(who, parsed, limit)
@@ -85,7 +85,7 @@ class GraphQueries(Service):
             else:
                 del self._per_tenant[tenant]
 
-    async def _run(self, who: Principal, parsed: cypher_read.ReadQuery, limit: int | None) -> QueryResult:
+    async def _run(self, who: Principal, parsed: cypher.ReadQuery, limit: int | None) -> QueryResult:
         rows_bound = min(limit or self.limits.query_rows, self.limits.query_rows)
         timeout_ms = self._timeout_ms()
         async with self.tx(who, readonly=True) as tx:

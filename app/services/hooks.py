@@ -35,6 +35,7 @@ from app.errors import EngramError
 from app.services.base import Service
 from app.services.budget import Budget, clip
 from app.services.episodes import Episodes, episode_model
+from app.services.filters import Scope
 from app.services.hook_models import Brief, HookInput, HookOutcome, HookPolicy, HookTurn
 from app.services.recall import Recall, RecallQuery
 from app.services.recall_models import EPISODE_MAX_CHARS, Episode, EpisodeIn, Fact
@@ -42,7 +43,6 @@ from app.services.redaction import redact
 from app.store import episodes as episode_store
 from app.store import hooks as store
 from app.store import index
-from app.store.recall import Scope
 
 logger = logging.getLogger(__name__)
 

@@ -21,6 +21,7 @@ from app.errors import EngramError
 from app.observability import metrics
 from app.observability.context import deadline
 from app.store import index, vectors
+from app.store.cell import Cell, each_cell
 from app.store.database import Database, Tenant
 from app.store.errors import DATABASE_ERRORS
 from app.store.vectors import Doc, ModelRefused
@@ -116,16 +117,16 @@ class Indexer:
     async def register(self) -> None:
         """Record this server's model; warn when the stored vectors were made by another one."""
         if self.embedder is None:
-            self.current_model = await vectors.current_model_name(self._db)
+            self.current_model = await vectors.current_model_name(self._db.control)
             return
         self.model, self.current_model = await vectors.register_model(
-            self._db, self.embedder.model, self.embedder.dimensions
+            self._db.control, self.embedder.model, self.embedder.dimensions
         )
-        for name in self._db.cells:
-            try:
-                await self._adopt(name)
-            except DATABASE_ERRORS as exc:  # copied when the cell is next used
-                logger.warning("embedding model not copied to cell %s yet (%s)", name, type(exc).__name__)
+
+        async def copy_model(name: str, cell: Cell) -> None:
+            await self._adopt(name)
+
+        await each_cell(self._db.cells, copy_model, on_error="skip")  # a cell skipped gets it when next used
         if self.model_changed:
             logger.warning(
                 "embedding model changed: stored vectors were made by %s, this server embeds with %s. "
@@ -152,7 +153,7 @@ class Indexer:
         elsewhere may have finished)."""
         if self.model_changed and time.monotonic() - self._checked > _RECHECK_SECONDS:
             self._checked = time.monotonic()
-            self.current_model = await vectors.current_model_name(self._db)
+            self.current_model = await vectors.current_model_name(self._db.control)
         return self.model_changed
 
     # --- writes and queries ---------------------------------------------------------------------
@@ -194,18 +195,17 @@ class Indexer:
             self._adopted.add(cell)
 
     async def _tenants(self, *, pending_only: bool, every_cell: bool = False) -> list[Tenant]:
-        """The tenants of every cell this server reaches. A cell that does not answer is skipped
-        (and logged) unless `every_cell`; the control database's failure stops the walk."""
-        found: list[Tenant] = []
-        for name, cell in self._db.cells.items():
-            try:
-                await self._adopt(name)
-                found += await vectors.tenants(cell, pending_only=pending_only)
-            except DATABASE_ERRORS as exc:
-                if every_cell or name == MAIN_CELL:
-                    raise
-                logger.warning("cell %s skipped: database error %s", name, type(exc).__name__)
-        return found
+        """The tenants of every cell this server reaches. The control database's failure stops the
+        walk; another cell's too with `every_cell`, else that cell is skipped (and logged)."""
+
+        async def listed(name: str, cell: Cell) -> list[Tenant]:
+            await self._adopt(name)
+            return await vectors.tenants(cell.pool, pending_only=pending_only)
+
+        found = await listed(MAIN_CELL, self._db.cells[MAIN_CELL])
+        others = {name: cell for name, cell in self._db.cells.items() if name != MAIN_CELL}
+        walked = await each_cell(others, listed, on_error="raise" if every_cell else "skip")
+        return found + [tenant for tenants in walked.values() for tenant in tenants]
 
     # --- filling ------------------------------------------------------------------------------
 
@@ -273,7 +273,7 @@ class Indexer:
                 if self.model is None:
                     await self.register()
                 else:
-                    self.current_model = await vectors.current_model_name(self._db)
+                    self.current_model = await vectors.current_model_name(self._db.control)
                 for tenant in await self._tenants(pending_only=True):
                     await self.fill(tenant)
                 metrics.EMBED_PENDING.set(0)
@@ -339,8 +339,12 @@ class Indexer:
                 budget -= done
         current = not tenant_keys
         if current:
-            for cell in self._db.cells.values():  # each cell's copy of the model, under the same id
-                await vectors.make_current(cell, self.model)
+            model = self.model
+
+            async def make_current(name: str, cell: Cell) -> None:  # each cell's copy, under the same id
+                await vectors.make_current(cell.pool, model)
+
+            await each_cell(self._db.cells, make_current, on_error="raise")
             self.current_model = self.model.name
         return ReindexReport(len(chosen), texts, complete=True, current=current)
 

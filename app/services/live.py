@@ -76,7 +76,7 @@ class Live:
         return cls(
             db,
             # LISTEN needs a session of its own: not through a transaction pooler
-            [listen for name in db.cells if (urls := settings.cell(name)) and (listen := urls.listen())],
+            [listen for urls in settings.every_cell().values() if urls and (listen := urls.listen())],
             per_principal=settings.subscriptions_per_principal,
             per_process=settings.subscriptions_per_process,
             idle_seconds=settings.subscription_idle_seconds,
@@ -170,7 +170,7 @@ class Live:
 
     async def _reload(self, sub: Subscription) -> None:
         uris = await within(
-            self.db.call_deadline, lambda: self.db.run(subscriptions.followed, sub.session or "", sub.principal)
+            self.db.control.call_deadline, lambda: self.db.run(subscriptions.followed, sub.session or "", sub.principal)
         )
         sub.uris = uris
 

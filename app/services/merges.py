@@ -178,13 +178,7 @@ class Merges(Service):
         self, tx: Tx, survivor: EntityRow, others: list[EntityRow], rule: models.PropertiesRule, actor: str
     ) -> models.MergeResult:
         ids = [o.id for o in others]
-        texts_cap, edges_cap = self.limits.max_batch_texts, self.limits.walk_level_edges
-        if await merges.count_observations(tx, ids, texts_cap + 1) > texts_cap:
-            raise refuse("merge_observations", f"a merge moves at most {texts_cap} observations; merge fewer at once")
-        edges = await merges.edges_touching(tx, [o.gid for o in others], edges_cap + 1)
-        if len(edges) > edges_cap:
-            raise refuse("merge_relations", f"a merge moves at most {edges_cap} relations; merge fewer at once")
-
+        edges = await self._bounded(tx, others)
         moved_aliases = await aliases.move(tx, ids, survivor.id)
         names = [o.name for o in others if name_key(o.name) != survivor.name_key]
         kept_names = await aliases.add(tx, survivor.id, names, actor)
@@ -236,6 +230,17 @@ class Merges(Service):
             self_loops_dropped=plan.loops,
             property_conflicts=conflicts,
         )
+
+    async def _bounded(self, tx: Tx, others: list[EntityRow]) -> list[merges.Edge]:
+        """The edges a merge of `others` re-points; refused if it would move more observations or
+        relations than one call may."""
+        texts_cap, edges_cap = self.limits.max_batch_texts, self.limits.walk_level_edges
+        if await merges.count_observations(tx, [o.id for o in others], texts_cap + 1) > texts_cap:
+            raise refuse("merge_observations", f"a merge moves at most {texts_cap} observations; merge fewer at once")
+        edges = await merges.edges_touching(tx, [o.gid for o in others], edges_cap + 1)
+        if len(edges) > edges_cap:
+            raise refuse("merge_relations", f"a merge moves at most {edges_cap} relations; merge fewer at once")
+        return edges
 
     async def add_aliases(self, who: Principal, ref: str, given: Sequence[str]) -> models.AliasesResult:
         """Give an entity aliases. A spelling held by another entity (as an alias, or as a live entity's

@@ -19,7 +19,8 @@ from pydantic import (
     model_validator,
 )
 
-from app.store.entities import UUID_PATTERN as UUID_PATTERN  # the console checks ids with it too
+from app.auth.scopes import Scope
+from app.store.database import UUID_PATTERN as UUID_PATTERN  # the console checks ids with it too
 
 MAX_JSON_DEPTH = 32
 _INT64 = (-(2**63), 2**63 - 1)
@@ -523,7 +524,6 @@ class ApiKey(BaseModel):
 
 
 ApiKeyId = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]{12}$")]
-Scope = Literal["memory:read", "memory:write", "memory:admin"]
 # A label to recognise a key by: printable (no control characters, NUL included), at most 200.
 KeyName = Annotated[
     str, StringConstraints(strip_whitespace=True, max_length=200, pattern=r"^[^\x00-\x1f\x7f-\x9f]*$"), Clean

@@ -12,9 +12,11 @@ from pydantic import BaseModel, Field
 
 from app.auth.principal import ADMIN, Principal
 from app.errors import EngramError
-from app.observability.context import CALL, REQUEST_ID
+from app.observability.context import CALL
+from app.services import audit_rows
 from app.services.base import Service
-from app.store import audit, purge
+from app.store import purge
+from app.store.cell import Cell, each_cell
 from app.store.database import Tx
 from app.store.purge import Episodes, Plan
 
@@ -67,21 +69,19 @@ class Purges(Service):
     async def sweep(self, days: float, per_tenant: int = SWEEP_BATCH) -> int:
         """Erase, in every tenant this database serves, the entities soft-deleted longer ago than the
         tenant's retention (its own, or `days`): at most `per_tenant` of them each time; their number."""
+
+        async def past_retention(name: str, cell: Cell) -> list[str]:
+            return await cell.pool.run(purge.past_retention, days)
+
+        # A cell down is skipped (and logged): the others are still swept.
+        keys = await each_cell(self.db.cells, past_retention, on_error="skip")
         erased = 0
-        for name, cell in self.db.cells.items():
+        for key in (key for found in keys.values() for key in found):
+            who = Principal(subject="retention", client_id="engram", tenant=key, scopes=frozenset({ADMIN}), issuer="")
             try:
-                keys = await cell.run(purge.past_retention, days)
-            except Exception as exc:  # a cell down: the others are still swept
-                logger.warning("retention sweep skipped cell %s: %s", name, str(exc)[:200])
-                continue
-            for key in keys:
-                who = Principal(
-                    subject="retention", client_id="engram", tenant=key, scopes=frozenset({ADMIN}), issuer=""
-                )
-                try:
-                    erased += await self.purge_expired(who, days, per_tenant)
-                except Exception as exc:  # one tenant's failure (moving, fenced) never starves the others
-                    logger.warning("retention sweep skipped tenant %s: %s", key, str(exc)[:200])
+                erased += await self.purge_expired(who, days, per_tenant)
+            except Exception as exc:  # one tenant's failure (moving, fenced) never starves the others
+                logger.warning("retention sweep skipped tenant %s: %s", key, str(exc)[:200])
         return erased
 
     async def purge_expired(self, who: Principal, days: float, limit: int) -> int:
@@ -125,14 +125,6 @@ class Purges(Service):
         tx.affected = [f"purge: {counts.entities} entities", f"{rows} rows"]
         tx.touched = plan.ids  # announced after the rows are gone: subscribers hear the graph changed, no names
         if CALL.get() is None:  # the operator's command or the retention sweep: no tool call writes it
-            await audit.write(
-                tx,
-                subject=who.subject,
-                client_id=who.client_id,
-                tool="purge",
-                affected=tx.affected,
-                duration_ms=0.0,
-                request_id=REQUEST_ID.get(),
-            )
+            await audit_rows.write(tx, audit_rows.fields(who, "purge"), tx.affected)
         self.indexer.forget(tx.tenant.id)
         return PurgeResult(erased=True, names=[], counts=counts, summary=_summary(counts, True))

@@ -9,17 +9,16 @@ an entity's description. Three rankings of facts are fused:
   their neighbours, by meaning, from an exact scan of those facts alone: a question about Ada lifts
   what is known of Ada, then of those around her.
 
-Fusion is reciprocal rank fusion weighted by each ranking's score and by the ranking's weight, as
-in `search`. Then: facts that happened at a moment the question names ("on 25 May, 2022") are
-lifted; an episode shares some of its score with the turns around it (the question is often asked
-in the turn before its answer); and facts whose embeddings are near-identical (cosine ≥ 0.95) fold
-into the better one, which lists their records (`also`). Every weight was measured on the
-development set of docs/benchmarks.md ("Recall"), each part kept only where it paid.
+Fusion is `ranking.fuse`, as in `search`, each ranking with its weight (`WEIGHTS`). Then: facts
+that happened at a moment the question names ("on 25 May, 2022") are lifted; an episode shares
+some of its score with the turns around it (the question is often asked in the turn before its
+answer); and facts whose embeddings are near-identical (cosine ≥ 0.95) fold into the better one,
+which lists their records (`also`). Every weight was measured on the development set of
+docs/benchmarks.md ("Recall"), each part kept only where it paid.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -27,19 +26,17 @@ from datetime import UTC, datetime, timedelta
 import orjson
 
 from app.auth.principal import Principal
-from app.embeddings.provider import Vector
 from app.services import timespans
-from app.services.base import Service
 from app.services.budget import Budget
 from app.services.excerpts import excerpt
+from app.services.filters import Scope
 from app.services.mentions import keys as name_keys
+from app.services.ranking import CANDIDATES, Fused, QueryVector, Ranker, fuse, pending_note, rounded, strict
 from app.services.recall_models import EntityRef, Fact, FactRecord, Involved, RecallResult, RecallScores
-from app.services.search import CANDIDATES, RRF_K, WEB_SYNTAX, Search, pending_note, query_vector
 from app.services.search_models import Mode
-from app.store import recall
+from app.store import rankings, recall, scopes
 from app.store.database import Tx
-from app.store.rankings import tune
-from app.store.recall import Ranked, Scope
+from app.store.rankings import Ranked
 
 NAMED_MAX = 10  # entities a question may name that count
 NEIGHBOURS_MAX = 50  # their neighbours whose facts count
@@ -68,7 +65,10 @@ class RecallQuery:
     budget: Budget | None = None  # the facts that fit the caller's tokens; the rest from `next_cursor`
 
     def fingerprint(self) -> str:
-        key = orjson.dumps([self.text, self.mode, *self.scope.params()], default=str)
+        s = self.scope
+        types = [t.lower() for t in s.types] if s.types else None
+        scope = [types, list(s.sources) if s.sources else None, s.since, s.until, *s.when.params()]
+        key = orjson.dumps([self.text, self.mode, *scope], default=str)
         return hashlib.sha256(key).hexdigest()[:16]
 
 
@@ -82,56 +82,45 @@ class _Candidate:
     also: list[int] = field(default_factory=list)  # documents folded into this one
 
 
-class Recall(Service):
-    def __init__(self, search: Search) -> None:
-        super().__init__(search.db, search.indexer, search.cursors, search.limits, search.fairness)
-        self._search = search
+class Recall(Ranker):
+    """Facts ranked one by one: by meaning, by words, and those of the entities the question names."""
 
     async def recall(self, who: Principal, q: RecallQuery) -> RecallResult:
         notices: list[str] = []
-        strict = bool(WEB_SYNTAX.search(q.text))
-        embedding: asyncio.Task[tuple[Vector | None, str | None]] | None = None
-        try:
+        listing = f"recall:{q.fingerprint()}"
+        scope = q.scope.store()
+        with QueryVector(self.indexer, q.mode) as embedding:
             async with self.tx(who, readonly=True) as tx:
-                offset = self._search.offset(q.cursor, tx.tenant.id, f"recall:{q.fingerprint()}")
+                offset = self.pager.offset(q.cursor, tx.tenant.id, listing)
                 depth = offset + q.limit
                 texts = min(2 * depth + 50, 300)
-                if q.mode != "keyword":
-                    embedding = asyncio.create_task(self.indexer.query_vector(tx.tenant, q.text))
-                await tune(tx, max(self._search.ef_search, texts))
-                found = await recall.named_and_around(tx, name_keys(q.text), NAMED_MAX, NEIGHBOURS_MAX, q.scope.when)
-                named, bridges, others = ([e.id for e in found if e.role == role] for role in ROLES)
+                embedding.start(tx.tenant, q.text)
+                await rankings.tune(tx, max(self.ef_search, texts))
+                found = await recall.named_and_around(tx, name_keys(q.text), NAMED_MAX, NEIGHBOURS_MAX, scope.when)
                 legs: dict[str, list[Ranked]] = {}
                 if q.mode != "semantic":
-                    common = await self._search.common_words(tx)
-                    legs["keyword"] = await recall.by_words(tx, q.text, strict, common, texts, CANDIDATES, q.scope)
-                vector = await query_vector(embedding, q.mode, "these facts rank by words only", notices)
+                    common = await self.common_words.of(tx)
+                    legs["keyword"] = await recall.by_word_weight(
+                        tx, q.text, strict(q.text), common, texts, CANDIDATES, scope
+                    )
+                vector = await embedding.vector("these facts rank by words only", notices)
                 if vector is not None and (model := self.indexer.model) is not None:
-                    legs["semantic"] = await recall.by_vector(tx, model, vector, texts, q.scope)
+                    legs["semantic"] = await rankings.by_vector(tx, model, vector, texts, scope, "facts")
+                    named, bridges, others = ([e.id for e in found if e.role == role] for role in ROLES)
                     if named:
-                        within = recall.within(tx, model, vector, named, bridges, others, texts, q.scope)
+                        within = recall.within(tx, model, vector, named, bridges, others, texts, scope)
                         legs["named"] = await within
-                ranked = _fuse(legs)
-                spans = timespans.spans(q.text, q.scope.when.at)
-                if (event := timespans.around(q.text)) and vector is not None:
-                    spans += await self._around(tx, *event, q.scope)
-                if spans:
-                    await self._lift_in_time(tx, ranked, spans, texts)
-                ranked = await self._with_context(tx, ranked, q.scope)
-                if vector is not None and self.indexer.model is not None:
-                    await self._fold(tx, ranked, depth)
+                ranked = _candidates(fuse(legs, WEIGHTS, _doc))
+                ranked = await self._adjusted(tx, q.text, ranked, scope, vector is not None, texts, depth)
                 page = ranked[offset:depth]
                 shown = await recall.facts(tx, [d for c in page for d in (c.doc_id, *c.also)])
                 facts = [_fact(shown, c, q.text) for c in page if c.doc_id in shown]
                 fitting = q.budget.take(facts, _text, _shortened) if q.budget else facts
                 if vector is not None and (note := await pending_note(tx)):
                     notices.append(note)
-        finally:
-            if embedding is not None and not embedding.done():
-                embedding.cancel()
         mode: Mode = q.mode if vector is not None or q.mode == "keyword" else "keyword"
         end = offset + len(fitting) if len(fitting) < len(facts) else depth
-        next_cursor = self._search.next_cursor(tx.tenant.id, f"recall:{q.fingerprint()}", len(ranked), end)
+        next_cursor = self.pager.next_cursor(tx.tenant.id, listing, len(ranked), end)
         named_refs = [EntityRef(id=e.id, name=e.name, type=e.type) for e in found if e.role == "named"]
         return RecallResult(
             mode=mode,
@@ -141,6 +130,21 @@ class Recall(Service):
             omitted=len(facts) - len(fitting),
             notices=notices,
         )
+
+    async def _adjusted(
+        self, tx: Tx, question: str, ranked: list[_Candidate], scope: scopes.Scope, meant: bool, texts: int, depth: int
+    ) -> list[_Candidate]:
+        """The fused ranking lifted by the moments the question names, with the turns around its best
+        episodes, and (when the query was embedded: `meant`) alike facts folded."""
+        spans = timespans.spans(question, scope.when.at)
+        if (event := timespans.around(question)) and meant:
+            spans += await self._around(tx, *event, scope)
+        if spans:
+            await self._lift_in_time(tx, ranked, spans, texts)
+        ranked = await self._with_context(tx, ranked, scope)
+        if meant and self.indexer.model is not None:
+            await self._fold(tx, ranked, depth)
+        return ranked
 
     @staticmethod
     async def _lift_in_time(
@@ -154,14 +158,14 @@ class Recall(Service):
                 c.fused *= 1 + TIME_LIFT
         ranked.sort(key=lambda c: (-c.fused, c.doc_id))
 
-    async def _around(self, tx: Tx, side: str, event: str, scope: Scope) -> list[tuple[datetime, datetime]]:
+    async def _around(self, tx: Tx, side: str, event: str, scope: scopes.Scope) -> list[tuple[datetime, datetime]]:
         """The range before or after an event the question names, dated by the fact that best says it."""
         model = self.indexer.model
         vector, _ = await self.indexer.query_vector(tx.tenant, event)
         if vector is None or model is None:
             return []
-        best = await recall.by_vector(tx, model, vector, 1, scope)
-        at = (await recall.times(tx, [best[0].doc_id])).get(best[0].doc_id) if best else None
+        best = await rankings.by_vector(tx, model, vector, 1, scope, "facts")
+        at = (await recall.times(tx, [_doc(best[0])])).get(_doc(best[0])) if best else None
         if at is None:
             return []
         return (
@@ -171,7 +175,7 @@ class Recall(Service):
         )
 
     @staticmethod
-    async def _with_context(tx: Tx, ranked: list[_Candidate], scope: Scope) -> list[_Candidate]:
+    async def _with_context(tx: Tx, ranked: list[_Candidate], scope: scopes.Scope) -> list[_Candidate]:
         """The ranking with each of the best episodes sharing part of its score with the turns
         around it (which may join the ranking)."""
         top = [c for c in ranked[:CONTEXT_WINDOW] if c.episode]
@@ -232,22 +236,20 @@ def _spread(window: list[_Candidate], pairs: list[tuple[int, int, float]]) -> li
     return out
 
 
-def _fuse(legs: dict[str, list[Ranked]]) -> list[_Candidate]:
-    candidates: dict[int, _Candidate] = {}
-    for leg, rows in legs.items():
-        for rank, r in enumerate(rows, start=1):
-            c = candidates.setdefault(r.doc_id, _Candidate(r.doc_id, {}, episode=r.episode))
-            if leg == "named":
-                c.near = r.near == "named"
-                weight = WEIGHTS[r.near or "neighbour"]
-            else:
-                c.scores[leg] = r.score
-                weight = WEIGHTS[leg]
-            c.fused += weight * max(r.score, 0.0) / (RRF_K + rank)
-    best_possible = sum(WEIGHTS[leg] for leg in legs) / (RRF_K + 1)
-    out = list(candidates.values())
-    for c in out:
-        c.fused /= best_possible
+def _doc(r: Ranked) -> int:
+    """Recall fuses by document: every row of its rankings has one."""
+    assert r.doc_id is not None
+    return r.doc_id
+
+
+def _candidates(fused: list[Fused[int]]) -> list[_Candidate]:
+    """The fused facts, best first: their scores by meaning and by words, whether a named entity's
+    (`near`, set by the `named` ranking), whether an episode."""
+    out = []
+    for f in fused:
+        near = f.legs["named"][1].near == "named" if "named" in f.legs else None
+        first = next(iter(f.legs.values()))[1]
+        out.append(_Candidate(f.key, f.scores("named"), near=near, episode=first.episode, fused=f.score))
     out.sort(key=lambda c: (-c.fused, c.doc_id))
     return out
 
@@ -288,8 +290,8 @@ def _fact(found: dict[int, recall.Fact], c: _Candidate, question: str) -> Fact:
         also=[_record(found[d]) for d in c.also if d in found],
         excerpt=excerpt(f.text, question) if f.kind == "episode" else None,
         scores=RecallScores(
-            semantic=_round(c.scores.get("semantic")),
-            keyword=_round(c.scores.get("keyword")),
+            semantic=rounded(c.scores.get("semantic")),
+            keyword=rounded(c.scores.get("keyword")),
             named=c.near,
             fused=round(c.fused, 4),
         ),
@@ -305,7 +307,3 @@ def _record(f: recall.Fact) -> FactRecord:
         valid_from=f.valid_from,
         valid_until=f.valid_until,
     )
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 4)

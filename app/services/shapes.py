@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from app.services import models
 from app.store.audit import AuditRow
-from app.store.entities import EntityRow, Found
+from app.store.entities import EntityRow
 from app.store.history import Change
+from app.store.listings import Found
 from app.store.relations import Relation
 
 

@@ -1,6 +1,6 @@
 """The one write path of entities, their observations and relations: a batch into a transaction.
 
-The tools (`upsert_entities`, `connect_entities`, both dialects' creates) and imports write through
+The tools (`upsert_entities`, `connect_entities`, both dialects' creates, `add_episodes`) and imports write through
 a `Writer`, so every write rule lives here once: names locked, rows matched (a file's id first,
 then the live name) and locked, `on_existing` applied per item, fields merged, facts written with
 their provenance, aliases, history, fresh planner statistics after a bulk write; the store's
@@ -11,14 +11,16 @@ or an import's summary.
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from app.store import aliases, entities, history, relations, transfer
+from app.store import aliases, entities, episodes, history, merges, relations
 from app.store.database import Tx
 from app.store.entities import FRESH, EntityRow, NewEntity, NewFact, Provenance, Stamps
+from app.store.episodes import NewEpisode
 from app.store.history import Event
 from app.store.relations import NewRelation
 
@@ -63,6 +65,21 @@ class Written:
     why: str = ""  # of a skip or a conflict
 
 
+@dataclass(slots=True)
+class Plan:
+    """What a batch of entities will write, decided before any write (`Writer.plan`)."""
+
+    new: list[NewEntity] = field(default_factory=list)
+    updates: list[NewEntity] = field(default_factory=list)  # stored entities' fields after the merge
+    facts: list[NewFact] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    changed: set[str] = field(default_factory=set)  # stored entities whose fields change
+    merged_into: list[tuple[str, str]] = field(default_factory=list)  # (deleted entity, survivor), from a file
+    aliases: list[tuple[str, str]] = field(default_factory=list)  # (entity id, alias) to give, in order
+    # Per item: created, unchanged (a merge; updated if the writes move its version), skipped or conflict.
+    decisions: list[Written] = field(default_factory=list)
+
+
 def apply(row: EntityRow, fields: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
     """The entity's fields after `fields` are set (properties merge), and the changes as {field: [old, new]}."""
     new = {f: getattr(row, f) for f in entities.FIELDS}
@@ -89,7 +106,7 @@ class Writer:
         self,
         tx: Tx,
         actor: str,
-        on_existing: OnExisting,
+        on_existing: OnExisting = "merge",
         *,
         origin: str | None = None,
         lock_names: bool = True,
@@ -101,86 +118,74 @@ class Writer:
 
     async def entities(self, items: Sequence[EntityIn]) -> list[Written]:
         """Create or merge `items` (their names and ids unique within the batch)."""
-        tx = self.tx
         live = [i.name for i in items if i.stamps.deleted_at is None]
         if self.lock_names:
-            await entities.lock_names(tx, live)
+            await entities.lock_names(self.tx, live)
         ids = [i.id for i in items if i.id]
-        by_id = await entities.by_ids(tx, ids, lock=True) if ids else {}
-        by_name = await entities.live_by_names(tx, live, lock=True)
+        by_id = await entities.by_ids(self.tx, ids, lock=True) if ids else {}
+        by_name = await entities.live_by_names(self.tx, live, lock=True)
+        return await self._apply(self.plan(items, by_id, by_name))
 
-        new: list[NewEntity] = []
-        updates: list[NewEntity] = []
-        facts: list[NewFact] = []
-        events: list[Event] = []
-        changed: set[str] = set()
-        merged_into: list[tuple[str, str]] = []
-        outcome: list[Written | EntityRow] = []  # a decision, or the stored row the item merges into
+    def plan(self, items: Sequence[EntityIn], by_id: dict[str, EntityRow], by_name: dict[str, EntityRow]) -> Plan:
+        """What the batch will write, decided from the stored rows its items match (`by_id`: by a
+        file's id, deleted ones too; `by_name`: live ones by name), before anything is written."""
+        plan = Plan()
         for item in items:
             row = by_id.get(item.id) if item.id else None
             if row is None and item.stamps.deleted_at is None:
                 row = by_name.get(item.name)
             if row is None:
-                eid = item.id or str(uuid.uuid4())
-                new.append(NewEntity(id=eid, name=item.name, **{"type": "", **item.fields}, stamps=item.stamps))
-                facts += _facts(eid, item.facts, item.stamps.deleted_at is None)
-                created = {"name": item.name, "type": item.fields.get("type"), **self.origin}
-                events.append(Event(eid, "created", created))
-                if item.merged_into and item.stamps.deleted_at is not None:
-                    merged_into.append((eid, item.merged_into))
-                outcome.append(Written("created", eid, item.stamps.version))
-                continue
-            decided = self._existing(item, row, by_name)
-            if decided is not None:
-                outcome.append(decided)
-                continue
-            given = dict(item.fields)
-            if item.name != row.name:  # the same id under another name: a rename
-                given["name"] = item.name
-            values, diff = apply(row, given)
-            if diff:
-                updates.append(NewEntity(id=row.id, **values))
-                events.append(Event(row.id, "updated", diff))
-                changed.add(row.id)
-            facts += _facts(row.id, item.facts, row.deleted_at is None)
-            outcome.append(row)
+                decided = self._create(plan, item)
+            else:
+                decided = self._existing(item, row, by_name) or self._merge(plan, item, row)
+            plan.decisions.append(decided)
+            if item.aliases and decided.status in ("created", "unchanged"):
+                plan.aliases += [(decided.id, a) for a in item.aliases]
+        return plan
 
-        await entities.insert(tx, new, self.actor)
-        await transfer.set_merged_into(tx, merged_into)
-        await entities.write_fields(tx, updates)
-        added = await entities.add_observations(tx, facts, self.actor, reopen=self.reopen)
-        events += [Event(eid, "observations_added", {"observations": texts}) for eid, texts in added.items()]
-        fresh = {e.id for e in new}
-        gained: dict[str, list[str]] = {}
-        for item, o in zip(items, outcome, strict=True):
-            eid = o.id
-            if item.aliases and (isinstance(o, EntityRow) or o.status == "created"):
-                gained[eid] = await aliases.add(tx, eid, item.aliases, self.actor)
-                if gained[eid] and eid not in fresh:
-                    events.append(Event(eid, "aliases_added", {"aliases": gained[eid]}))
-                    changed.add(eid)
-        versions = await entities.touch(tx, (changed | set(added)) - fresh, self.actor)
-        await history.record(tx, events, self.actor)
-        if len(new) >= entities.BULK_ROWS:  # the tables may have outgrown their planner statistics
+    def _create(self, plan: Plan, item: EntityIn) -> Written:
+        eid = item.id or str(uuid.uuid4())
+        plan.new.append(NewEntity(id=eid, name=item.name, **{"type": "", **item.fields}, stamps=item.stamps))
+        plan.facts += _facts(eid, item.facts, item.stamps.deleted_at is None)
+        plan.events.append(Event(eid, "created", {"name": item.name, "type": item.fields.get("type"), **self.origin}))
+        if item.merged_into and item.stamps.deleted_at is not None:
+            plan.merged_into.append((eid, item.merged_into))
+        return Written("created", eid, item.stamps.version)
+
+    @staticmethod
+    def _merge(plan: Plan, item: EntityIn, row: EntityRow) -> Written:
+        """A merge into the stored row: `unchanged` until its writes move the entity's version."""
+        given = dict(item.fields)
+        if item.name != row.name:  # the same id under another name: a rename
+            given["name"] = item.name
+        values, diff = apply(row, given)
+        if diff:
+            plan.updates.append(NewEntity(id=row.id, **values))
+            plan.events.append(Event(row.id, "updated", diff))
+            plan.changed.add(row.id)
+        plan.facts += _facts(row.id, item.facts, row.deleted_at is None)
+        return Written("unchanged", row.id, row.version)
+
+    async def _apply(self, plan: Plan) -> list[Written]:
+        """The plan's writes, its history and versions; what each item did, counted."""
+        tx, actor = self.tx, self.actor
+        await entities.insert(tx, plan.new, actor)
+        await merges.set_merged_into(tx, plan.merged_into)
+        await entities.write_fields(tx, plan.updates)
+        added = await entities.add_observations(tx, plan.facts, actor, reopen=self.reopen)
+        events = plan.events + [Event(e, "observations_added", {"observations": t}) for e, t in added.items()]
+        fresh = {e.id for e in plan.new}
+        gained = await aliases.add_many(tx, plan.aliases, actor)
+        kept = [e for e in dict.fromkeys(e for e, _ in plan.aliases) if e in gained and e not in fresh]
+        events += [Event(e, "aliases_added", {"aliases": gained[e]}) for e in kept]
+        versions = await entities.touch(tx, (plan.changed | set(kept) | set(added)) - fresh, actor)
+        await history.record(tx, events, actor)
+        if len(plan.new) >= entities.BULK_ROWS:  # the tables may have outgrown their planner statistics
             await entities.refresh_statistics(tx)
-
-        out = []
-        for item, o in zip(items, outcome, strict=True):
-            if isinstance(o, EntityRow):
-                status: Status = "updated" if o.id in versions else "unchanged"
-                o = Written(status, o.id, versions.get(o.id, o.version))
-            if o.status in ("created", "updated", "unchanged"):
-                got = gained.get(o.id, [])
-                o = Written(
-                    o.status,
-                    o.id,
-                    o.version,
-                    observations_added=len(added.get(o.id, ())),
-                    aliases_added=len(got),
-                    aliases_held=len(item.aliases) - len(got),
-                )
-            out.append(o)
-        return out
+        given = Counter(e for e, _ in plan.aliases)
+        return [
+            _counted(w, versions, len(added.get(w.id, ())), given[w.id], gained.get(w.id, [])) for w in plan.decisions
+        ]
 
     def _existing(self, item: EntityIn, row: EntityRow, by_name: dict[str, EntityRow]) -> Written | None:
         """What `on_existing` and the stored row decide for an item that matched it; None: merge."""
@@ -195,6 +200,13 @@ class Writer:
         if holder is not None and holder.id != row.id:
             return Written("conflict", row.id, row.version, why=f"another entity is named {item.name!r}")
         return None
+
+    async def episodes(self, items: Sequence[NewEpisode]) -> list[int]:
+        """Store episodes with the entities they involve; their ids, in the items' order."""
+        ids = await episodes.insert(self.tx, items, self.actor)
+        if len(items) >= entities.BULK_ROWS:
+            await entities.refresh_statistics(self.tx)
+        return ids
 
     async def relations(self, items: Sequence[NewRelation]) -> list[str | None]:
         """Create relations between resolved ends; per item, the id of the relation it created (or,
@@ -220,6 +232,17 @@ class Writer:
         if len(events) >= entities.BULK_ROWS:
             await entities.refresh_statistics(self.tx)
         return [made.get(n) for n in range(len(items))]
+
+
+def _counted(w: Written, versions: dict[str, int], facts: int, aliases: int, gained: list[str]) -> Written:
+    """What an item did once written: a merge is `updated` if its entity's version moved on."""
+    if w.status not in ("created", "unchanged"):  # skipped or refused: as decided
+        return w
+    status: Status = "updated" if w.id in versions else w.status
+    version = versions.get(w.id, w.version)
+    return Written(
+        status, w.id, version, observations_added=facts, aliases_added=len(gained), aliases_held=aliases - len(gained)
+    )
 
 
 def _facts(entity_id: str, facts: Sequence[FactIn], live: bool) -> list[NewFact]:

@@ -66,21 +66,31 @@ async def count(tx: Tx, entity_id: str) -> int:
 async def add(tx: Tx, entity_id: str, aliases: Sequence[str], actor: str) -> list[str]:
     """Give the entity these aliases, in order; a spelling whose key is held already is skipped.
     Returns the aliases added."""
-    if not aliases:
-        return []
+    return (await add_many(tx, [(entity_id, a) for a in aliases], actor)).get(entity_id, [])
+
+
+@timed
+async def add_many(tx: Tx, pairs: Sequence[tuple[str, str]], actor: str) -> dict[str, list[str]]:
+    """Give each (entity id, alias) in one statement, in order: a spelling whose key is held already,
+    or was given by an earlier pair, is skipped. Returns each entity's aliases added, in order."""
+    if not pairs:
+        return {}
     rows = await tx.fetch(
         """
         INSERT INTO {s}.aliases (alias_key, alias, entity_id, created_by)
-        SELECT k, a, $3, $4 FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(k, a, n) ORDER BY n
+        SELECT k, a, e, $4 FROM unnest($1::text[], $2::text[], $3::uuid[]) WITH ORDINALITY AS u(k, a, e, n) ORDER BY n
         ON CONFLICT (alias_key) DO NOTHING
-        RETURNING alias
+        RETURNING entity_id::text, alias
         """,
-        [name_key(a) for a in aliases],
-        list(aliases),
-        entity_id,
+        [name_key(a) for _, a in pairs],
+        [a for _, a in pairs],
+        [e for e, _ in pairs],
         actor,
     )
-    return [r[0] for r in rows]
+    added: dict[str, list[str]] = {}
+    for entity_id, alias in rows:
+        added.setdefault(entity_id, []).append(alias)
+    return added
 
 
 @timed

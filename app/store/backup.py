@@ -19,11 +19,8 @@ from typing import Any
 import asyncpg
 
 from app.errors import EngramError
-from app.store.connect import owner
 from app.store.database import timed
 
-Connection = asyncpg.Connection
-connect = owner
 CONTROL = "engram"
 # The `engram` tables a tenant's backup takes its own rows of (by tenant id), besides its schema
 # (which holds its limits, usage, audit and pending work since the tenant steps moved them there).

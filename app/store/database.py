@@ -1,19 +1,15 @@
-"""The connection pool and the tenant transaction every store call runs in."""
+"""The directory of cells and tenants, and the tenant transaction every store call runs in: on
+the tenant's cell (its `Pool`, app/store/pool.py), or its standby (app/store/standby.py) for a read."""
 
 from __future__ import annotations
 
 import asyncio
-import collections
-import contextlib
 import functools
-import logging
-import math
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import asyncpg
@@ -22,40 +18,25 @@ from cachetools import TTLCache
 from app.config import MAIN_CELL, Settings
 from app.errors import EngramError
 from app.observability import metrics, tracing
-from app.observability.context import CALL, DEADLINE, deadline
-from app.store.connect import init_connection, on_acquire
-from app.store.errors import OUTAGES, Moving, Unavailable, is_outage
-
-logger = logging.getLogger("engram.database")
+from app.store.cell import Cell
+from app.store.errors import Moving, Unavailable, is_outage
+from app.store.pool import Lease, Pool, Recycling
+from app.store.standby import Standby
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-# AGE's operators (@> for {k: v} patterns, =) resolve through the search path.
-_SEARCH_PATH = "ag_catalog, public"
 _SCHEMA = re.compile(r"^t_[0-9a-f]{32}$")
 # The cursor signing keys among the server secrets: the first, and those `engram cursor-key rotate` adds.
 CURSOR_KEY = "^cursor(-[0-9a-f]{8})?$"
-_TENANT_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@|-]{0,199}$")
+# A tenant's key, as the tenants table's CHECK has it (fullmatch: "$" would let a final newline through).
+TENANT_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@|-]{0,199}")
+# The canonical spelling of an id, the only one Engram accepts (and the one it returns).
+UUID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+UUID = re.compile(UUID_PATTERN)
 # What Tx.set_local writes into statement text: a setting's name, and a plain word or number.
 _SETTING = re.compile(r"^[a-z_]+(\.[a-z_]+)?$")
 _SETTING_VALUE = re.compile(r"^[A-Za-z0-9_.]{1,64}$")
-
-
-# A standby's replay position and lag are probed again when older than this (by the read that finds them so).
-STANDBY_PROBE_SECONDS = 0.5
-# ... each probe within this much of the call's deadline; a standby that fails is left alone this long.
-STANDBY_PROBE_BUDGET = 1.0
-STANDBY_RETRY_SECONDS = 5.0
-# The primary positions a standby's lag is measured against: one per probe, the last minute or so.
-STANDBY_SAMPLES = 256
-
-
-def lsn(text: str) -> int:
-    """A WAL position (`16/B374D848`) as a number, to compare."""
-    high, _, low = text.partition("/")
-    return (int(high, 16) << 32) + int(low, 16)
-
 
 # Tenants resolved to their schema, per server: bounded, and read again after an hour, so a tenant
 # deleted and made again under the same id is found within that time (at once when the role is gone).
@@ -68,17 +49,6 @@ class InvalidTenant(EngramError):
 
     def __init__(self, message: str) -> None:
         super().__init__("forbidden", message)
-
-
-@dataclass(frozen=True, slots=True)
-class ApiKeyRecord:
-    """What checking an API key needs of it: its tenant, its secret's hash, scopes and times."""
-
-    tenant_key: str
-    secret_hash: bytes
-    scopes: list[str]
-    expires_at: datetime | None
-    revoked_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,27 +65,6 @@ class Tenant:
             raise InvalidTenant(f"refusing schema name {self.schema!r}")
 
 
-_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-
-
-def _refusal(exc: BaseException) -> EngramError | None:
-    """A database error about what the call sent, not about the database or the code: a stable
-    code instead of an internal error. Class 22 (data: a value out of range, a malformed one) and
-    23 (a constraint: a unique one is a `conflict`) are `invalid`, class 54 (program limits: too
-    many arguments, a value too large) is `limit`; its first line only, never the statement."""
-    if not isinstance(exc, asyncpg.PostgresError):
-        return None
-    state = exc.sqlstate or ""
-    line = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
-    if state == "23505":
-        return EngramError("conflict", f"the database refused it as a duplicate ({line})")
-    if state[:2] in ("22", "23"):
-        return EngramError("invalid", f"the database refused a value ({line})")
-    if state[:2] == "54":
-        return EngramError("limit", f"past a database limit ({line})", reason="database_limit")
-    return None
-
-
 @functools.lru_cache(maxsize=4096)
 def _opening(tenant: Tenant, readonly: bool, snapshot: bool = False, timeout_ms: int = 10_000) -> str:
     """BEGIN, the transaction's timeouts and the tenant context as one simple-protocol statement
@@ -126,7 +75,7 @@ def _opening(tenant: Tenant, readonly: bool, snapshot: bool = False, timeout_ms:
     generated by the server (the tenant's uuid and the schema name derived from it in SQL), never
     taken from a request, and both are checked here against their exact form before they are.
     """
-    if not _UUID.fullmatch(tenant.id) or not _SCHEMA.fullmatch(tenant.schema):
+    if not UUID.fullmatch(tenant.id) or not _SCHEMA.fullmatch(tenant.schema):
         raise InvalidTenant(f"refusing tenant context {tenant.id!r} / {tenant.schema!r}")
     return (
         f"BEGIN{' ISOLATION LEVEL REPEATABLE READ' if snapshot else ''}{' READ ONLY' if readonly else ''};"
@@ -220,92 +169,27 @@ class Tx:
         await self.conn.execute("; ".join(parts))
 
 
-async def _keep_session(conn: asyncpg.Connection) -> None:
-    """Nothing to reset: every setting and lock the server takes is transaction-scoped."""
-
-
-def _terminate(conn: asyncpg.Connection) -> None:
-    """Close the socket now, sending nothing; the pool then drops the connection and opens a new one."""
-    with contextlib.suppress(asyncpg.InterfaceError):  # already gone (closed, or back in the pool)
-        conn.terminate()
-
-
-class _QuietOutages(logging.Filter):
-    """asyncpg's pool logs a traceback each time it fails to reopen a connection; while the database
-    is down that is one traceback a second saying the same thing. Keep the line, drop the traceback."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and record.exc_info[1] is not None and is_outage(record.exc_info[1]):
-            record.msg = f"{record.msg} ({type(record.exc_info[1]).__name__})"
-            record.exc_info = None
-            record.exc_text = None
-        return True
-
-
-logging.getLogger("asyncpg.pool").addFilter(_QuietOutages())
-
-
-class _Lease:
-    """A pooled connection held by one piece of work, and what that work has got to."""
-
-    __slots__ = ("committing", "conn", "expired", "writes")
-
-    def __init__(self, conn: asyncpg.Connection, *, writes: bool) -> None:
-        self.conn = conn
-        self.writes = writes  # a read-write transaction runs on it
-        self.committing = False  # COMMIT was sent and not yet answered
-        self.expired = False  # the deadline passed and the connection was terminated
-
-
-@dataclass(frozen=True, slots=True)
-class Recycling:
-    """How long a pooled connection lives and what it keeps: prepared statements cached, queries
-    before it is closed, seconds idle before it is closed."""
-
-    statements: int = 100
-    queries: int = 10_000
-    idle_seconds: float = 300.0
-
-
-# The run-time role's settings that Engram relies on (migration 0022): each must read exactly so.
-ROLE_SETTINGS = {
-    "search_path": "ag_catalog, public",
-    "max_parallel_workers_per_gather": "0",
-    "jit": "off",
-    "client_connection_check_interval": "1000",
-}
-# ... and these must be bounded (not 0), whatever the bound.
-ROLE_BOUNDS = ("statement_timeout", "idle_in_transaction_session_timeout")
-
-
-async def wrong_settings(conn: asyncpg.Connection) -> list[str]:
-    """The run-time role's session settings that differ from what Engram needs, each with the
-    statement that fixes it; empty when all are right."""
-    rows = await conn.fetch(
-        "SELECT name, setting, current_user, current_database() FROM pg_settings WHERE name = ANY($1::text[])",
-        [*ROLE_SETTINGS, *ROLE_BOUNDS],
+@timed
+async def adopt(conn: asyncpg.Connection, tenant: Tenant) -> bool:
+    """Make sure the cell behind `conn` (pooled, or an owner's) holds `tenant` as the directory placed
+    it, making its row, schema and role if not (`engram.cell_tenant`); whether it has every tenant step."""
+    row = await conn.fetchrow(
+        "SELECT schema_name, steps_current FROM engram.cell_tenant($1::uuid, $2)", tenant.id, tenant.key
     )
-    wrong = []
-    for name, value, user, database in rows:
-        want = ROLE_SETTINGS.get(name)
-        if (value != want) if want is not None else value == "0":
-            fix = want if want is not None else "10000"
-            wrong.append(f"{name} is {value!r}: ALTER ROLE {user} IN DATABASE {database} SET {name} = {fix}")
-    return wrong
+    assert row is not None
+    if row[0] != tenant.schema:
+        raise InvalidTenant(f"a cell names tenant {tenant.key!r} differently")
+    return bool(row[1])
 
 
 class Database:
-    """The pool of connections to one database, and the tenant transactions taken from it.
+    """The control database (the cell `main`) and every other cell this replica reaches: the
+    directory of tenants, and their transactions on their cells.
 
-    `dsn` names the run-time role; the pool holds `min_size`..`max_size` connections, each
-    statement ends after `statement_timeout_ms`, a caller waits at most `acquire_seconds` for a free
-    connection, and work with no deadline of its own gets `call_deadline` seconds. With
+    `dsn` names the run-time role on the control database, `cells` the other cells' and `standbys`
+    any cell's standby (`main` too): a `Pool` each, of the same sizes, with its own up/down state.
+    A standby is read from while at most `standby_max_lag` seconds behind (0: never). With
     `create_tenants`, a tenant is created on first use; otherwise only existing tenants are served.
-
-    This database is the control database and the cell `main`; `cells` maps the other cells this
-    replica reaches to their run-time URLs. Each gets a `Database` of its own (same sizes and
-    recycling, its own up/down state), whose pool opens on first use; a tenant's transaction runs
-    on its cell's.
     """
 
     def __init__(
@@ -324,59 +208,32 @@ class Database:
         standby_max_lag: float = 10.0,
         read_your_writes_entries: int = 10_000,
     ) -> None:
-        self._dsn = dsn
-        self._recycling = recycling or Recycling()
-        self._min_size = min_size
-        self._max_size = max_size
-        self._statement_timeout_ms = statement_timeout_ms
-        self._pool: asyncpg.Pool | None = None
-        self._tenants: TTLCache[str, Tenant] = TTLCache(maxsize=TENANT_CACHE_SIZE, ttl=TENANT_CACHE_SECONDS)
-        self._create_tenants = create_tenants
-        self.waiting = 0  # callers waiting for a pooled connection
-        self.call_deadline = call_deadline
-        self.acquire_seconds = acquire_seconds
-        # Monotonic time of the first failure since the database last answered; None while it answers.
-        self.down_since: float | None = None
-        self.name = MAIN_CELL
-        self._opening_lock: asyncio.Lock | None = None  # set on a cell's database: its pool opens on demand
-        # Reads from this database's standby (`standby`, a pool of its own): its last probe, and the
-        # commit positions of recent writers, so that a writer reads its own writes.
-        self.standby: Database | None = None
-        self.standby_max_lag = standby_max_lag
-        self._replayed = 0  # the standby's replay position at its last probe
-        self._lag: float | None = None  # seconds behind at that probe; None: not fit to read from
-        self._probed_at = -math.inf
-        self._samples: collections.deque[tuple[float, int]] = collections.deque(maxlen=STANDBY_SAMPLES)
-        self._probing: asyncio.Lock | None = None
-        self._written: TTLCache[tuple[str, str], int] = TTLCache(
-            maxsize=read_your_writes_entries, ttl=max(60.0, 6 * standby_max_lag)
+        # The control database's pool opens at start and is engram_database_up; a cell's, on first use.
+        self.control = Pool(
+            dsn,
+            name=MAIN_CELL,
+            min_size=min_size,
+            max_size=max_size,
+            acquire_seconds=acquire_seconds,
+            call_deadline=call_deadline,
+            recycling=recycling,
+            up=metrics.DB_UP,
         )
-
-        def pool_of(name: str, url: str) -> Database:
-            made = Database(
-                url,
-                min_size=min_size,
-                max_size=max_size,
-                statement_timeout_ms=statement_timeout_ms,
-                acquire_seconds=acquire_seconds,
-                call_deadline=call_deadline,
-                create_tenants=False,
-                recycling=recycling,
-            )
-            made.name = name
-            made._opening_lock = asyncio.Lock()
-            return made
-
-        self._cells: dict[str, Database] = {name: pool_of(name, url) for name, url in (cells or {}).items()}
-        if standby_max_lag > 0:
-            for name, url in (standbys or {}).items():
-                if (cell := self if name == MAIN_CELL else self._cells.get(name)) is not None:
-                    cell.standby = pool_of(f"{name} standby", url)
-                    cell.standby_max_lag = standby_max_lag
-                    cell._probing = asyncio.Lock()
+        pools = {MAIN_CELL: self.control} | {n: self.control.like(u, n) for n, u in (cells or {}).items()}
+        self.cells: dict[str, Cell] = {}
+        for name, pool in pools.items():
+            url = (standbys or {}).get(name) if standby_max_lag > 0 else None
+            replica = None if url is None else pool.like(url, f"{name} standby")
+            writers = read_your_writes_entries
+            standby = None if replica is None else Standby(pool, replica, standby_max_lag, writers=writers)
+            self.cells[name] = Cell(name, pool, standby)
+        self._statement_timeout_ms = statement_timeout_ms
+        self._create_tenants = create_tenants
+        self._tenants: TTLCache[str, Tenant] = TTLCache(maxsize=TENANT_CACHE_SIZE, ttl=TENANT_CACHE_SECONDS)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Database:
+        every = {name: urls for name, urls in settings.every_cell().items() if urls is not None}
         return cls(
             settings.runtime_dsn(),
             min_size=settings.pool_min_size,
@@ -388,199 +245,49 @@ class Database:
             recycling=Recycling(
                 settings.pool_statement_cache_size, settings.pool_max_queries, settings.pool_max_idle_seconds
             ),
-            cells={
-                name: urls.url.get_secret_value()
-                for name in settings.cells
-                if (urls := settings.cell(name)) is not None and urls.url is not None
-            },
-            standbys={
-                name: urls.read_url.get_secret_value()
-                for name in [MAIN_CELL, *settings.cells]
-                if (urls := settings.cell(name)) is not None and urls.read_url is not None
-            },
+            cells={name: u.url.get_secret_value() for name, u in every.items() if name != MAIN_CELL and u.url},
+            standbys={name: u.read_url.get_secret_value() for name, u in every.items() if u.read_url},
             standby_max_lag=settings.standby_max_lag_seconds,
             read_your_writes_entries=settings.read_your_writes_entries,
         )
 
-    @property
-    def cells(self) -> dict[str, Database]:
-        """Every cell this replica reaches, by name, `main` (this database) first."""
-        return {MAIN_CELL: self, **self._cells}
-
-    def on(self, cell: str) -> Database:
-        """The database of `cell`; `unavailable` (reason `cell_unconfigured`) when this replica has no URL for it."""
-        if cell == MAIN_CELL:
-            return self
-        found = self._cells.get(cell)
-        if found is None:
+    def cell(self, name: str) -> Cell:
+        """Cell `name`; `unavailable` (reason `cell_unconfigured`) when this replica has no URL for it."""
+        if (found := self.cells.get(name)) is None:
             raise Unavailable(
-                "cell_unconfigured", f"this server has no connection for cell {cell!r} (ENGRAM_CELL_<NAME>_URL)"
+                "cell_unconfigured", f"this server has no connection for cell {name!r} (ENGRAM_CELL_<NAME>_URL)"
             )
         return found
 
-    async def open(self) -> None:
-        # No startup parameters: PgBouncer refuses them. The session settings are the run-time
-        # role's own (migration 0022, checked by `wrong_settings`); a tenant transaction sets its
-        # timeouts in its opening statement.
-        self._pool = await asyncpg.create_pool(
-            self._dsn,
-            init=init_connection,
-            setup=on_acquire,
-            reset=_keep_session,
-            min_size=self._min_size,
-            max_size=self._max_size,
-            timeout=self.acquire_seconds,  # to connect (a server that accepts but never answers)
-            # Prepared statements kept per connection; behind PgBouncer its max_prepared_statements
-            # must be at least this (docs/scaling.md, "Connections").
-            statement_cache_size=self._recycling.statements,
-            # Each backend keeps a relation cache for every tenant table it touched: a connection is
-            # closed after this many queries, or this long idle, so that cache stays bounded.
-            max_queries=self._recycling.queries,
-            max_inactive_connection_lifetime=self._recycling.idle_seconds,
-        )
+    def on(self, cell: str) -> Pool:
+        """The pool of `cell`'s primary, for work outside a tenant's transaction."""
+        return self.cell(cell).pool
 
-    async def _open_on_demand(self, wait: float) -> None:
-        """A cell's pool, opened by the first call that needs it, within that call's wait."""
-        assert self._opening_lock is not None
-        async with asyncio.timeout(wait), self._opening_lock:
-            if self._pool is None:
-                await self.open()
+    async def open(self) -> None:
+        """Open the control database's pool (the cells' open on first use)."""
+        await self.control.open()
 
     async def close(self, seconds: float = 10) -> None:
-        """Close the pool gracefully, or terminate its connections if the database does not answer."""
-        for cell in self._cells.values():
-            await cell.close(seconds)
-        if self.standby is not None:
-            await self.standby.close(seconds)
-        if self._pool is not None:
-            pool, self._pool = self._pool, None
-            try:
-                async with asyncio.timeout(seconds):
-                    await pool.close()
-            except OUTAGES:  # TimeoutError among them
-                pool.terminate()
+        """Close every pool: the cells' and their standbys', then the control database's."""
+        for cell in reversed(self.cells.values()):
+            if cell.standby is not None:
+                await cell.standby.replica.close(seconds)
+            await cell.pool.close(seconds)
 
     @property
     def unreachable(self) -> bool:
-        """Whether the last attempt to use the database failed for want of an answer."""
-        return self.down_since is not None
+        """Whether the control database's last use failed for want of an answer."""
+        return self.control.unreachable
 
-    def _failed(self) -> None:
-        if self.down_since is None:
-            self.down_since = time.monotonic()
-            if self._opening_lock is None:  # the control database's gauge; a cell's state is in /readyz
-                metrics.DB_UP.set(0)
-
-    def _answered(self) -> None:
-        if self.down_since is not None:
-            self.down_since = None
-            if self._opening_lock is None:
-                metrics.DB_UP.set(1)
-
-    @asynccontextmanager
-    async def connection(self, *, writes: bool = False) -> AsyncIterator[_Lease]:
-        """A pooled connection for work that must end by the current deadline (DEADLINE, else
-        the call deadline from now): the wait for it is bounded, and if the deadline passes while it
-        is held, it is terminated at once (no goodbye to a server that may not answer) and leaves
-        the pool, which opens a fresh one in its place. Every way the database fails to be there
-        comes out as `Unavailable`.
-        """
-        loop = asyncio.get_running_loop()
-        at = DEADLINE.get()
-        if at is None:
-            at = loop.time() + self.call_deadline
-        wait = min(self.acquire_seconds, max(at - loop.time(), 0.0))
-        self.waiting += 1
-        try:
-            if self._pool is None and self._opening_lock is not None:
-                await self._open_on_demand(wait)
-            # asyncio.timeout rather than acquire(timeout=...), which runs the wait in a task of its own.
-            async with asyncio.timeout(wait):
-                conn = await self.pool.acquire()
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:
-            if not is_outage(exc):
-                raise
-            raise self._unavailable(exc, None) from None
-        finally:
-            self.waiting -= 1
-        lease = _Lease(conn, writes=writes)
-        watchdog = loop.call_at(at, self._expire, lease) if at != math.inf else None
-        try:
-            yield lease
-        except BaseException as exc:
-            if watchdog is not None:
-                watchdog.cancel()
-            if lease.expired or isinstance(exc, asyncio.CancelledError) or is_outage(exc):
-                _terminate(conn)  # its state is unknown; nothing more is sent on it
-                await self.pool.release(conn)  # returns at once: the pool drops a closed connection
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
-                raise self._unavailable(exc, lease) from None
-            self._answered()  # it answered, with an error
-            await self.pool.release(conn)
-            if isinstance(exc, asyncpg.QueryCanceledError):  # a statement ran past its time limit
-                raise self._timed_out(lease) from None
-            if (refusal := _refusal(exc)) is not None:
-                raise refusal from None
-            raise
-        if watchdog is not None:
-            watchdog.cancel()
-        self._answered()
-        await self.pool.release(conn)
-
-    def _exhausted(self) -> bool:
-        """Every connection the pool may open is open and in use (rather than stuck connecting)."""
-        pool = self._pool
-        return pool is not None and pool.get_size() >= pool.get_max_size() and pool.get_idle_size() == 0
-
-    def _expire(self, lease: _Lease) -> None:
-        """The deadline passed with the connection still held: drop it, and with it its transaction."""
-        lease.expired = True
-        self._failed()
-        _terminate(lease.conn)
-
-    @staticmethod
-    def _timed_out(lease: _Lease) -> Unavailable:
-        """A statement cancelled by its statement_timeout (or an administrator): the transaction is
-        rolled back, so a write wrote nothing. Usually a database too busy or a lock held long."""
-        message = "a database statement ran past its time limit"
-        if lease.writes:
-            message += "; nothing was written"
-        return Unavailable("statement_timeout", message, committed=False if lease.writes else None)
-
-    def _unavailable(self, exc: BaseException, lease: _Lease | None) -> Unavailable:
-        committed: bool | str | None = None
-        if lease is not None and lease.writes:
-            committed = "unknown" if lease.committing else False
-        if lease is not None and lease.expired:
-            reason, message = "deadline", "the database did not answer in time"
-        elif lease is None and isinstance(exc, TimeoutError) and self._exhausted():
-            reason, message = "pool_exhausted", "no database connection was free in time"
-        else:
-            reason, message = "database_unreachable", f"the database is not reachable ({type(exc).__name__})"
-        if reason != "pool_exhausted":
-            self._failed()
-        if committed == "unknown":
-            message += "; the write was sent for commit and may or may not have been applied"
-        elif committed is False:
-            message += "; nothing was written"
-        return Unavailable(reason, message, committed=committed)
-
-    @property
-    def pool(self) -> asyncpg.Pool:
-        if self._pool is None:
-            raise RuntimeError("the database pool is not open")
-        return self._pool
+    def connection(self, *, writes: bool = False) -> AbstractAsyncContextManager[Lease]:
+        """A pooled connection to the control database, under the current deadline (`Pool.connection`)."""
+        return self.control.connection(writes=writes)
 
     async def run(
         self, fn: Callable[Concatenate[asyncpg.Connection, P], Awaitable[R]], *args: P.args, **kwargs: P.kwargs
     ) -> R:
-        """`fn(connection, ...)` on a pooled connection under the current deadline: for work outside a
-        tenant's transaction (the authorization server's state, server secrets)."""
-        async with self.connection() as lease:
-            return await fn(lease.conn, *args, **kwargs)
+        """`fn(connection, ...)` on the control database, for work outside a tenant's transaction."""
+        return await self.control.run(fn, *args, **kwargs)
 
     def cached_tenant(self, key: str) -> Tenant | None:
         """The tenant for `key` if this server resolved it lately; never asks the database."""
@@ -590,10 +297,10 @@ class Database:
         """The tenant for `key`; under the `auto` policy it is created with its graph on first use."""
         if (cached := self._tenants.get(key)) is not None:
             return cached
-        if not _TENANT_KEY.fullmatch(key):  # not match(): "$" would let a final newline through
+        if not TENANT_KEY.fullmatch(key):
             raise InvalidTenant("a tenant id is 1-200 letters, digits and . _ : @ | - (starting alphanumeric)")
         try:
-            async with self.connection() as lease:
+            async with self.control.connection() as lease:
                 row = await lease.conn.fetchrow(
                     "SELECT tenant_id::text, schema_name, cell, steps_current FROM engram.tenant_directory($1, $2)",
                     key,
@@ -606,7 +313,7 @@ class Database:
         tenant = Tenant(row[0], key, row[1], row[2])
         current = row[3]
         if tenant.cell != MAIN_CELL:  # its schema on its cell, made now if the directory row is new
-            current = await self.on(tenant.cell).adopt(tenant)
+            current = await self.adopt(tenant)
         if not current:  # not cached: asked again on the next call
             raise Unavailable(
                 "tenant_upgrading",
@@ -616,20 +323,13 @@ class Database:
         return tenant
 
     async def adopt(self, tenant: Tenant) -> bool:
-        """Make sure this cell holds `tenant` as the directory placed it (same id, key, schema),
-        creating it if not; whether it has every tenant step."""
-        async with self.connection() as lease:
-            row = await lease.conn.fetchrow(
-                "SELECT schema_name, steps_current FROM engram.cell_tenant($1::uuid, $2)", tenant.id, tenant.key
-            )
-        assert row is not None
-        if row[0] != tenant.schema:
-            raise InvalidTenant(f"cell {self.name!r} names tenant {tenant.key!r} differently")
-        return bool(row[1])
+        """Make sure the tenant's cell holds it as the directory placed it, creating it if not;
+        whether it has every tenant step."""
+        return await self.on(tenant.cell).run(adopt, tenant)
 
     async def secret(self, name: str) -> bytes:
         """A server-wide secret kept in the database, so every replica shares it."""
-        async with self.connection() as lease:
+        async with self.control.connection() as lease:
             value = await lease.conn.fetchval("SELECT value FROM engram.server_secrets WHERE name = $1", name)
         if value is None:
             raise RuntimeError(f"server secret {name!r} is missing: run `engram migrate`")
@@ -637,58 +337,12 @@ class Database:
 
     async def cursor_keys(self) -> list[tuple[str, bytes, float]]:
         """The cursor signing keys, oldest first: (id, key, seconds since it was added). Shared by every replica."""
-        async with self.connection() as lease:
+        async with self.control.connection() as lease:
             rows = await lease.conn.fetch(
                 "SELECT name, value, extract(epoch FROM now() - created_at)::float8 FROM engram.server_secrets"
                 f" WHERE name ~ '{CURSOR_KEY}' ORDER BY created_at, name"
             )
         return [(r[0], r[1], r[2]) for r in rows]
-
-    async def _standby_fits(self, needs: int | None) -> bool:
-        """Whether a read may go to this database's standby: it answers, streams, is at most
-        `standby_max_lag` seconds behind, and has replayed `needs` (the reader's last commit)."""
-        standby = self.standby
-        assert standby is not None and self._probing is not None
-        now = time.monotonic()
-        if standby.down_since is not None and now - standby.down_since < STANDBY_RETRY_SECONDS:
-            return False
-        if now - self._probed_at > STANDBY_PROBE_SECONDS:
-            async with self._probing:
-                if time.monotonic() - self._probed_at > STANDBY_PROBE_SECONDS:
-                    await self._probe()
-        lag = self._lag
-        return lag is not None and lag <= self.standby_max_lag and (needs is None or self._replayed >= needs)
-
-    async def _probe(self) -> None:
-        """The primary's position now (flushed: all a standby can have), then how far the standby
-        has replayed. Its lag is the time
-        since the primary was where the standby is: the age of the newest sample it has reached
-        (0 if it has reached this one; unknown, so not read from, if it has reached none kept).
-        No privilege is needed, and a standby that stopped receiving shows its lag as it grows."""
-        assert self.standby is not None
-        self._lag = None
-        try:
-            with deadline(STANDBY_PROBE_BUDGET):
-                async with self.connection() as lease:
-                    self._samples.append(
-                        (time.monotonic(), lsn(await lease.conn.fetchval("SELECT pg_current_wal_flush_lsn()::text")))
-                    )
-                async with self.standby.connection() as lease:
-                    replayed = await lease.conn.fetchval("SELECT pg_last_wal_replay_lsn()::text")
-        except Unavailable:
-            return  # the one that failed has its down_since set: the standby is left alone for a while
-        except asyncpg.PostgresError as exc:
-            logger.warning("standby of cell %s refused its probe: %s", self.name, type(exc).__name__)
-            self.standby.down_since = time.monotonic()
-            return
-        finally:
-            self._probed_at = time.monotonic()
-        if replayed is None:  # not a standby (or not in recovery any more)
-            return
-        self._replayed = lsn(replayed)
-        reached = [at for at, position in self._samples if position <= self._replayed]
-        if reached:
-            self._lag = 0.0 if reached[-1] == self._samples[-1][0] else time.monotonic() - reached[-1]
 
     @asynccontextmanager
     async def transaction(
@@ -700,25 +354,28 @@ class Database:
         principal: str | None = None,
         standby: bool = False,
     ) -> AsyncIterator[Tx]:
-        """One transaction in the tenant's context; commits on success.
+        """One transaction in the tenant's context, on its cell; commits on success.
 
         The context is the tenant's own role (the only one with privileges on its schema) and the
         setting that row-level security on shared tables reads; both end with the transaction. They
         are set in the same round trip as BEGIN (`_opening`). `snapshot`: REPEATABLE READ, so every
         query sees the database as of the first one (an export's pages belong to one moment).
-
-        It is bound by the current deadline (`connection`): if that passes before COMMIT is sent,
-        the connection is terminated and the server rolls the transaction back, so a call answered
-        `unavailable` cannot commit later.
+        `standby`: a read may go to the cell's standby if it fits (has `principal`'s last write).
+        Bound by the current deadline (`Pool.connection`): a call answered `unavailable` cannot
+        commit later.
         """
         opening = _opening(tenant, readonly, snapshot, self._statement_timeout_ms)
-        db = cell = self if tenant.cell == MAIN_CELL else self.on(tenant.cell)
-        if standby and readonly and cell.standby is not None:
-            needs = None if principal is None else cell._written.get((tenant.key, principal))
-            if await cell._standby_fits(needs):
-                db = cell.standby
-                metrics.STANDBY_READS.inc()
-        async with db.connection(writes=not readonly) as lease:
+        cell = self.cell(tenant.cell)
+        pool = cell.pool
+        if (
+            standby
+            and readonly
+            and cell.standby is not None
+            and await cell.standby.fits(cell.standby.needs(tenant.key, principal))
+        ):
+            pool = cell.standby.replica
+            metrics.STANDBY_READS.inc()
+        async with pool.connection(writes=not readonly) as lease:
             conn = lease.conn
             try:
                 try:
@@ -738,46 +395,6 @@ class Database:
                         self._tenants.pop(tenant.key, None)
                         raise Moving(tenant.key) from None
                 raise
-            lease.committing = True
-            call = CALL.get()
-            if call is not None:
-                call.committing = True
-            await conn.execute("COMMIT")
-            lease.committing = False
-            if call is not None:
-                call.committing = False
+            await lease.commit()
             if cell.standby is not None and principal is not None and not readonly:
-                # Where the commit ends in the WAL (insert position: with asynchronous commit the
-                # write position may not have passed it yet): this writer's reads need a standby there.
-                cell._written[(tenant.key, principal)] = lsn(
-                    await conn.fetchval("SELECT pg_current_wal_insert_lsn()::text")
-                )
-
-    async def api_key(self, key_id: str) -> ApiKeyRecord | None:
-        """An API key's record by its public id, looked up before any tenant is known.
-
-        `engram apikey create` writes keys in the control database; a tenant's own key made in the
-        console is written in its transaction, so on its cell: looked up there when the control
-        database has none. A cell that does not answer makes a key found nowhere `unavailable`
-        rather than unknown (a client told 401 may throw a good key away)."""
-        if (found := await self._api_key_here(key_id)) is not None:
-            return found
-        failed: Unavailable | None = None
-        for cell in self._cells.values():
-            try:
-                if (found := await cell._api_key_here(key_id)) is not None:
-                    return found
-            except Unavailable as exc:
-                failed = exc
-        if failed is not None:
-            raise failed
-        return None
-
-    async def _api_key_here(self, key_id: str) -> ApiKeyRecord | None:
-        async with self.connection() as lease:
-            row = await lease.conn.fetchrow(
-                "SELECT tenant_key, secret_hash, scopes, expires_at, revoked_at FROM engram.api_key($1)", key_id
-            )
-        if row is None or row[0] is None:  # no such key (the function answers a row of nulls)
-            return None
-        return ApiKeyRecord(row[0], bytes(row[1]), list(row[2]), row[3], row[4])
+                await cell.standby.committed(conn, tenant.key, principal)  # this writer's reads need it

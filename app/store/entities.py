@@ -7,7 +7,6 @@ are inserted straight into AGE's label table: one set-based statement per batch.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
@@ -15,7 +14,7 @@ from typing import Any
 
 import asyncpg
 
-from app.store.database import Tx, timed
+from app.store.database import UUID, Tx, timed
 from app.store.validity import NOW, When, holds, valid_at
 
 
@@ -59,14 +58,9 @@ def name_key(name: str) -> str:
     return name.casefold()
 
 
-# The canonical spelling of an id, the only one Engram accepts (and the one it returns).
-UUID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
-_UUID = re.compile(UUID_PATTERN)
-
-
 def is_uuid(value: str) -> bool:
     """Only the canonical spelling is an id (the one Engram returns); `{…}`, `urn:uuid:…`, capitals are names."""
-    return _UUID.fullmatch(value) is not None
+    return UUID.fullmatch(value) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -531,127 +525,6 @@ async def observations(tx: Tx, entity_ids: Sequence[str], per_entity: int, when:
 def like_pattern(text: str) -> str:
     """A LIKE pattern matching `text` anywhere, with its own % _ and \\ taken literally."""
     return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-
-
-_SORTS = {
-    # sort name: (key expression, direction)
-    "name": ("e.name", "ASC"),
-    "recent": ("e.updated_at", "DESC"),
-    "certainty": ("coalesce(e.certainty, -1)", "DESC"),
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Found:
-    """One entity of a listing page: its row, its sort key as text (the cursor's), and the alias that
-    matched the name filter when the name itself did not."""
-
-    row: EntityRow
-    sort_key: str
-    matched_alias: str | None
-
-
-# `find` with a name filter lists two disjoint branches, each planned as its own query: the entities
-# whose name matches (the plans the filter had on names alone: the names' trigram index when it is
-# selective, the sort order's index when it is not), and those whose name does not but an alias
-# does (ids from the aliases' trigram index). An OR of the two can use no index, and one listing
-# over both sets of ids loses the row estimates and the sort order's index (measured in
-# docs/benchmarks.md). Each branch: its condition on `e`, and the alias it reports as matched.
-_BY_NAME = ("e.name ILIKE $1", "NULL")
-_BY_ALIAS = (
-    "e.name NOT ILIKE $1 AND e.id IN (SELECT a.entity_id FROM {s}.aliases a WHERE a.alias ILIKE $1)",
-    "(SELECT a.alias FROM {s}.aliases a WHERE a.entity_id = e.id AND a.alias ILIKE $1 ORDER BY a.alias_key LIMIT 1)",
-)
-_UNNAMED = ("$1::text IS NULL", "NULL")  # no name filter: its parameter is still named (NULL)
-
-
-@timed
-async def find(
-    tx: Tx,
-    *,
-    sort: str,
-    limit: int,
-    after: tuple[str, str] | None,
-    name_contains: str | None = None,
-    text_contains: str | None = None,
-    types: Sequence[str] | None = None,
-    area: str | None = None,
-    topic: str | None = None,
-    subtopic: str | None = None,
-    certainty_min: int | None = None,
-    certainty_max: int | None = None,
-    created_after: datetime | None = None,
-    created_before: datetime | None = None,
-    sources: Sequence[str] | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    when: When = NOW,
-) -> tuple[list[Found], int]:
-    """A page of live entities matching every given filter, keyset-paged; and the total matching.
-
-    `name_contains` matches names and aliases (each entity once). `after` is the (sort key as text,
-    id) of the last row of the previous page. Observations count only as `when` sees them; with
-    `sources`, `since` or `until`, an entity needs an observation from one of those sources written
-    in [since, until).
-    """
-    key, direction = _SORTS[sort]
-    op = ">" if direction == "ASC" else "<"
-    where = """
-        e.deleted_at IS NULL AND NAMED
-        AND ($2::text IS NULL OR e.name ILIKE $2 OR e.type ILIKE $2 OR e.description ILIKE $2
-             OR e.properties::text ILIKE $2
-             OR EXISTS (SELECT 1 FROM {s}.observations o WHERE o.entity_id = e.id AND o.content ILIKE $2
-                        AND HOLDS))
-        AND ($3::text[] IS NULL OR e.type = ANY($3))
-        AND ($4::text IS NULL OR e.area = $4) AND ($5::text IS NULL OR e.topic = $5)
-        AND ($6::text IS NULL OR e.subtopic = $6)
-        AND ($7::int IS NULL OR e.certainty >= $7) AND ($8::int IS NULL OR e.certainty <= $8)
-        AND ($9::timestamptz IS NULL OR e.created_at >= $9) AND ($10::timestamptz IS NULL OR e.created_at < $10)
-        AND (($11::text[] IS NULL AND $12::timestamptz IS NULL AND $13::timestamptz IS NULL)
-             OR EXISTS (SELECT 1 FROM {s}.observations o WHERE o.entity_id = e.id AND HOLDS
-                        AND ($11::text[] IS NULL OR o.source = ANY($11::text[]))
-                        AND ($12::timestamptz IS NULL OR o.created_at >= $12)
-                        AND ($13::timestamptz IS NULL OR o.created_at < $13)))
-    """.replace("HOLDS", holds("o", "$14", "$15"))
-    branches = [_BY_NAME, _BY_ALIAS] if name_contains else [_UNNAMED]
-    args = [
-        like_pattern(name_contains) if name_contains else None,
-        like_pattern(text_contains) if text_contains else None,
-        list(types) if types else None,
-        area,
-        topic,
-        subtopic,
-        certainty_min,
-        certainty_max,
-        created_after,
-        created_before,
-        list(sources) if sources else None,
-        since,
-        until,
-        *when.params(),
-    ]
-    pages = [
-        f"""
-        SELECT {COLUMNS}, ({key})::text AS sort_key, {alias} AS matched_alias, {key} AS sort_value, e.id AS sort_id
-        FROM {{s}}.entities e WHERE {where.replace("NAMED", named)}
-            AND ($16::text IS NULL OR ({key}, e.id) {op} ($16::text::{_key_type(sort)}, $17::uuid))
-        ORDER BY {key} {direction}, e.id {direction} LIMIT $18
-        """
-        for named, alias in branches
-    ]
-    if len(pages) > 1:  # each branch's first page, then the first of those
-        page = " UNION ALL ".join(f"({p})" for p in pages)
-        page += f" ORDER BY sort_value {direction}, sort_id {direction} LIMIT $18"
-    else:
-        page = pages[0]
-    rows = await tx.fetch(page, *args, after[0] if after else None, after[1] if after else None, limit)
-    counts = [f"(SELECT count(*) FROM {{s}}.entities e WHERE {where.replace('NAMED', named)})" for named, _ in branches]
-    total = await tx.fetchval("SELECT " + " + ".join(counts), *args)
-    return [Found(entity_row(r), r["sort_key"], r["matched_alias"]) for r in rows], total
-
-
-def _key_type(sort: str) -> str:
-    return {"name": "text", "recent": "timestamptz", "certainty": "int"}[sort]
 
 
 @timed

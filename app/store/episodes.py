@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import asyncpg
 import orjson
 
 from app.store.database import Tx, timed
@@ -51,9 +52,12 @@ _COLUMNS = """p.id, p.content, p.at, p.source, p.created_by, p.created_at, p.val
      WHERE pe.episode_id = p.id)::text AS involved"""
 
 
-def _row(r: Sequence[object]) -> EpisodeRow:
-    involved = [(End(i, n, t), role) for i, n, t, role in orjson.loads(str(r[9] or "[]"))]
-    return EpisodeRow(*r[:9], involved)  # type: ignore[arg-type, call-arg]
+def _row(r: asyncpg.Record) -> EpisodeRow:
+    involved = [(End(i, n, t), role) for i, n, t, role in orjson.loads(str(r["involved"] or "[]"))]
+    return EpisodeRow(
+        r["id"], r["content"], r["at"], r["source"], r["created_by"], r["created_at"],
+        r["valid_from"], r["valid_until"], r["ended_why"], involved,
+    )  # fmt: skip
 
 
 @timed

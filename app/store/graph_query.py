@@ -1,4 +1,4 @@
-"""Running a read-only Cypher query (already parsed, app/store/cypher_read.py) on the tenant's graph."""
+"""Running a read-only Cypher query (already parsed and written for AGE, app/store/cypher/) on the tenant's graph."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import asyncpg
 import orjson
 
-from app.store.cypher_read import ReadQuery
+from app.store.cypher import ReadQuery
 from app.store.database import Tx, timed
 
 # The dollar quote around the query text. The parser's text has no quotes, and `$` only before its
@@ -115,19 +115,7 @@ async def run(
     Rows are read through a cursor, a batch at a time, and reading stops at the byte bound: the
     database sums the rows' sizes as it sends them and sends only NULLs past the bound, so no row
     past it ever reaches this process."""
-    if _QUOTE in query.text or not query.columns:
-        raise ValueError("refusing query text")
-    n = len(query.columns)
-    columns = ", ".join(f"c{i} ag_catalog.agtype" for i in range(n))
-    # agtype as asyncpg reads it (its output function: strings quoted); a cast to text would not quote.
-    sizes = " + ".join(f"coalesce(octet_length(ag_catalog.agtype_out(c{i})::text), 0)" for i in range(n))
-    shown = ", ".join(f"CASE WHEN total <= $3 THEN c{i} END" for i in range(n))
-    # The graph is the transaction's own tenant schema (checked against its pattern by Tenant).
-    opening = f"FROM ag_catalog.cypher('{tx.tenant.schema}', {_QUOTE} "
-    sql = (
-        f"SELECT total, {shown} FROM (SELECT *, sum({sizes}) OVER (ROWS UNBOUNDED PRECEDING) AS total"
-        f" {opening}{query.text} {_QUOTE}, $1) AS ({columns}) LIMIT $2) measured"
-    )
+    sql, at = _statement(tx.tenant.schema, query)
     await tx.set_local(
         {
             "statement_timeout": int(timeout_ms),
@@ -157,8 +145,26 @@ async def run(
             raise
         if state.startswith("54"):
             raise TooLarge(_first_line(e)) from None
-        raise Refused(_first_line(e), _near(e, sql.index(opening) + len(opening) + 1, query.text)) from None
+        raise Refused(_first_line(e), _near(e, at, query.text)) from None
     return Rows(rows, False)
+
+
+def _statement(schema: str, query: ReadQuery) -> tuple[str, int]:
+    """The SQL that runs `query` on the graph `schema` (the transaction's own tenant schema, checked
+    against its pattern by Tenant), and where the query text starts in it (1-based, less one)."""
+    if _QUOTE in query.text or not query.columns:
+        raise ValueError("refusing query text")
+    n = len(query.columns)
+    columns = ", ".join(f"c{i} ag_catalog.agtype" for i in range(n))
+    # agtype as asyncpg reads it (its output function: strings quoted); a cast to text would not quote.
+    sizes = " + ".join(f"coalesce(octet_length(ag_catalog.agtype_out(c{i})::text), 0)" for i in range(n))
+    shown = ", ".join(f"CASE WHEN total <= $3 THEN c{i} END" for i in range(n))
+    opening = f"FROM ag_catalog.cypher('{schema}', {_QUOTE} "
+    sql = (
+        f"SELECT total, {shown} FROM (SELECT *, sum({sizes}) OVER (ROWS UNBOUNDED PRECEDING) AS total"
+        f" {opening}{query.text} {_QUOTE}, $1) AS ({columns}) LIMIT $2) measured"
+    )
+    return sql, sql.index(opening) + len(opening) + 1
 
 
 # What one value of a list or map costs as a Python object and in the answer beyond its text

@@ -44,9 +44,8 @@ async def record(tx: Tx, events: Sequence[Event], actor: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """A recorded change: one row of ``history``."""
+    """One row of ``history``: as stored (with its `id`), or as an import's file gives it (no id yet)."""
 
-    id: int
     entity_id: str
     other_id: str | None
     relation_id: str | None
@@ -54,9 +53,10 @@ class Change:
     changes: dict[str, Any]
     actor: str
     at: datetime
+    id: int | None = None
 
 
-_COLUMNS = "h.id, h.entity_id::text, h.other_id::text, h.relation_id::text, h.action, h.changes, h.actor, h.at"
+COLUMNS = "h.entity_id::text, h.other_id::text, h.relation_id::text, h.action, h.changes, h.actor, h.at, h.id"
 
 
 @timed
@@ -64,7 +64,7 @@ async def of_entity(tx: Tx, entity_id: str, limit: int, before: int | None) -> l
     """Newest first: changes to the entity, its observations, and relations touching it."""
     rows = await tx.fetch(
         f"""
-        SELECT {_COLUMNS} FROM {{s}}.history h
+        SELECT {COLUMNS} FROM {{s}}.history h
         WHERE (h.entity_id = $1 OR h.other_id = $1) AND ($2::bigint IS NULL OR h.id < $2)
         ORDER BY h.id DESC LIMIT $3
         """,
@@ -78,5 +78,5 @@ async def of_entity(tx: Tx, entity_id: str, limit: int, before: int | None) -> l
 @timed
 async def recent(tx: Tx, limit: int) -> list[Change]:
     """The tenant's latest changes, newest first."""
-    rows = await tx.fetch(f"SELECT {_COLUMNS} FROM {{s}}.history h ORDER BY h.id DESC LIMIT $1", limit)
+    rows = await tx.fetch(f"SELECT {COLUMNS} FROM {{s}}.history h ORDER BY h.id DESC LIMIT $1", limit)
     return [Change(*r) for r in rows]

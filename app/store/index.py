@@ -265,47 +265,58 @@ async def _put(tx: Tx, kind: str, docs: Sequence[_Doc], existing: Sequence[Any],
         hashes.append(digest)
         embeddings.append(None if vector is None else vector_value(vector))
     if by_key:
-        gone = list(by_key)
-        if kind == "entity":
-            await tx.execute(
-                "DELETE FROM {s}.search_docs d USING unnest($1::uuid[], $2::bigint[]) AS g(entity_id, observation_id)"
-                " WHERE d.entity_id = g.entity_id AND d.observation_id IS NOT DISTINCT FROM g.observation_id"
-                " AND d.relation_id IS NULL AND d.episode_id IS NULL",
-                [g[0] for g in gone],
-                [g[1] for g in gone],
-            )
-        else:
-            sql_type = "uuid" if kind == "relation" else "bigint"
-            await tx.execute(f"DELETE FROM {{s}}.search_docs WHERE {kind}_id = ANY($1::{sql_type}[])", gone)
+        await _delete(tx, kind, list(by_key))
     if changed:
-        model_id = vectors.model.id if vectors.model else None
-        await tx.execute(
-            f"""
-            INSERT INTO {{s}}.search_docs AS d (entity_id, observation_id, other_id, relation_id, edge, episode_id,
-                                                body, body_hash, model_id, embedding)
-            SELECT r.entity_id, r.observation_id, r.other_id, r.relation_id, r.edge::ag_catalog.graphid,
-                   r.episode_id, r.body, r.body_hash, CASE WHEN r.embedding IS NULL THEN NULL ELSE $10::smallint END,
-                   r.embedding
-            FROM unnest($1::uuid[], $2::bigint[], $3::uuid[], $4::uuid[], $5::text[], $6::bigint[], $7::text[],
-                        $8::bytea[], $9::vector[])
-                AS r(entity_id, observation_id, other_id, relation_id, edge, episode_id, body, body_hash, embedding)
-            ON CONFLICT {_CONFLICT[kind]} DO UPDATE
-            SET entity_id = excluded.entity_id, other_id = excluded.other_id, edge = excluded.edge,
-                body = excluded.body, body_hash = excluded.body_hash, model_id = excluded.model_id,
-                embedding = excluded.embedding
-            """,
-            [d.entity_id for d in changed],
-            [d.observation_id for d in changed],
-            [d.other_id for d in changed],
-            [d.relation_id for d in changed],
-            [d.edge for d in changed],
-            [d.episode_id for d in changed],
-            [d.body for d in changed],
-            hashes,
-            embeddings,
-            model_id,
-        )
+        await _write(tx, kind, changed, hashes, embeddings, vectors)
     return sum(1 for e in embeddings if e is None)
+
+
+async def _delete(tx: Tx, kind: str, gone: list[Any]) -> None:
+    """Delete the documents of one kind by their keys."""
+    if kind == "entity":
+        await tx.execute(
+            "DELETE FROM {s}.search_docs d USING unnest($1::uuid[], $2::bigint[]) AS g(entity_id, observation_id)"
+            " WHERE d.entity_id = g.entity_id AND d.observation_id IS NOT DISTINCT FROM g.observation_id"
+            " AND d.relation_id IS NULL AND d.episode_id IS NULL",
+            [g[0] for g in gone],
+            [g[1] for g in gone],
+        )
+    else:
+        sql_type = "uuid" if kind == "relation" else "bigint"
+        await tx.execute(f"DELETE FROM {{s}}.search_docs WHERE {kind}_id = ANY($1::{sql_type}[])", gone)
+
+
+async def _write(
+    tx: Tx, kind: str, changed: Sequence[_Doc], hashes: list[bytes], embeddings: list[Any], vectors: Vectors
+) -> None:
+    """Insert or update the documents of one kind, with their text hashes and the embeddings known."""
+    model_id = vectors.model.id if vectors.model else None
+    await tx.execute(
+        f"""
+        INSERT INTO {{s}}.search_docs AS d (entity_id, observation_id, other_id, relation_id, edge, episode_id,
+                                            body, body_hash, model_id, embedding)
+        SELECT r.entity_id, r.observation_id, r.other_id, r.relation_id, r.edge::ag_catalog.graphid,
+               r.episode_id, r.body, r.body_hash, CASE WHEN r.embedding IS NULL THEN NULL ELSE $10::smallint END,
+               r.embedding
+        FROM unnest($1::uuid[], $2::bigint[], $3::uuid[], $4::uuid[], $5::text[], $6::bigint[], $7::text[],
+                    $8::bytea[], $9::vector[])
+            AS r(entity_id, observation_id, other_id, relation_id, edge, episode_id, body, body_hash, embedding)
+        ON CONFLICT {_CONFLICT[kind]} DO UPDATE
+        SET entity_id = excluded.entity_id, other_id = excluded.other_id, edge = excluded.edge,
+            body = excluded.body, body_hash = excluded.body_hash, model_id = excluded.model_id,
+            embedding = excluded.embedding
+        """,
+        [d.entity_id for d in changed],
+        [d.observation_id for d in changed],
+        [d.other_id for d in changed],
+        [d.relation_id for d in changed],
+        [d.edge for d in changed],
+        [d.episode_id for d in changed],
+        [d.body for d in changed],
+        hashes,
+        embeddings,
+        model_id,
+    )
 
 
 def _key(kind: str, doc: Any) -> Any:

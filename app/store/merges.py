@@ -201,3 +201,16 @@ async def merged_into(tx: Tx, ids: Sequence[str]) -> dict[str, str]:
         list(ids),
     )
     return {r[0]: r[1] for r in rows}
+
+
+@timed
+async def set_merged_into(tx: Tx, pairs: Sequence[tuple[str, str]]) -> None:
+    """Record (entity id, survivor id): a deleted entity merged into another, as an engram file says
+    (a merge marks its own in `mark_merged`)."""
+    if pairs:
+        await tx.execute(
+            "UPDATE {s}.entities e SET merged_into = p.survivor FROM unnest($1::uuid[], $2::uuid[]) AS p(id, survivor)"
+            " WHERE e.id = p.id AND e.deleted_at IS NOT NULL",
+            [p[0] for p in pairs],
+            [p[1] for p in pairs],
+        )

@@ -9,17 +9,37 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 
 import asyncpg
 
 from app.config import MAIN_CELL
 from app.errors import EngramError
-from app.store.connect import OwnerConnection, owner
-from app.store.database import Tenant, timed
+from app.store.database import Tenant, adopt, timed
 
 # A table in the tenant's schema on both sides while the move runs: a row written on the source
 # after its last write is seen on the target only once everything before it has been applied.
 MARK = "engram_move_mark"
+
+# A move's steps, in the order they run (app/services/moves.py says what each does and undoes).
+Step = Literal[
+    "prepare",
+    "publish",
+    "subscribe",
+    "copy",
+    "fence_writes",
+    "catch_up",
+    "compare",
+    "sequences",
+    "switch",
+    "fence_reads",
+    "unsubscribe",
+]
+# How a move ended: its source dropped (`finished`), or undone before it switched (`aborted`).
+Ended = Literal["aborted", "finished"]
+# What a progress row's `step` says: `planned` (no step done yet), the last step done, `aborting`
+# (an abort has begun: run it again to end it), or how it ended.
+State = Literal["planned", "aborting"] | Step | Ended
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +52,7 @@ class Move:
     schema: str
     source: str
     target: str
-    step: str
+    step: State
     started_at: datetime
     updated_at: datetime
     switched_at: datetime | None
@@ -45,11 +65,6 @@ _MOVE = (
     " m.updated_at, m.switched_at, m.finished_at, m.error"
     " FROM engram.tenant_moves m JOIN engram.tenants t ON t.id = m.tenant_id"
 )
-
-
-# An owner connection to one cell's database (or the control database), as the move holds it.
-Connection = OwnerConnection
-connect = owner
 
 
 def names(tenant: Tenant) -> str:
@@ -82,15 +97,16 @@ async def claim(conn: asyncpg.Connection, tenant_id: str) -> None:
 
 
 @timed
-async def start(conn: asyncpg.Connection, tenant_id: str, source: str, target: str, step: str) -> Move:
-    """A new progress row; `conflict` when the tenant has an unfinished move."""
+async def start(conn: asyncpg.Connection, tenant_id: str, source: str, target: str) -> Move:
+    """A new progress row, `planned`; `conflict` when the tenant has an unfinished move."""
+    planned: State = "planned"
     try:
         await conn.execute(
             "INSERT INTO engram.tenant_moves (tenant_id, source, target, step) VALUES ($1::uuid, $2, $3, $4)",
             tenant_id,
             source,
             target,
-            step,
+            planned,
         )
     except asyncpg.UniqueViolationError:
         raise EngramError("conflict", "this tenant is being moved already") from None
@@ -100,8 +116,8 @@ async def start(conn: asyncpg.Connection, tenant_id: str, source: str, target: s
 
 
 @timed
-async def record(conn: asyncpg.Connection, move_id: int, step: str, error: str | None = None) -> None:
-    """The step a move has reached (or failed at, with `error`)."""
+async def record(conn: asyncpg.Connection, move_id: int, step: State, error: str | None = None) -> None:
+    """The step a move has reached (or, with `error`, the last one done before a step failed)."""
     await conn.execute(
         "UPDATE engram.tenant_moves SET step = $2, error = $3, updated_at = now() WHERE id = $1",
         move_id,
@@ -111,7 +127,7 @@ async def record(conn: asyncpg.Connection, move_id: int, step: str, error: str |
 
 
 @timed
-async def finish(conn: asyncpg.Connection, move_id: int, step: str = "finished") -> None:
+async def finish(conn: asyncpg.Connection, move_id: int, step: Ended) -> None:
     """The move ended: `finished` (its source dropped) or `aborted` (its target's copy dropped)."""
     await conn.execute(
         "UPDATE engram.tenant_moves SET step = $2, error = NULL, updated_at = now(), finished_at = now() WHERE id = $1",
@@ -163,7 +179,7 @@ async def prepare_target(conn: asyncpg.Connection, tenant: Tenant, cell: str) ->
                 await conn.execute("UPDATE engram.tenants SET steps_version = '' WHERE id = $1::uuid", tenant.id)
                 await conn.execute("SELECT engram.create_tenant_objects($1)", tenant.schema)
     else:
-        await conn.fetchrow("SELECT * FROM engram.cell_tenant($1::uuid, $2)", tenant.id, tenant.key)
+        await adopt(conn, tenant)
     await conn.execute(f"CREATE TABLE IF NOT EXISTS {tenant.schema}.{MARK} (at pg_lsn PRIMARY KEY)")
     if await conn.fetchval("SELECT count(*) FROM pg_subscription WHERE subname = $1", names(tenant)):
         return  # copying already: rows here are the copy's
@@ -318,11 +334,16 @@ async def unpublish(conn: asyncpg.Connection, tenant: Tenant) -> None:
 
 
 @timed
+async def drop_mark(conn: asyncpg.Connection, tenant: Tenant) -> None:
+    """On the source of an abandoned move (never switched): the mark table `publish` made dropped."""
+    await conn.execute(f"DROP TABLE IF EXISTS {tenant.schema}.{MARK}")
+
+
+@timed
 async def reopen(conn: asyncpg.Connection, tenant: Tenant) -> None:
-    """On the source of an abandoned move (never switched): the mark table dropped, the tenant
-    role's privileges as the tenant steps grant them, the fence lifted."""
+    """On the source of an abandoned move (never switched): the tenant role's privileges as the
+    tenant steps grant them, the fence lifted."""
     async with conn.transaction():
-        await conn.execute(f"DROP TABLE IF EXISTS {tenant.schema}.{MARK}")
         await conn.execute("SELECT engram.grant_tenant_tables($1)", tenant.schema)
         await conn.execute("UPDATE engram.tenants SET fenced = NULL WHERE id = $1::uuid", tenant.id)
 

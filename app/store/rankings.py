@@ -1,4 +1,6 @@
-"""The three rankings over a tenant's search documents (index.py), and what a search shows of its hits.
+"""The rankings over a tenant's search documents (index.py) that search and recall share, search's
+own (words, names), and what a search shows of its hits. What a ranked document must pass is
+scopes.py's; recall's own rankings are in recall.py.
 
 Vector indexes are partial per model: ``search_docs_vec_<model id>`` over
 ``embedding::vector(<dims>)``. Those two integers, which come from the control plane's model
@@ -11,86 +13,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from app.store.database import Tx, timed
 from app.store.index import Model, Vector, vector_value
-from app.store.validity import NOW, When, valid_at
-
-# Parameters $3-$7 of every ranking query (`Narrowing.params`); soft-deleted entities never match.
-_FILTERS = """
-    AND e.deleted_at IS NULL
-    AND ($3::text[] IS NULL OR lower(e.type) = ANY (SELECT lower(t) FROM unnest($3::text[]) AS t))
-    AND ($4::text IS NULL OR lower(e.area) = lower($4::text))
-    AND ($5::text IS NULL OR lower(e.topic) = lower($5::text))
-    AND ($6::int IS NULL OR e.certainty >= $6::int)
-    AND ($7::int IS NULL OR e.certainty <= $7::int)
-"""
-
-
-def _facts(n: int) -> str:
-    """What a document `d` must pass, from parameters $n-$n+4 (`Narrowing.fact_params`): an
-    observation counts only while it holds at the moment (unless every fact counts), and with a
-    source or write-time filter only observations from those sources written in [since, until) match
-    (the entity's own text has no source). The validity test anti-joins the few observations that
-    have an interval (a partial index holds them)."""
-    sources, since, until, at, everything = (f"${n + i}" for i in range(5))
-    return f"""
-    AND (CASE WHEN d.observation_id IS NULL
-              THEN {sources}::text[] IS NULL AND {since}::timestamptz IS NULL AND {until}::timestamptz IS NULL
-              ELSE ({everything}::boolean OR NOT EXISTS (
-                        SELECT 1 FROM {{s}}.observations o WHERE o.id = d.observation_id
-                          AND (o.valid_from IS NOT NULL OR o.valid_until IS NOT NULL)
-                          AND NOT ({valid_at("o", at)})))
-                   AND (({sources}::text[] IS NULL AND {since}::timestamptz IS NULL AND {until}::timestamptz IS NULL)
-                        OR EXISTS (SELECT 1 FROM {{s}}.observations o WHERE o.id = d.observation_id
-                                     AND ({sources}::text[] IS NULL OR o.source = ANY({sources}::text[]))
-                                     AND ({since}::timestamptz IS NULL OR o.created_at >= {since}::timestamptz)
-                                     AND ({until}::timestamptz IS NULL OR o.created_at < {until}::timestamptz)))
-         END)
-    """
-
-
-@dataclass(frozen=True, slots=True)
-class Narrowing:
-    """What every ranking's hits must pass (types, area and topic case-insensitively); None: anything.
-
-    The fact filters (sources, since, until: an observation's source and write time) and the moment
-    (`when`) apply to the texts that match: observations that do not hold at that moment match
-    nothing."""
-
-    types: Sequence[str] | None = None
-    area: str | None = None
-    topic: str | None = None
-    min_certainty: int | None = None
-    max_certainty: int | None = None
-    sources: Sequence[str] | None = None
-    since: datetime | None = None
-    until: datetime | None = None
-    when: When = NOW
-
-    def params(self) -> tuple[Any, ...]:
-        """Parameters $3-$7 of a ranking query."""
-        types = list(self.types) if self.types else None
-        return (types, self.area, self.topic, self.min_certainty, self.max_certainty)
-
-    def fact_params(self) -> tuple[Any, ...]:
-        """The five parameters of `_facts`: sources, since, until, the moment, every fact."""
-        return (list(self.sources) if self.sources else None, self.since, self.until, *self.when.params())
-
-    @property
-    def by_facts(self) -> bool:
-        """Only observations from given sources or write times can match (names cannot)."""
-        return bool(self.sources) or self.since is not None or self.until is not None
+from app.store.scopes import Among, Scope, among, entity_kind, entity_text
 
 
 @dataclass(frozen=True, slots=True)
 class Ranked:
-    """One row of a ranking, best first: a document (or, for names, the entity) and its score."""
+    """One row of a ranking, best first: its document (None for a name: the entity itself) and score.
+    `entity_id` is whose text it is (search's rankings); `near` whose fact it is, in a `within`
+    ranking: `named` (an entity the question names), `bridge` (a neighbour of two or more of them),
+    `neighbour` (of one); `episode` whether it is an episode."""
 
-    entity_id: str
     doc_id: int | None
     score: float
+    entity_id: str | None = None
+    near: str | None = None
+    episode: bool = False
 
 
 @timed
@@ -113,30 +53,26 @@ async def tune(tx: Tx, ef_search: int) -> None:
 
 
 @timed
-async def by_vector(
-    tx: Tx,
-    model: Model,
-    query: Vector,
-    limit: int,
-    narrow: Narrowing = Narrowing(),
-) -> list[Ranked]:
-    """Nearest documents of entities passing the filters, by cosine distance; score = cosine similarity."""
+async def by_vector(tx: Tx, model: Model, query: Vector, limit: int, scope: Scope, what: Among) -> list[Ranked]:
+    """Nearest documents passing the scope as `what` (the texts of entities, or facts), by cosine
+    distance (the HNSW index, scanned on until enough pass); score = cosine similarity."""
     cast = f"::vector({int(model.dimensions)})"
+    join, where, params = among(what, scope, 3)
     rows = await tx.fetch(
         f"""
-        SELECT entity_id::text, id, distance FROM (
-            SELECT d.entity_id, d.id, d.embedding{cast} <=> $1{cast} AS distance
-            FROM {{s}}.search_docs d JOIN {{s}}.entities e ON e.id = d.entity_id
-            WHERE d.model_id = {int(model.id)} AND d.relation_id IS NULL {_FILTERS} {_facts(8)}
+        SELECT id, distance, entity_id, episode FROM (
+            SELECT d.id, d.embedding{cast} <=> $1{cast} AS distance, d.entity_id::text AS entity_id,
+                   d.episode_id IS NOT NULL AS episode
+            FROM {{s}}.search_docs d {join}
+            WHERE d.model_id = {int(model.id)} {where}
             ORDER BY distance LIMIT $2
         ) x ORDER BY distance
         """,
         vector_value(query),
         limit,
-        *narrow.params(),
-        *narrow.fact_params(),
+        *params,
     )
-    return [Ranked(r[0], r[1], 1.0 - r[2]) for r in rows]
+    return [Ranked(r[0], 1.0 - r[1], entity_id=r[2], episode=r[3]) for r in rows]
 
 
 def tsquery(text: str, strict: str, common: str) -> str:
@@ -174,7 +110,7 @@ async def by_words(
     common: Sequence[str],
     limit: int,
     candidates: int,
-    narrow: Narrowing = Narrowing(),
+    scope: Scope,
 ) -> list[Ranked]:
     """Full-text matches; score = the share of the query's words the text contains.
 
@@ -183,30 +119,25 @@ async def by_words(
     query's words (common ones included), then closer together (cover density), rank higher.
     At most `candidates` matching texts are ranked.
     """
+    where, params = entity_text(scope, 6)
     rows = await tx.fetch(
         f"""
         SELECT entity_id, id, share FROM (
             SELECT d.entity_id::text AS entity_id, d.id, ts_rank_cd(d.tsv, q.q) AS density,
                    (SELECT count(*) FROM unnest(q.each) AS w WHERE d.tsv @@ w)::float8
                        / greatest(cardinality(q.each), 1) AS share
-            FROM (SELECT {tsquery("$1", "$8", "$9")} AS q,
+            FROM (SELECT {tsquery("$1", "$3", "$4")} AS q,
                          ARRAY(SELECT quote_literal(w)::tsquery
                                FROM unnest(tsvector_to_array(to_tsvector('english', $1::text))) AS w) AS each) q,
-                 LATERAL (SELECT * FROM {{s}}.search_docs d WHERE d.tsv @@ q.q LIMIT $10) d
+                 LATERAL (SELECT * FROM {{s}}.search_docs d WHERE d.tsv @@ q.q LIMIT $5) d
                  JOIN {{s}}.entities e ON e.id = d.entity_id
-            WHERE d.relation_id IS NULL {_FILTERS} {_facts(11)}
+            WHERE d.relation_id IS NULL {where}
         ) m
         ORDER BY share DESC, density DESC, id LIMIT $2
         """,
-        query,
-        limit,
-        *narrow.params(),
-        strict,
-        list(common),
-        candidates,
-        *narrow.fact_params(),
+        *(query, limit, strict, list(common), candidates, *params),
     )
-    return [Ranked(r[0], r[1], r[2]) for r in rows]
+    return [Ranked(r[1], r[2], entity_id=r[0]) for r in rows]
 
 
 @timed
@@ -214,27 +145,28 @@ async def by_name(
     tx: Tx,
     query: str,
     limit: int,
-    narrow: Narrowing = Narrowing(),
+    scope: Scope,
 ) -> list[Ranked]:
     """Entities whose name or an alias resembles the query (trigrams): typos and partial names."""
+    kind, params = entity_kind(scope, 3)
     rows = await tx.fetch(
         f"""
         SELECT id::text, max(similarity) AS similarity FROM (
             SELECT e.id, e.name, word_similarity($1::text, e.name) AS similarity
             FROM {{s}}.entities e
-            WHERE $1::text <% e.name {_FILTERS}
+            WHERE $1::text <% e.name {kind}
             UNION ALL
             SELECT e.id, e.name, word_similarity($1::text, a.alias)
             FROM {{s}}.aliases a JOIN {{s}}.entities e ON e.id = a.entity_id
-            WHERE $1::text <% a.alias {_FILTERS}
+            WHERE $1::text <% a.alias {kind}
         ) m GROUP BY id, name
         ORDER BY similarity DESC, name LIMIT $2
         """,
         query,
         limit,
-        *narrow.params(),
+        *params,
     )
-    return [Ranked(r[0], None, r[1]) for r in rows]
+    return [Ranked(None, r[1], entity_id=r[0]) for r in rows]
 
 
 @dataclass(frozen=True, slots=True)

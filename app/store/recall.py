@@ -1,10 +1,11 @@
 """Recall's reads: facts (observations, relations, episodes, entity descriptions) ranked one by one.
 
 Every search document is a fact here, not a way to reach an entity: the rankings return documents,
-never collapsed to their entity. A fact passes the filters by its own kind (`_passes`): an
+never collapsed to their entity. A fact passes the filters by its own kind (`scopes.fact`): an
 observation or a description while its entity is live, a relation while both ends are, an episode
 by itself; the moment (`as_of`, `include_invalid`), `sources` and the time range apply to each kind's
-own record. The vector and word queries follow rankings.py (same tuning, same tsquery).
+own record (scopes.py). The nearest facts are `rankings.by_vector`'s (among facts); the word
+ranking here weighs words by their rarity.
 """
 
 from __future__ import annotations
@@ -18,81 +19,14 @@ import orjson
 
 from app.store.database import Tx, timed
 from app.store.index import Model, Vector, vector_value
-from app.store.rankings import tsquery
-from app.store.validity import NOW, When, edge_holds, holds
+from app.store.rankings import Ranked, tsquery
+from app.store.scopes import Scope, fact, relation_property
+from app.store.validity import NOW, When, edge_holds
 
 # Facts examined for the entities a question names and their neighbours (newest first beyond it).
 WITHIN_DOCS = 5000
 WORD_TEXTS = 2000  # texts a word is counted in, at most; a word in fewer is rare enough to gather all of
 RARE_WORDS = 8  # the rarest words of a query whose texts are all ranked
-_PROP = "ag_catalog.agtype_access_operator(VARIADIC ARRAY[r.properties, '\"{}\"'::ag_catalog.agtype])::text"
-
-
-@dataclass(frozen=True, slots=True)
-class Scope:
-    """What every recalled fact must pass; None: anything. `types` are its entity's (a relation's
-    either end's, an episode's any entity's), case-insensitively; `sources` and [since, until) are
-    its own source and time (an episode's `at`, else when it was written)."""
-
-    types: Sequence[str] | None = None
-    sources: Sequence[str] | None = None
-    since: datetime | None = None
-    until: datetime | None = None
-    when: When = NOW
-
-    def params(self) -> tuple[Any, ...]:
-        """The six parameters of `_passes`."""
-        types = [t.lower() for t in self.types] if self.types else None
-        return (types, list(self.sources) if self.sources else None, self.since, self.until, *self.when.params())
-
-
-def _passes(n: int) -> str:
-    """SQL: the document `d` is a live fact passing the scope in parameters $n..$n+5."""
-    types, sources, since, until, at, everything = (f"${n + i}" for i in range(6))
-    in_range = (
-        f"({sources}::text[] IS NULL OR {{src}} = ANY({sources}::text[]))"
-        f" AND ({since}::timestamptz IS NULL OR {{t}} >= {since}::timestamptz)"
-        f" AND ({until}::timestamptz IS NULL OR {{t}} < {until}::timestamptz)"
-    )
-    unfiltered = f"({sources}::text[] IS NULL AND {since}::timestamptz IS NULL AND {until}::timestamptz IS NULL)"
-    typed = f"({types}::text[] IS NULL OR lower({{x}}.type) = ANY({types}::text[]))"
-    return f"""
-    AND CASE
-        WHEN d.episode_id IS NOT NULL THEN EXISTS (
-            SELECT 1 FROM {{s}}.episodes p WHERE p.id = d.episode_id AND {holds("p", at, everything)}
-              AND {in_range.format(src="p.source", t="p.at")}
-              AND ({types}::text[] IS NULL OR EXISTS (
-                    SELECT 1 FROM {{s}}.episode_entities pe JOIN {{s}}.entities x ON x.id = pe.entity_id
-                    WHERE pe.episode_id = p.id AND x.deleted_at IS NULL AND {typed.format(x="x")})))
-        WHEN d.relation_id IS NOT NULL THEN EXISTS (
-            SELECT 1 FROM {{s}}.entities a, {{s}}.entities b
-            WHERE a.id = d.entity_id AND b.id = d.other_id AND a.deleted_at IS NULL AND b.deleted_at IS NULL
-              AND ({typed.format(x="a")} OR {typed.format(x="b")}))
-            AND {edge_holds("d.edge", at, everything)}
-            AND ({unfiltered} OR EXISTS (
-                SELECT 1 FROM {{s}}."REL" r WHERE r.id = d.edge
-                  AND {in_range.format(src=_PROP.format("source"), t=_PROP.format("created_at") + "::timestamptz")}))
-        ELSE EXISTS (
-            SELECT 1 FROM {{s}}.entities e WHERE e.id = d.entity_id AND e.deleted_at IS NULL AND {typed.format(x="e")}
-              AND (d.observation_id IS NOT NULL OR e.description <> ''))
-            AND CASE WHEN d.observation_id IS NULL THEN {unfiltered}
-                ELSE EXISTS (SELECT 1 FROM {{s}}.observations o WHERE o.id = d.observation_id
-                               AND {holds("o", at, everything)} AND {in_range.format(src="o.source", t="o.created_at")})
-                END
-    END
-    """
-
-
-@dataclass(frozen=True, slots=True)
-class Ranked:
-    """One fact of a ranking, best first: its document and score; `near` is set by `within` rankings:
-    whose fact it is: `named` (an entity the question names), `bridge` (a neighbour of two or more
-    of them), `neighbour` (of one)."""
-
-    doc_id: int
-    score: float
-    near: str | None = None
-    episode: bool = False
 
 
 # --- the entities a question names ---------------------------------------------------------------
@@ -173,26 +107,6 @@ async def named_and_around(tx: Tx, keys: Sequence[str], most: int, around: int, 
 
 
 @timed
-async def by_vector(tx: Tx, model: Model, query: Vector, limit: int, scope: Scope) -> list[Ranked]:
-    """Nearest facts by cosine distance (the HNSW index, scanned on until enough pass); score = similarity."""
-    cast = f"::vector({int(model.dimensions)})"
-    rows = await tx.fetch(
-        f"""
-        SELECT id, distance, episode FROM (
-            SELECT d.id, d.embedding{cast} <=> $1{cast} AS distance, d.episode_id IS NOT NULL AS episode
-            FROM {{s}}.search_docs d
-            WHERE d.model_id = {int(model.id)} {_passes(3)}
-            ORDER BY distance LIMIT $2
-        ) x ORDER BY distance
-        """,
-        vector_value(query),
-        limit,
-        *scope.params(),
-    )
-    return [Ranked(r[0], 1.0 - r[1], episode=r[2]) for r in rows]
-
-
-@timed
 async def within(
     tx: Tx,
     model: Model,
@@ -206,6 +120,7 @@ async def within(
     """The facts of the named entities and of their neighbours (theirs, and relations touching them),
     nearest first by an exact scan of at most WITHIN_DOCS of them. Episodes are not among them: an
     episode's speakers are in its indexed text, and a speaker's episodes are too many to lift."""
+    passes, params = fact(scope, 6)
     cast = f"::vector({int(model.dimensions)})"
     rows = await tx.fetch(
         f"""
@@ -220,7 +135,7 @@ async def within(
                CASE WHEN w.near = ANY($3::uuid[]) THEN 'named' WHEN w.near = ANY($5::uuid[]) THEN 'bridge'
                     ELSE 'neighbour' END
         FROM w JOIN {{s}}.search_docs d ON d.id = w.id
-        WHERE d.model_id = {int(model.id)} {_passes(6)}
+        WHERE d.model_id = {int(model.id)} {passes}
         ORDER BY distance LIMIT $2
         """,
         vector_value(query),
@@ -228,13 +143,13 @@ async def within(
         list(named),
         [*named, *bridges, *around],
         list(bridges),
-        *scope.params(),
+        *params,
     )
-    return [Ranked(r[0], 1.0 - r[1], r[2]) for r in rows]
+    return [Ranked(r[0], 1.0 - r[1], near=r[2]) for r in rows]
 
 
 @timed
-async def by_words(
+async def by_word_weight(
     tx: Tx, query: str, strict: bool, common: Sequence[str], limit: int, candidates: int, scope: Scope
 ) -> list[Ranked]:
     """Facts holding the query's words; score = the share of the query's word weight a fact holds,
@@ -247,7 +162,9 @@ async def by_words(
     The facts ranked are every fact holding one of the query's RARE_WORDS rarest words that occur
     in fewer than WORD_TEXTS texts — so a rare word is never crowded out by a common one — or, when
     every word is that common (or the query has web-search syntax, `strict`), at most `candidates`
-    texts matching the query."""
+    texts matching the query. (Search's `rankings.by_words` scores the plain share of the query's
+    words instead: an entity's best text, where a common word matters as much as a rare one.)"""
+    passes, params = fact(scope, 7)
     rows = await tx.fetch(
         f"""
         WITH n AS (SELECT greatest(reltuples, pg_stat_get_live_tuples(oid), 1)::float8 AS docs
@@ -275,18 +192,12 @@ async def by_words(
                    d.episode_id IS NOT NULL AS episode,
                    ts_rank_cd(d.tsv, q.q) AS density
             FROM cand JOIN {{s}}.search_docs d ON d.id = cand.id, q
-            WHERE true {_passes(7)}
+            WHERE true {passes}
         ) m, t
         WHERE weight > 0
         ORDER BY share DESC, density DESC, id LIMIT $2
         """,
-        query,
-        limit,
-        strict,
-        list(common),
-        candidates,
-        f"{tx.tenant.schema}.search_docs",
-        *scope.params(),
+        *(query, limit, strict, list(common), candidates, f"{tx.tenant.schema}.search_docs", *params),
     )
     return [Ranked(r[0], r[1], episode=r[2]) for r in rows]
 
@@ -298,7 +209,7 @@ async def times(tx: Tx, doc_ids: Sequence[int]) -> dict[int, datetime]:
     rows = await tx.fetch(
         f"""
         SELECT d.id, coalesce(p.at, o.valid_from, o.created_at, ri.valid_from,
-                              ({_PROP.format("created_at")})::timestamptz)
+                              ({relation_property("created_at")})::timestamptz)
         FROM {{s}}.search_docs d
         LEFT JOIN {{s}}.episodes p ON p.id = d.episode_id
         LEFT JOIN {{s}}.observations o ON o.id = d.observation_id
@@ -316,6 +227,7 @@ async def context(tx: Tx, doc_ids: Sequence[int], per_side: int, gap: timedelta,
     """(document, a neighbour's document) for the episodes among these documents: the `per_side`
     episodes just before and just after each (by `at`, then id) that happened within `gap` of it —
     the turns around a turn of a conversation — and pass the scope."""
+    passes, params = fact(scope, 4)
     rows = await tx.fetch(
         f"""
         WITH c AS (SELECT d.id AS doc, p.id AS ep, p.at FROM {{s}}.search_docs d
@@ -330,12 +242,12 @@ async def context(tx: Tx, doc_ids: Sequence[int], per_side: int, gap: timedelta,
                 ORDER BY q.at, q.id LIMIT $2) x
         )
         SELECT n.doc, d.id FROM n JOIN {{s}}.search_docs d ON d.episode_id = n.id
-        WHERE true {_passes(4)}
+        WHERE true {passes}
         """,
         list(doc_ids),
         per_side,
         gap,
-        *scope.params(),
+        *params,
     )
     return [(r[0], r[1]) for r in rows]
 

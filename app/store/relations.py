@@ -102,6 +102,13 @@ class NewRelation:
 _STAMPS = "jsonb_strip_nulls(jsonb_build_object('created_at', now(), 'valid_from', u.vf, 'valid_until', u.vu))"
 
 
+# The items of `insert` as rows: ends' graph ids, properties (JSON text), interval, and their order.
+_ITEMS = (
+    "unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[]) WITH ORDINALITY"
+    " AS u(a, b, p, vf, vu, n)"
+)
+
+
 def _props(item: NewRelation, actor: str) -> dict[str, Any]:
     p: dict[str, Any] = {"id": item.id or str(uuid.uuid4()), "type": item.type, "created_by": item.created_by or actor}
     optional = (("strength", item.strength), ("notes", item.notes), ("properties", item.properties or None))
@@ -129,13 +136,9 @@ async def insert(tx: Tx, items: Sequence[NewRelation], actor: str, *, reopen: bo
         [i.provenance.valid_from for i in items],
         [i.provenance.valid_until for i in items],
     )
-    unnest = (
-        "unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[]) WITH ORDINALITY"
-        " AS u(a, b, p, vf, vu, n)"
-    )
     rows = await tx.fetch(
         f"""
-        WITH u AS MATERIALIZED (SELECT * FROM {unnest}), ins AS (
+        WITH u AS MATERIALIZED (SELECT * FROM {_ITEMS}), ins AS (
             INSERT INTO {{s}}."REL" (start_id, end_id, properties)
             SELECT a::ag_catalog.graphid, b::ag_catalog.graphid, ({_STAMPS} || p::jsonb)::text::ag_catalog.agtype
             FROM u ORDER BY u.n
@@ -151,12 +154,16 @@ async def insert(tx: Tx, items: Sequence[NewRelation], actor: str, *, reopen: bo
         *args,
     )
     created = {r[0] for r in rows}
-    if not reopen:
-        return [p["id"] if p["id"] in created else None for p in props]
-    # Edges that were there already: those whose interval has ended hold again, as written now.
+    reopened = await _reopen(tx, args, created) if reopen else {}
+    return [p["id"] if p["id"] in created else reopened.get(p["id"]) for p in props]
+
+
+async def _reopen(tx: Tx, args: tuple[list[Any], ...], created: set[str]) -> dict[str, str]:
+    """Edges that were there already and whose interval has ended hold again, as written now; by
+    the id the item would have had, the edge's own id."""
     rows = await tx.fetch(
         f"""
-        WITH u AS MATERIALIZED (SELECT * FROM {unnest}), m AS MATERIALIZED (
+        WITH u AS MATERIALIZED (SELECT * FROM {_ITEMS}), m AS MATERIALIZED (
             SELECT DISTINCT ON (r.id) r.id, u.p, u.vf, u.vu FROM u
             JOIN {{s}}."REL" r ON r.start_id = u.a::ag_catalog.graphid AND r.end_id = u.b::ag_catalog.graphid
                  AND {REL_TYPE} = u.p::jsonb->>'type'
@@ -178,8 +185,7 @@ async def insert(tx: Tx, items: Sequence[NewRelation], actor: str, *, reopen: bo
         *args,
         list(created),
     )
-    reopened = {r[1]: r[0] for r in rows}  # the id the item would have had -> the edge's own id
-    return [p["id"] if p["id"] in created else reopened.get(p["id"]) for p in props]
+    return {r[1]: r[0] for r in rows}
 
 
 @timed

@@ -9,9 +9,12 @@ from datetime import datetime
 
 import asyncpg
 
+from app.config import MAIN_CELL
 from app.errors import Code, EngramError
 from app.store import hooks, limits
-from app.store.database import Tenant, Tx, timed
+from app.store.cell import each_cell
+from app.store.database import Database, Tenant, Tx, timed
+from app.store.pool import Pool
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,3 +275,46 @@ async def revoke_key_in_tenant(tx: Tx, key_id: str, audit: KeyAudit) -> bool:
         return bool(await tx.fetchval("SELECT engram.revoke_api_key($1, $2, $3, $4, $5, $6)", key_id, *audit.args()))
     except tuple(_KEY_REFUSALS) as exc:
         raise _refusal(exc) from None
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKeyRecord:
+    """What checking an API key needs of it: its tenant, its secret's hash, scopes and times."""
+
+    tenant_key: str
+    secret_hash: bytes
+    scopes: list[str]
+    expires_at: datetime | None
+    revoked_at: datetime | None
+
+
+@timed
+async def api_key(db: Database, key_id: str) -> ApiKeyRecord | None:
+    """An API key's record by its public id, looked up before any tenant is known.
+
+    `engram apikey create` writes keys in the control database; a tenant's own key made in the
+    console is written in its transaction, so on its cell: looked up on every other cell at once
+    when the control database has none. A cell that does not answer makes a key found nowhere
+    `unavailable` rather than unknown (a client told 401 may throw a good key away)."""
+    if (found := await db.run(_api_key, key_id)) is not None:
+        return found
+
+    async def look_up(name: str, pool: Pool) -> ApiKeyRecord | None:
+        return await pool.run(_api_key, key_id)
+
+    others = {name: cell.pool for name, cell in db.cells.items() if name != MAIN_CELL}
+    answers = await each_cell(others, look_up, on_error="report", together=True)
+    if found := next((a for a in answers.values() if isinstance(a, ApiKeyRecord)), None):
+        return found
+    if failed := [a for a in answers.values() if isinstance(a, Exception)]:
+        raise failed[-1]
+    return None
+
+
+async def _api_key(conn: asyncpg.Connection, key_id: str) -> ApiKeyRecord | None:
+    row = await conn.fetchrow(
+        "SELECT tenant_key, secret_hash, scopes, expires_at, revoked_at FROM engram.api_key($1)", key_id
+    )
+    if row is None or row[0] is None:  # no such key (the function answers a row of nulls)
+        return None
+    return ApiKeyRecord(row[0], bytes(row[1]), list(row[2]), row[3], row[4])

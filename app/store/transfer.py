@@ -17,6 +17,7 @@ import orjson
 
 from app.store.database import Database, Tenant, Tx, timed
 from app.store.entities import COLUMNS, EntityRow
+from app.store.history import COLUMNS as HISTORY_COLUMNS
 from app.store.history import Change
 from app.store.validity import edge_holds, valid_at
 
@@ -134,11 +135,10 @@ async def relation_page(
 async def history_page(tx: Tx, after: int | None, limit: int, *, deleted: bool) -> list[Change]:
     """History rows oldest first after `after`; those of deleted entities only with `deleted`."""
     rows = await tx.fetch(
-        """
-        SELECT h.id, h.entity_id::text, h.other_id::text, h.relation_id::text, h.action, h.changes, h.actor, h.at
-        FROM {s}.history h
+        f"""
+        SELECT {HISTORY_COLUMNS} FROM {{s}}.history h
         WHERE ($1::bigint IS NULL OR h.id > $1) AND ($3 OR EXISTS (
-            SELECT 1 FROM {s}.entities e WHERE e.id = h.entity_id AND e.deleted_at IS NULL))
+            SELECT 1 FROM {{s}}.entities e WHERE e.id = h.entity_id AND e.deleted_at IS NULL))
         ORDER BY h.id LIMIT $2
         """,
         after,
@@ -152,32 +152,7 @@ async def history_page(tx: Tx, after: int | None, limit: int, *, deleted: bool) 
 
 
 @timed
-async def set_merged_into(tx: Tx, pairs: Sequence[tuple[str, str]]) -> None:
-    """Record (entity id, survivor id): what an engram file says a deleted entity was merged into."""
-    if pairs:
-        await tx.execute(
-            "UPDATE {s}.entities e SET merged_into = p.survivor FROM unnest($1::uuid[], $2::uuid[]) AS p(id, survivor)"
-            " WHERE e.id = p.id AND e.deleted_at IS NOT NULL",
-            [p[0] for p in pairs],
-            [p[1] for p in pairs],
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class ImportedChange:
-    """A history row as a file gives it."""
-
-    entity_id: str
-    other_id: str | None
-    relation_id: str | None
-    action: str
-    changes: dict[str, Any]
-    actor: str
-    at: datetime
-
-
-@timed
-async def insert_history(tx: Tx, items: Sequence[ImportedChange]) -> int:
+async def insert_history(tx: Tx, items: Sequence[Change]) -> int:
     """Add history rows as given, except those the tenant holds already (same entity, time, action,
     actor, relation and changes), and those of entities it does not hold. Returns how many were added."""
     if not items:

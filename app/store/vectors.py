@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from app.store.database import Database, Tenant, Tx, timed
+from app.store.database import Tenant, Tx, timed
 from app.store.index import Model, Vector, vector_value
+from app.store.pool import Pool
 
 # Tenants looked at per statement when listing them (each one index probe for "pending only").
 TENANT_PAGE = 500
@@ -36,7 +37,7 @@ class Doc:
 
 
 @timed
-async def register_model(db: Database, name: str, dimensions: int) -> tuple[Model, str]:
+async def register_model(db: Pool, name: str, dimensions: int) -> tuple[Model, str]:
     """Record the model this server embeds with; returns it and the name of the current model."""
     async with db.connection() as lease:
         try:
@@ -48,13 +49,13 @@ async def register_model(db: Database, name: str, dimensions: int) -> tuple[Mode
 
 
 @timed
-async def current_model_name(db: Database) -> str | None:
+async def current_model_name(db: Pool) -> str | None:
     async with db.connection() as lease:
         return await lease.conn.fetchval("SELECT name FROM engram.embedding_models WHERE current_since IS NOT NULL")
 
 
 @timed
-async def make_current(db: Database, model: Model) -> None:
+async def make_current(db: Pool, model: Model) -> None:
     """After every tenant's texts carry this model's vectors: the other models' indexes go."""
     async with db.pool.acquire() as conn, conn.transaction():  # minutes, by design: no call deadline
         await conn.execute("SET LOCAL statement_timeout = 0")
@@ -72,8 +73,8 @@ async def build_vector_index(tx: Tx, model: Model) -> None:
 
 
 @timed
-async def tenants(db: Database, *, pending_only: bool) -> list[Tenant]:
-    """The tenants of one cell's database (`db`, a cell of the server's `Database.cells`) that the
+async def tenants(db: Pool, *, pending_only: bool) -> list[Tenant]:
+    """The tenants of one cell's database (`db`, the pool of one of the server's `Database.cells`) that the
     filler (pending only) or `engram reindex` (all) works through, in creation order, a page per
     statement (the control database lists every tenant; those of other cells are left out)."""
     found: list[Tenant] = []
@@ -95,7 +96,7 @@ async def tenants(db: Database, *, pending_only: bool) -> list[Tenant]:
 
 
 @timed
-async def adopt_model(db: Database, model: Model, current: bool) -> None:
+async def adopt_model(db: Pool, model: Model, current: bool) -> None:
     """Copy the control database's record of `model` to one cell's database, under the same id."""
     async with db.connection() as lease:
         await lease.conn.execute(

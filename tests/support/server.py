@@ -23,7 +23,8 @@ from app.auth.devkeys import mint_token
 from app.auth.principal import READ, WRITE
 from app.config import ENDPOINT_PATHS, Settings
 from app.store import migrate
-from app.store.database import Database, Recycling
+from app.store.database import Database
+from app.store.pool import Recycling
 from tests.support.client import connect
 
 ROOT = Path(__file__).resolve().parents[2]

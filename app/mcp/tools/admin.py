@@ -22,4 +22,4 @@ def register(tool: ToolSet, services: Services) -> None:
         detail: answers.DetailArg = "concise",
     ) -> models.AuditPage:
         """Who changed this tenant's memory: each write call, newest first, with caller, tool, ids changed."""
-        return await services.entities.audit(who, tool_name, limit, cursor)
+        return await services.audit.page(who, tool_name, limit, cursor)

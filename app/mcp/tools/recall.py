@@ -13,7 +13,7 @@ from app.mcp import answers
 from app.mcp.answers import facts
 from app.mcp.toolset import ADDITIVE, DESTRUCTIVE, READ_ONLY, ToolSet
 from app.services import Services, models
-from app.services.filters import RecallFilters, moment, time_range
+from app.services.filters import Scope, moment, time_range
 from app.services.recall import RecallQuery
 from app.services.recall_models import EpisodeIn, EpisodePage, EpisodesChanged, EpisodesWritten, RecallResult
 from app.services.search_models import Mode
@@ -54,9 +54,7 @@ def register(tool: ToolSet, services: Services) -> None:
         time_range(since, until)
         if not query.strip():
             raise EngramError("invalid", "`query` must contain more than white space")
-        scope = RecallFilters(
-            types=types, sources=sources, since=since, until=until, when=moment(as_of, include_invalid)
-        )
+        scope = Scope(types=types, sources=sources, since=since, until=until, when=moment(as_of, include_invalid))
         room = answers.budget(max_tokens, detail, facts.recall_sizes)
         return await services.recall.recall(
             who, RecallQuery(text=query.strip(), mode=mode, scope=scope, limit=limit, cursor=cursor, budget=room)

@@ -12,7 +12,7 @@ from app.mcp import answers
 from app.mcp.answers import search as hits
 from app.mcp.toolset import READ_ONLY, ToolSet
 from app.services import Services
-from app.services.filters import SearchFilters, moment, time_range
+from app.services.filters import Scope, moment, time_range
 from app.services.models import (
     AsOf,
     Certainty,
@@ -70,7 +70,7 @@ def register(tool: ToolSet, services: Services) -> None:
             Query(
                 text=query.strip(),
                 mode=mode,
-                filters=SearchFilters(
+                scope=Scope(
                     types=types,
                     area=area,
                     topic=topic,

@@ -30,9 +30,9 @@ from app.services.transfer.records import (
 )
 from app.services.writer import FactIn
 from app.store.entities import Provenance, Stamps
-from app.store.episodes import EpisodeRow
+from app.store.episodes import EpisodeRow, NewEpisode
 from app.store.history import Change
-from app.store.transfer import ExportedEntity, ExportedRelation, ImportedChange
+from app.store.transfer import ExportedEntity, ExportedRelation
 
 VERSION = 1
 
@@ -295,7 +295,7 @@ def _history(line_: int, v: dict[str, Any]) -> HistoryRecord:
         raise Refusal("actor: must be a string")
     return HistoryRecord(
         line_,
-        ImportedChange(
+        Change(
             checks.id_(v.get("entity_id"), "entity_id"),
             checks.optional_id(v.get("other_id"), "other_id"),
             checks.optional_id(v.get("relation_id"), "relation_id"),
@@ -320,18 +320,17 @@ def _episode(line_: int, v: dict[str, Any]) -> EpisodeRecord:
             raise Refusal(f"entities.{i}.role: must be one of {', '.join(_ROLES)}")
         ref = checks.optional_id(e.get("id"), f"entities.{i}.id")
         involved.append((ref, checks.name(e.get("name"), f"entities.{i}.name"), str(e["role"])))
-    return EpisodeRecord(
-        line_,
-        checks.check(EpisodeText, v.get("text"), "text"),
-        checks.time(v.get("at"), "at"),
-        checks.optional(models.Source, v.get("source"), "source"),
-        checks.actor(v.get("created_by"), "created_by"),
-        checks.optional_time(v.get("created_at"), "created_at"),
-        valid_from,
-        valid_until,
-        checks.optional(models.Reason, v.get("ended_why"), "ended_why"),
-        involved,
+    episode = NewEpisode(
+        content=checks.check(EpisodeText, v.get("text"), "text"),
+        at=checks.time(v.get("at"), "at"),
+        source=checks.optional(models.Source, v.get("source"), "source"),
+        valid_from=valid_from,
+        valid_until=valid_until,
+        created_by=checks.actor(v.get("created_by"), "created_by"),
+        created_at=checks.optional_time(v.get("created_at"), "created_at"),
+        ended_why=checks.optional(models.Reason, v.get("ended_why"), "ended_why"),
     )
+    return EpisodeRecord(line_, episode, involved)
 
 
 def _marker(line_: int, kind: Literal["header", "end"], v: dict[str, Any]) -> Marker:

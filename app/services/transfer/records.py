@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Literal
 
 from app.services.writer import EntityIn
 from app.store.entities import Provenance
+from app.store.episodes import NewEpisode
+from app.store.history import Change
 from app.store.relations import End, NewRelation
-from app.store.transfer import ImportedChange
 
 # Bounds of a file's records, beyond the tools' own bounds on each field.
 MAX_RECORD_BYTES = 8 * 1024 * 1024  # one line (or one item of a document)
@@ -70,20 +70,13 @@ class RelationRecord:
 @dataclass(slots=True)
 class HistoryRecord:
     line: int
-    change: ImportedChange
+    change: Change
 
 
 @dataclass(slots=True)
 class EpisodeRecord:
     line: int
-    text: str
-    at: datetime
-    source: str | None
-    created_by: str | None
-    created_at: datetime | None
-    valid_from: datetime | None
-    valid_until: datetime | None
-    ended_why: str | None
+    episode: NewEpisode  # what the write path takes, involving no one until its entities are found
     entities: list[tuple[str | None, str, str]]  # (id, name, role)
 
 

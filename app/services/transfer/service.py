@@ -13,7 +13,8 @@ from typing import Any
 
 from app.auth.principal import Principal
 from app.errors import EngramError
-from app.observability.context import REQUEST_ID, calling
+from app.observability.context import calling
+from app.services import audit_rows
 from app.services.base import Service
 from app.services.transfer.format import FileFormat, Format
 from app.services.transfer.formats import FORMATS, detect
@@ -21,7 +22,7 @@ from app.services.transfer.run import Progress, Run
 from app.services.transfer.source import Source
 from app.services.transfer.summary import ImportSummary, RefusedLine
 from app.services.writer import OnExisting
-from app.store import audit, episodes, transfer
+from app.store import episodes, transfer
 from app.store.database import Tx
 
 EXPORT_PAGE = 1000  # rows per export page
@@ -44,15 +45,7 @@ class Transfer(Service):
             raise EngramError("invalid", "deleted entities and history are exported in the engram format only")
         tenant = await self.db.tenant(who.tenant)
         async with self.tx(who) as tx:
-            await audit.write(
-                tx,
-                subject=who.subject,
-                client_id=who.client_id,
-                tool=f"export:{fmt}",
-                affected=[],
-                duration_ms=0.0,
-                request_id=REQUEST_ID.get(),
-            )
+            await audit_rows.write(tx, audit_rows.fields(who, f"export:{fmt}", named=True), [])
         async with transfer.snapshot(self.db, tenant) as tx:
             async for chunk in _lines(tx, out, deleted=deleted, history=history):
                 yield chunk

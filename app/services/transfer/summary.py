@@ -26,11 +26,32 @@ class Tally(BaseModel):
     skipped: int = Field(0, description="Existing ones left alone (on_existing skip), or that could not be merged.")
     refused: int = 0
 
+    def count(self, status: Literal["created", "updated", "unchanged"]) -> None:
+        """One more written by the write path with this status (an update is a merge)."""
+        if status == "created":
+            self.created += 1
+        elif status == "updated":
+            self.merged += 1
+        else:
+            self.unchanged += 1
+
+    def add(self, other: Tally) -> None:
+        self.created += other.created
+        self.merged += other.merged
+        self.unchanged += other.unchanged
+        self.skipped += other.skipped
+        self.refused += other.refused
+
 
 class HistoryTally(BaseModel):
     added: int = 0
     skipped: int = Field(0, description="Rows held already, or of entities the tenant does not hold.")
     refused: int = 0
+
+    def add(self, other: HistoryTally) -> None:
+        self.added += other.added
+        self.skipped += other.skipped
+        self.refused += other.refused
 
 
 class ImportSummary(BaseModel):
@@ -55,10 +76,10 @@ class ImportSummary(BaseModel):
 
     def add(self, done: Done) -> None:
         """Count what a committed batch did."""
-        for name in ("entities", "relations", "history", "episodes"):
-            mine, theirs = getattr(self, name), getattr(done, name)
-            for f in type(mine).model_fields:
-                setattr(mine, f, getattr(mine, f) + getattr(theirs, f))
+        self.entities.add(done.entities)
+        self.relations.add(done.relations)
+        self.history.add(done.history)
+        self.episodes.add(done.episodes)
         self.observations_added += done.observations_added
         self.aliases_added += done.aliases_added
         self.invalid += done.invalid

@@ -3,7 +3,8 @@ the store's episode insert); what they did goes into the batch's `Done`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 
 from app.services.transfer.format import Format
 from app.services.transfer.records import EntityRecord, EpisodeRecord, HistoryRecord, RelationRecord
@@ -11,10 +12,7 @@ from app.services.transfer.summary import Done
 from app.services.writer import OnExisting, Writer
 from app.store import episodes, transfer
 from app.store.database import Tx
-from app.store.episodes import NewEpisode
 from app.store.relations import NewRelation
-
-_TALLIED = {"created": "created", "updated": "merged", "unchanged": "unchanged"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +34,7 @@ class BatchWrites:
             elif w.status == "skipped":
                 done.skip(done.entities, "entities", w.why)
             else:
-                tally = done.entities
-                setattr(tally, _TALLIED[w.status], getattr(tally, _TALLIED[w.status]) + 1)
+                done.entities.count(w.status)
                 done.observations_added += w.observations_added
                 done.aliases_added += w.aliases_added
                 if w.aliases_held:
@@ -76,20 +73,19 @@ class BatchWrites:
     async def episodes(self, tx: Tx, batch: list[EpisodeRecord], done: Done) -> None:
         """Episodes as the file gives them, each once (by when, text and source); their entities by
         id, else by name; an entity the tenant does not hold is left out of the episode's links."""
-        held = await episodes.existing(tx, [(r.at, r.text, r.source) for r in batch])
+        held = await episodes.existing(tx, [_key(r) for r in batch])
         ids = sorted({i for r in batch for i, _, _ in r.entities if i})
         names = sorted({n for r in batch for _, n, _ in r.entities})
         by_id, by_name = await transfer.ends(tx, ids, names)
         new, seen = [], set(held)
         for r in batch:
-            key = (r.at, r.text, r.source)
-            if key in seen:
+            if _key(r) in seen:
                 if self.on_existing == "error":
                     done.refuse(r.line, "conflict", "the episode exists", done.episodes)
                 else:
                     done.skip(done.episodes, "episodes", "exist")
                 continue
-            seen.add(key)
+            seen.add(_key(r))
             involved: dict[str, str] = {}
             for ref, name, role in r.entities:
                 end = (by_id.get(ref) if ref else None) or by_name.get(name)
@@ -97,24 +93,18 @@ class BatchWrites:
                     done.skipped_because["episode entities not held"] += 1
                     continue
                 involved.setdefault(end.id, role)
-            new.append(
-                NewEpisode(
-                    content=r.text,
-                    at=r.at,
-                    source=r.source,
-                    valid_from=r.valid_from,
-                    valid_until=r.valid_until,
-                    involved=tuple(involved.items()),
-                    created_by=r.created_by,
-                    created_at=r.created_at,
-                    ended_why=r.ended_why,
-                )
-            )
+            new.append(replace(r.episode, involved=tuple(involved.items())))
         if new:
-            await episodes.insert(tx, new, self.actor)
+            await self._writer(tx).episodes(new)
         done.episodes.added += len(new)
 
     async def history(self, tx: Tx, batch: list[HistoryRecord], done: Done) -> None:
         added = await transfer.insert_history(tx, [h.change for h in batch])
         done.history.added += added
         done.history.skipped += len(batch) - added
+
+
+def _key(r: EpisodeRecord) -> tuple[datetime, str, str | None]:
+    """What makes an episode of a file the same as one held: when, text and source."""
+    assert r.episode.at is not None  # a file's episode always says when (the reader refuses it otherwise)
+    return (r.episode.at, r.episode.content, r.episode.source)

@@ -1,0 +1,25 @@
+"""The read-only Cypher that `query_graph` accepts, parsed and written out again for AGE
+(docs/tools.md, "query_graph"; docs/architecture.md, "The Cypher read subset").
+
+tokens (tokens.py) → tree (parse.py, tree.py) → named rewrites (rewrite.py) → AGE text (age.py).
+The caller's text is never passed on: AGE only sees text the emitter wrote from the tree. Anything
+outside the subset is `CypherError` with the line and column where parsing stopped.
+"""
+
+from __future__ import annotations
+
+from app.store.cypher.age import ReadQuery, to_age
+from app.store.cypher.parse import FUNCTIONS, MAX_COMPUTED_ITEMS, MAX_MAP_ENTRIES, parse_tree
+from app.store.cypher.rewrite import hide_deleted, keep_first_rows, split_sorted_projection
+from app.store.cypher.tokens import CypherError
+
+__all__ = ["FUNCTIONS", "MAX_COMPUTED_ITEMS", "MAX_MAP_ENTRIES", "CypherError", "ReadQuery", "parse"]
+
+
+def parse(query: str, rows_read: int | None = None) -> ReadQuery:
+    """The query written out anew for AGE (of its answer, only the first `rows_read` rows are
+    read, if given), or `CypherError` (the reason and where)."""
+    tree = hide_deleted(parse_tree(query))
+    if rows_read is not None:
+        tree = keep_first_rows(tree, rows_read)
+    return to_age(split_sorted_projection(tree))

@@ -16,9 +16,9 @@ from typing import Any
 import asyncpg
 from pydantic import SecretStr
 
-from app import provision
 from app.auth.principal import READ, WRITE, Principal
 from app.config import Settings, cache_dir
+from app.devdb import provision
 from app.observability.context import CALL, Call
 from app.services import Services
 from app.services.indexing import Indexer

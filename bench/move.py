@@ -25,8 +25,8 @@ import asyncpg
 import orjson
 from pydantic import SecretStr
 
-from app import localcells, provision
 from app.config import CellUrls, Settings
+from app.devdb import localcells, provision
 from app.services.calls import retrying, within
 from app.services.models import EntityIn
 from app.services.moves import Mover, Timing

@@ -22,9 +22,9 @@ import asyncpg
 import orjson
 from pydantic import SecretStr
 
-from app import provision
 from app.auth.devkeys import mint_token
 from app.config import Settings
+from app.devdb import provision
 from app.store.database import Database
 from bench import env, procs
 from bench.over_http import engram_env, mcp_calls
@@ -122,7 +122,7 @@ async def rates(s: Settings, iterations: int) -> dict[str, Any]:
 
 async def pooler(s: Settings, seconds: float, rounds: int, clients: int) -> dict[str, Any]:
     """`get_entity` throughput over HTTP: one server straight to PostgreSQL, one through PgBouncer."""
-    from app.pooler import PgBouncer
+    from app.devdb.pooler import PgBouncer
 
     state = provision.LocalState.load()
     if state is None:

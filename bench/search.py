@@ -32,9 +32,9 @@ import asyncpg
 import numpy as np
 from pydantic import SecretStr
 
-from app import provision
 from app.auth.principal import Principal
 from app.config import Settings
+from app.devdb import provision
 from app.services.base import Limits
 from app.services.cursors import Cursors
 from app.services.entities import Entities

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from app import provision
 from app.config import Settings
+from app.devdb import provision
 from app.store import migrate
 from tests.support.server import TEST_DB, Server, free_port, serve
 
@@ -32,7 +32,7 @@ THROUGH_PGBOUNCER = os.environ.get("ENGRAM_TEST_PGBOUNCER", "") not in ("", "0")
 def pgbouncer() -> Iterator[Any]:
     """A PgBouncer in transaction mode in front of the local database, with three server connections
     per database and user, so clients' transactions interleave on them; skipped where none runs."""
-    from app.pooler import PgBouncer
+    from app.devdb.pooler import PgBouncer
 
     state = provision.LocalState.load()
     if state is None or os.environ.get("ENGRAM_DATABASE_URL"):

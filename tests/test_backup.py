@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from app import localcells, provision
 from app.config import Settings
+from app.devdb import localcells, provision
 from app.errors import EngramError
 from app.services import backup
 from app.store import backup as store

@@ -11,10 +11,10 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import asyncpg
 import pytest
 
-from app import localcells, provision
 from app.config import Settings
+from app.devdb import localcells, provision
+from app.devdb.pooler import PgBouncer
 from app.observability import metrics
-from app.pooler import PgBouncer
 from app.store.database import Database, Tenant, Unavailable
 from app.store.standby import STANDBY_PROBE_SECONDS
 from tests.support.cells import CellDatabase, fetchval

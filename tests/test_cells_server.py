@@ -13,8 +13,8 @@ import asyncpg
 import httpx2
 import pytest
 
-from app import localcells, provision
 from app.config import Settings
+from app.devdb import localcells, provision
 from app.store.standby import STANDBY_PROBE_SECONDS
 from tests.support.cells import CellDatabase, cell_env, fetchval, set_states
 from tests.support.client import connect, error_code, ok

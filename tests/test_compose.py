@@ -132,7 +132,7 @@ async def test_the_stack_as_compose_runs_it_serves_mcp_to_the_first_account(tmp_
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    from app import provision
+    from app.devdb import provision
     from tests.support.oauth_agent import Person, oauth_client
     from tests.support.server import TEST_DB, free_port, start_server
 

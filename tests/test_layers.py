@@ -3,7 +3,10 @@
 - `app/mcp/` and `app/console/` (the transports) import neither the store nor the database driver;
 - `app/services/` (the domain rules) reads typed rows, never the driver's records;
 - `app/store/` imports nothing above it;
-- SQL and Cypher are written only in `app/store/` (and the development database tooling).
+- in `app/cli/`, only the database module imports the store: the other commands go through the
+  services (tenants, cells, keys and reports through the operator service);
+- only the CLI reaches the development database tooling (`app/devdb/`);
+- SQL and Cypher are written only in `app/store/` (and `app/devdb/`).
 
 There are no exceptions.
 """
@@ -25,7 +28,7 @@ SQL_MARKERS = ("SELECT ", "INSERT INTO", "UPDATE ", "DELETE FROM", "cypher(")
 # Where SQL may be written: the store (its migrations runner included), and the development
 # database tooling behind `engram db up` and the local cells, which create databases and roles
 # before any schema exists.
-SQL_HOMES = ("app.store", "app.provision", "app.localcells")
+SQL_HOMES = ("app.store", "app.devdb")
 
 
 def _module(path: Path) -> str:
@@ -105,11 +108,30 @@ def test_the_hook_endpoint_does_not_reach_the_store_or_the_driver() -> None:
 def test_the_cli_administers_accounts_through_the_services() -> None:
     """`engram user`, `member` and `revoke` change accounts, memberships and grants through the
     account service the console uses (its rules, its events), never the account tables directly."""
-    assert "app.authserver.accounts" in import_graph()["app.cli"]
-    assert not _violations("app.cli", ("app.store.accounts",)), "app/cli.py must use app/authserver/accounts.py"
-    # Import and export run the transfer service; the CLI only builds its database (as the server does).
-    reached = {m for m in import_graph()["app.cli_transfer"] if _in(m, "app.store") or _in(m, "asyncpg")}
-    assert reached == {"app.store.database"}, "app/cli_transfer.py must run the services"
+    assert "app.authserver.accounts" in import_graph()["app.cli.accounts"]
+    assert not _violations("app.cli", ("app.store.accounts",)), "app/cli/ must use app/authserver/accounts.py"
+    # Import and export run the transfer service on the pools the CLI's database module opens.
+    assert "app.services.transfer" in import_graph()["app.cli.transfer"]
+
+
+def test_only_the_clis_database_module_reaches_the_store() -> None:
+    """The CLI changes tenants, cells, keys and clients through the operator service (its loop over
+    the cells, its owner connections), and reads the reports over every cell from it; only its
+    database module (`engram migrate`, the pools the commands that run the services open) imports
+    the store."""
+    reaching = _violations("app.cli", ("app.store",))
+    assert set(reaching) == {"app.cli.database"}, f"app/cli/ must use the services: {reaching}"
+    assert "app.services.operator.tenants" in import_graph()["app.services.operator"]
+    for group in ("app.cli.tenants", "app.cli.records", "app.cli.accounts"):
+        assert _imports(group, "app.cli.common")
+    assert "app.services.operator" in import_graph()["app.cli.common"]
+
+
+def test_the_development_database_tooling_stays_apart_from_the_server() -> None:
+    """app/devdb/ (`engram db up`, the local cells, PgBouncer) is for development and tests: only the
+    CLI reaches it (to fill in the local database's URLs), never the server's modules."""
+    users = {m for m in import_graph() if _imports(m, "app.devdb") and not _in(m, "app.devdb")}
+    assert users == {"app.cli.common", "app.cli.database"}, users
 
 
 def test_services_do_not_use_the_driver() -> None:
@@ -260,10 +282,9 @@ def test_only_the_pool_module_opens_pools() -> None:
 
 
 def test_the_cells_are_listed_only_by_the_settings() -> None:
-    """`Settings.every_cell()` is the one list of the cells, main first: nothing reads `settings.cells`
-    (the operator's commands, app/cli, are the last to move to it)."""
+    """`Settings.every_cell()` is the one list of the cells, main first: nothing reads `settings.cells`."""
     found = {m: lines for m, tree in _sources().items() if (lines := _calls(tree, "settings", "cells"))}
-    assert not {m for m in found if not _in(m, "app.cli")}, found
+    assert not found, found
 
 
 def test_no_database_is_built_inside_the_database() -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import asyncpg
 
-from app import localcells
-from app.provision import Chroot
+from app.devdb import localcells
+from app.devdb.provision import Chroot
 from tests.support.cells import CellDatabase
 
 

@@ -16,7 +16,7 @@ import asyncpg
 import httpx2
 import pytest
 
-from app import provision
+from app.devdb import provision
 from app.store import migrate
 from tests.support.server import ROOT, free_port, server_env, start_server
 

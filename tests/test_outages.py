@@ -29,8 +29,8 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from pydantic import SecretStr
 
-from app import provision
 from app.config import Settings
+from app.devdb import provision
 from app.store import migrate
 from tests.support.client import ok
 from tests.support.server import Server, free_port, serve

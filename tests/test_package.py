@@ -22,8 +22,8 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from app import provision
 from app.config import Settings
+from app.devdb import provision
 from tests.support.client import connect, record, text
 from tests.support.server import ROOT, TEST_DB, free_port
 
@@ -179,7 +179,7 @@ async def test_installed_package_migrates_serves_and_answers(
     # and the database image's recipe it builds where a Docker engine answers, inside the package.
     up = installed.engram("db", "up", env=_clean_env())
     assert up.returncode == 0 and "ready on 127.0.0.1:" in up.stderr, up.stderr
-    recipe = installed.engram_python("from app.provision import sql_dir; print(sql_dir())")
+    recipe = installed.engram_python("from app.devdb.provision import sql_dir; print(sql_dir())")
     assert recipe.is_relative_to(installed.venv) and (recipe / "Dockerfile").is_file()
     assert (recipe / "initdb/20-app-role.sh").is_file() and (recipe / "migrations").is_dir()
     migrated = installed.engram("migrate", env={**env, "ENGRAM_DATABASE_URL": owner})

@@ -14,10 +14,10 @@ import asyncpg
 import httpx2
 import pytest
 
-from app import provision
 from app.config import Settings
+from app.devdb import provision
+from app.devdb.pooler import PgBouncer
 from app.observability.context import deadline
-from app.pooler import PgBouncer
 from app.store.database import Database, Tenant, Unavailable
 from app.store.pool import ROLE_SETTINGS, Recycling, wrong_settings
 from tests.support.client import ok

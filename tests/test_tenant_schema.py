@@ -16,9 +16,9 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from app import provision
 from app.auth.principal import ADMIN, READ, WRITE
 from app.config import Settings
+from app.devdb import provision
 from app.store import audit, migrate, tenants
 from app.store.database import Tenant
 from tests.support.client import MUTATING, READS, connect

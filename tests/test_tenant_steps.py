@@ -20,8 +20,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from app import provision
 from app.config import Settings
+from app.devdb import provision
 from app.store import migrate
 from app.store.database import InvalidTenant, Unavailable
 from tests.support.server import ROOT, TEST_DB, open_database

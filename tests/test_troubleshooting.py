@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from app import provision
 from app.config import Settings
+from app.devdb import provision
 from tests.support.server import ROOT, TEST_DB, Server, free_port
 
 PAGE = (ROOT / "docs/troubleshooting.md").read_text()

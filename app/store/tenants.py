@@ -34,18 +34,12 @@ _RECORD = "SELECT id::text, key, schema_name, created_at, cell FROM engram.tenan
 @timed
 async def create(conn: asyncpg.Connection, key: str) -> Tenant:
     """The tenant `key` in the directory, placed on a cell unless it exists; on `main` its schema
-    and role are made too (on another cell, `adopt` makes them there)."""
+    and role are made too (on another cell, `database.adopt` makes them there)."""
     row = await conn.fetchrow(
         "SELECT tenant_id::text AS id, schema_name, cell FROM engram.tenant_directory($1, true)", key
     )
     assert row is not None
     return Tenant(row["id"], key, row["schema_name"], row["cell"])
-
-
-@timed
-async def adopt(conn: asyncpg.Connection, tenant: Tenant) -> None:
-    """On the tenant's cell (`conn`, its owner): its row, schema and role, made unless they exist."""
-    await conn.fetchrow("SELECT * FROM engram.cell_tenant($1::uuid, $2)", tenant.id, tenant.key)
 
 
 @timed

@@ -1,4 +1,4 @@
-"""Fixtures of several clusters (app/localcells.py): cells `b` and `c` and a streaming standby of
+"""Fixtures of several clusters (app/devdb/localcells.py): cells `b` and `c` and a streaming standby of
 `b`, each with this suite's own database (ENGRAM_TEST_DB), made afresh and migrated once per run
 and dropped at its end; and what the tests of cells share (a server's cell settings, the cells'
 states in the directory, a value read as a cell's owner).
@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import asyncpg
 import pytest
 
-from app import localcells, provision
 from app.config import Settings
+from app.devdb import localcells, provision
 from app.store import migrate
 from tests.support.server import TEST_DB
 

@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import asyncpg
 
-from app.provision import (
+from app.devdb.provision import (
     APP_ROLE,
     DATABASE,
     PG_BIN,

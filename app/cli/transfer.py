@@ -1,5 +1,7 @@
 """`engram export` and `engram import`: a tenant's memory to and from a file, through the same
-service as the admin HTTP routes, as the run-time role (docs/import-export.md)."""
+service as the admin HTTP routes, as the run-time role (docs/import-export.md).
+
+The services are imported when a command runs, so that building the parser loads nothing heavy."""
 
 from __future__ import annotations
 
@@ -12,20 +14,23 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import IO
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
-from app.auth.principal import ADMIN, READ, WRITE, Principal
-from app.config import Settings
-from app.errors import EngramError
-from app.observability.context import deadline
-from app.services.base import Limits
-from app.services.cursors import Cursors
-from app.services.indexing import Indexer
-from app.services.transfer import ImportSummary, RefusedLine, Source, Transfer
-from app.store.database import Database
+from app.cli.common import read_settings, with_database
+
+if TYPE_CHECKING:
+    from app.auth.principal import Principal
+    from app.cli.common import Subparsers
+    from app.config import Settings
+    from app.services.transfer import ImportSummary, RefusedLine, Transfer
+
+FORMATS = ["engram", "memory", "neo4j"]
 
 
 def _principal(kind: str, tenant: str) -> Principal:
+    from app.auth.principal import ADMIN, READ, WRITE, Principal
+
     user = os.environ.get("USER") or getpass.getuser()
     return Principal(
         subject=f"{kind}:{user}",
@@ -38,21 +43,26 @@ def _principal(kind: str, tenant: str) -> Principal:
 
 @asynccontextmanager
 async def _service(settings: Settings) -> AsyncIterator[Transfer]:
-    db = Database.from_settings(settings)
-    await db.open()
-    try:
+    from app.cli.database import pools
+    from app.observability.context import deadline
+    from app.services.base import Limits
+    from app.services.cursors import Cursors
+    from app.services.indexing import Indexer
+    from app.services.transfer import Transfer
+
+    async with pools(settings) as db:
         # No embedding model here: imported texts wait for the server's background filler.
         indexer = Indexer(db, None, batch_size=settings.embedding_batch_size)
         cursors = Cursors(settings.cursor_max_age_seconds)
         with deadline(math.inf):  # a maintenance job: its transactions take as long as they need
             yield Transfer(db, indexer, cursors, Limits.from_settings(settings))
-    finally:
-        await db.close()
 
 
-def export(settings: Settings, args: argparse.Namespace) -> None:
+def cmd_export(args: argparse.Namespace) -> None:
+    from app.errors import EngramError
+
     # Exporting never creates a tenant, whatever the tenant policy.
-    settings = settings.model_copy(update={"tenant_policy": "managed"})
+    settings = with_database(read_settings()).model_copy(update={"tenant_policy": "managed"})
     who = _principal("export", args.tenant)
 
     async def run(out: IO[bytes]) -> None:
@@ -116,7 +126,11 @@ def _refused(line: RefusedLine) -> None:
     print(f"line {line.line}: {line.code}: {line.reason}", file=sys.stderr, flush=True)
 
 
-def import_(settings: Settings, args: argparse.Namespace) -> None:
+def cmd_import(args: argparse.Namespace) -> None:
+    from app.errors import EngramError
+    from app.services.transfer import Source
+
+    settings = with_database(read_settings())
     if not args.file.is_file():
         sys.exit(f"import error: no file {args.file}")
     who = _principal("import", args.tenant)
@@ -176,3 +190,33 @@ def describe(s: ImportSummary) -> str:
     elif s.dry_run:
         out.append("nothing was written")
     return "\n".join(out)
+
+
+def add_export(sub: Subparsers) -> None:
+    export = sub.add_parser("export", help="write a tenant's memory to a file (or standard output)")
+    export.add_argument("--tenant", required=True)
+    export.add_argument("--format", choices=FORMATS, default="engram", help="engram (default, lossless), memory, neo4j")
+    export.add_argument("--include-deleted", action="store_true", help="engram: soft-deleted entities too")
+    export.add_argument("--history", action="store_true", help="engram: the history of changes too")
+    export.add_argument("-o", "--output", type=Path, help="the file to write (default: standard output)")
+    export.set_defaults(func=cmd_export)
+
+
+def add_import(sub: Subparsers) -> None:
+    imp = sub.add_parser("import", help="read a file into a tenant's memory; run again to resume")
+    imp.add_argument("--tenant", required=True)
+    imp.add_argument("file", type=Path)
+    imp.add_argument("--format", choices=FORMATS, help="default: told by the file's first line")
+    imp.add_argument(
+        "--on-existing",
+        choices=["merge", "skip", "error"],
+        default="merge",
+        help="an entity that exists: merge the file's fields and observations into it (default), leave it, "
+        "or refuse the line",
+    )
+    imp.add_argument("--dry-run", action="store_true", help="check and count everything, write nothing")
+    imp.add_argument("--json", action="store_true", help="print the summary as JSON")
+    imp.set_defaults(func=cmd_import)
+
+
+COMMANDS = {"export": add_export, "import": add_import}

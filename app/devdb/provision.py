@@ -53,7 +53,7 @@ def _say(message: str) -> None:
 
 def sql_dir() -> Path:
     """The database image's recipe (and the migrations), shipped in the package."""
-    return Path(__file__).resolve().parent / "sql"
+    return Path(__file__).resolve().parent.parent / "sql"
 
 
 @dataclass

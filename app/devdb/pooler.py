@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
-from app.provision import Chroot, LocalState, ProvisionError, _port_open, _run
+from app.devdb.provision import Chroot, LocalState, ProvisionError, _port_open, _run
 
 MIN_VERSION = (1, 21)
 

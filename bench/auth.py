@@ -33,9 +33,9 @@ from joserfc.jwk import ECKey
 from app.authserver.credentials import check_password, hash_password
 from bench import env, procs
 from bench.stats import Latency
-from tests.helpers import free_port, serve_builtin
-from tests.oauth_agent import hidden_fields
-from tests.test_authserver import PASSWORD, engram
+from tests.support.auth import PASSWORD
+from tests.support.oauth_agent import hidden_fields
+from tests.support.server import engram, free_port, serve_builtin
 
 REDIRECT = "http://127.0.0.1:33418/callback"
 STEPS = ("register", "authorize", "sign in", "consent", "code exchange", "refresh", "revoke")

@@ -54,7 +54,8 @@ from bench.recall import (
     store_facts,
 )
 from bench.stats import Latency
-from tests.helpers import ok, serve
+from tests.support.client import ok
+from tests.support.server import serve
 
 BUDGETS = (250, 500, 1000, 2000)
 ROOMY = 20_000

@@ -41,7 +41,8 @@ import orjson
 from bench import env
 from bench.recall import CATEGORIES, DATA, Conversation, bulk_episodes, locomo, settled
 from bench.stats import Latency
-from tests.helpers import Server, record, serve
+from tests.support.client import record
+from tests.support.server import Server, serve
 
 SMALL_TALK = ("thanks!", "ok", "great, go on", "sounds good", "lol", "yes please", "hmm", "nice, thank you!")
 THRESHOLDS = (0.1, 0.2, 0.25, 0.3, 0.4)

@@ -40,7 +40,8 @@ from bench import procs
 from bench.env import bench_dir
 from bench.generate import Generated
 from bench.stats import saturate
-from tests.conftest import connect, free_port, server_env
+from tests.support.client import connect
+from tests.support.server import free_port, server_env
 
 ERAS = {"2025-11-25": "legacy", "2026-07-28": "2026-07-28"}
 GET_ENTITY = "engram get_entity"

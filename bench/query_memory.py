@@ -24,7 +24,8 @@ from app.auth.devkeys import mint_token
 from app.auth.principal import READ, WRITE
 from bench import procs
 from bench.env import bench_dir, fresh_database, machine, scratch_name, settings
-from tests.conftest import connect, free_port, server_env
+from tests.support.client import connect
+from tests.support.server import free_port, server_env
 
 MAX_BYTES = 1024 * 1024  # ENGRAM_QUERY_GRAPH_MAX_BYTES, its default
 

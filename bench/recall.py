@@ -45,7 +45,8 @@ import orjson
 from app.embeddings.factory import create_provider
 from bench import env, procs
 from bench.stats import Latency
-from tests.helpers import connect, free_port, ok, serve
+from tests.support.client import connect, ok
+from tests.support.server import free_port, serve
 
 DATA = env.ROOT.parent / "shared" / "data" / "conversational-memory" / "locomo-dev.json"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "inference", 4: "single-hop"}

@@ -41,7 +41,8 @@ from bench import procs
 from bench.env import bench_dir
 from bench.generate import analyze
 from bench.stats import Latency
-from tests.conftest import connect, free_port, server_env
+from tests.support.client import connect
+from tests.support.server import free_port, server_env
 
 PACKAGE = "@modelcontextprotocol/server-memory"
 VERSION = "2026.8.31"

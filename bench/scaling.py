@@ -29,7 +29,8 @@ from app.store.database import Database
 from bench import env, procs
 from bench.over_http import engram_env, mcp_calls
 from bench.stats import Latency, paired, saturate
-from tests.helpers import connect, free_port, ok
+from tests.support.client import connect, ok
+from tests.support.server import free_port
 
 # The system catalogs a tenant adds rows to (AGE's own included).
 CATALOGS = (

@@ -40,7 +40,8 @@ from app.config import Settings
 from bench import env, generate, over_http, procs
 from bench.generate import RELATION_TYPES, VERBS, WORDS, Generated
 from bench.stats import Latency, saturate
-from tests.conftest import connect, free_port
+from tests.support.client import connect
+from tests.support.server import free_port
 
 MODE = "2026-07-28"
 # Calls per round of the mix: reads twice as often as each other tool (as measured before).

@@ -29,7 +29,7 @@ import httpx2
 
 from bench import env
 from bench.procs import cpu_seconds
-from tests.conftest import free_port
+from tests.support.server import free_port
 
 PROVIDERS = ["local", "sentence-transformers", "none"]
 

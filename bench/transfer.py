@@ -28,7 +28,7 @@ import orjson
 
 from bench import env, generate
 from bench.reference import drop_tenant
-from tests.conftest import ROOT
+from tests.support.server import ROOT
 
 QUICK_GRAPH = (1_500, 6_000)
 

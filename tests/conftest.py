@@ -1,7 +1,8 @@
 """Real parts only: the database `engram db up` provides, `engram serve` in its own process on a
 free port, the SDK's streamable-HTTP client, and ES256 tokens signed by the server's dev key.
 
-Fixtures only; the helpers they and the tests use are in tests/helpers.py (re-exported here).
+Fixtures only; what the tests share besides fixtures is in tests/support/, whose fixtures of
+several clusters (support/cells.py) and of the console (support/console.py) are registered here.
 """
 
 from __future__ import annotations
@@ -18,22 +19,9 @@ from pydantic import SecretStr
 from app.config import Settings
 from app.devdb import provision
 from app.store import migrate
-from tests.helpers import (  # noqa: F401 (re-exported for the tests that import them from here)
-    ROOT,
-    TEST_DB,
-    Server,
-    connect,
-    dumps,
-    error_code,
-    free_port,
-    ok,
-    serve,
-    server_env,
-    start_server,
-    text,
-)
+from tests.support.server import TEST_DB, Server, free_port, serve
 
-pytest_plugins = ["tests.cells_fixtures"]  # several clusters: cells and a standby
+pytest_plugins = ["tests.support.cells", "tests.support.console"]  # cells and a standby; `browse`
 
 # Set: the servers the tests start reach the database through PgBouncer in transaction mode
 # (`make test` runs a selection of the suite so, docs/scaling.md).
@@ -136,7 +124,7 @@ async def local_model() -> AsyncIterator[Any]:
 
 @pytest.fixture(scope="session")
 def _embedding_server(local_model: Any) -> Iterator[Any]:
-    from tests.embedding_server import EmbeddingServer
+    from tests.support.embedding_server import EmbeddingServer
 
     server = EmbeddingServer(local_model)
     server.start()

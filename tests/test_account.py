@@ -21,10 +21,12 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from app.config import Settings
-from tests.conftest import Server, ok
-from tests.oauth_agent import Person, hidden_fields, oauth_client
-from tests.test_authserver import PASSWORD, add_user, until_refused
-from tests.test_console import Browser, console_sign_in, serve_console
+from tests.support.auth import PASSWORD, add_user, until_refused
+from tests.support.browser import Browser
+from tests.support.client import ok
+from tests.support.console import console_sign_in, serve_console
+from tests.support.oauth_agent import Person, hidden_fields, oauth_client
+from tests.support.server import Server
 
 NEW = "a brand new and longer passphrase"
 PATH = "/console/account/password"

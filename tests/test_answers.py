@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 
 from app.services.excerpts import excerpt
-from tests.conftest import error_code, ok, text
-from tests.helpers import embedded, in_order
+from tests.support.client import embedded, error_code, in_order, ok, text
 
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from app.auth.principal import ADMIN, READ, WRITE
-from tests.conftest import Server, error_code, ok, text
-from tests.helpers import in_order
+from tests.support.client import error_code, in_order, ok, relate, text, upsert
+from tests.support.server import Server
 
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 ALL = (READ, WRITE, ADMIN)
@@ -73,9 +73,9 @@ async def _seed(c: Any) -> None:
         }
         for name, kind, topic, about in PEOPLE
     ]
-    ok(await c.call_tool("upsert_entities", {"entities": entities}))
+    await upsert(c, entities)
     relations = [{"from": a, "type": t, "to": b, "source": "biography", **x} for a, t, b, x in LINKS]
-    ok(await c.call_tool("connect_entities", {"relations": relations}))
+    await relate(c, relations)
 
 
 @pytest.fixture(scope="module")
@@ -207,11 +207,7 @@ async def test_an_empty_result_says_so_in_a_sentence(server, tenant):
             text(await c.call_tool("find_duplicates", {})),
             text(await c.call_tool("audit_log", {})),
         ]
-        ok(
-            await c.call_tool(
-                "upsert_entities", {"entities": [{"name": "Ada", "type": "p"}, {"name": "Bo", "type": "p"}]}
-            )
-        )
+        await upsert(c, [{"name": "Ada", "type": "p"}, {"name": "Bo", "type": "p"}])
         alone = [
             text(await c.call_tool("neighbors", {"entity": "Ada"})),
             text(await c.call_tool("relation_chain", {"entity": "Ada", "relation_type": "knows"})),
@@ -274,17 +270,17 @@ async def hub(server: Server) -> str:
     long = ("記憶と知識 " * 700)[:4000]
     async with server.client(tenant) as c:
         names = [f"ノード {i:03} Ωμέγα" for i in range(SPOKES)]
-        ok(await c.call_tool("upsert_entities", {"entities": [{"name": HUB, "type": "中心", "description": long}]}))
+        await upsert(c, [{"name": HUB, "type": "中心", "description": long}])
         for i in range(0, SPOKES, 100):
             entities = [
                 {"name": n, "type": "節点", "description": long if n == names[0] else f"第{i}群の節点です"}
                 for n in names[i : i + 100]
             ]
-            ok(await c.call_tool("upsert_entities", {"entities": entities}))
+            await upsert(c, entities)
             relations = [
                 {"from": HUB, "to": n, "type": "つながる", "notes": "関係の説明 " * 30} for n in names[i : i + 100]
             ]
-            ok(await c.call_tool("connect_entities", {"relations": relations}))
+            await relate(c, relations)
     return tenant
 
 

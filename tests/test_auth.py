@@ -12,7 +12,7 @@ from joserfc import jwt
 from joserfc.jwk import ECKey
 
 from app.auth.principal import READ, WRITE
-from tests.conftest import connect, error_code
+from tests.support.client import connect, error_code
 
 INIT = {
     "jsonrpc": "2.0",

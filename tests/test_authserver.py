@@ -5,20 +5,15 @@ refusal answers the right OAuth error and issues nothing."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import hashlib
 import html
 import re
 import secrets
-import shutil
 import struct
-import subprocess
-import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
+from urllib.parse import parse_qs, urljoin, urlsplit
 
 import asyncpg
 import httpx2
@@ -33,33 +28,24 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from app.config import Settings
-from tests.conftest import ROOT, Server, connect, free_port, ok, serve
-from tests.helpers import serve_builtin
-from tests.local_http import ThreadedServer
-from tests.oauth_agent import Person, hidden_fields, oauth_client
-from tests.oidc_issuer import CLIENT_ID as UPSTREAM_CLIENT
-from tests.oidc_issuer import StandInIssuer
-
-PASSWORD = "correct horse battery staple"
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-}
-REDIRECT = "http://127.0.0.1:33418/callback"
-
-
-def engram(env: dict[str, str], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args],
-        cwd=ROOT,
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+from tests.support.auth import (
+    PASSWORD,
+    REDIRECT,
+    Flow,
+    add_user,
+    jwt_part,
+    mcp_status,
+    post_mcp,
+    register,
+    until_refused,
+)
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
+from tests.support.client import connect, ok
+from tests.support.local_http import ThreadedServer
+from tests.support.oauth_agent import Person, hidden_fields, oauth_client
+from tests.support.oidc_issuer import CLIENT_ID as UPSTREAM_CLIENT
+from tests.support.oidc_issuer import StandInIssuer
+from tests.support.server import ROOT, Server, engram, free_port, serve, serve_builtin
 
 
 @pytest.fixture(scope="module")
@@ -70,21 +56,6 @@ def builtin(db_settings: Settings) -> Iterator[Server]:
         ENGRAM_SIGNING_KEY_RELOAD_SECONDS="1",
     ) as running:
         yield running
-
-
-def add_user(server: Server, tenant: str, role: str = "writer") -> Person:
-    name = f"u{uuid.uuid4().hex[:10]}"
-    made = engram(server.env, "user", "add", name, "--display-name", "Ada Lovelace", "--password-stdin", stdin=PASSWORD)
-    assert made.returncode == 0, made.stderr
-    member = engram(server.env, "member", "add", name, "--tenant", tenant, "--role", role)
-    assert member.returncode == 0, member.stderr
-    return Person(name, PASSWORD)
-
-
-def _part(token: str, index: int) -> dict[str, Any]:
-    """A JWT's header (0) or claims (1), unverified: the test only reads what the server wrote."""
-    part = token.split(".")[index]
-    return orjson.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
 
 
 async def test_metadata_describes_what_the_server_accepts(builtin):
@@ -110,7 +81,7 @@ async def test_sdk_client_connects_by_url_alone(builtin, tenant):
     assert person.redirect["iss"] == builtin.base  # RFC 9207
     assert storage.client_info is not None and storage.client_info.client_id  # registered dynamically
     assert storage.tokens is not None and storage.tokens.refresh_token
-    token = _part(storage.tokens.access_token, 1)
+    token = jwt_part(storage.tokens.access_token, 1)
     assert token["tenant_id"] == tenant and token["aud"] == builtin.url and token["sub"]
     assert set(token["scope"].split()) == {"memory:read", "memory:write"}  # a writer gets no admin
     assert history["entries"][0]["actor"] == token["sub"]
@@ -122,91 +93,11 @@ async def test_sdk_client_connects_by_url_alone(builtin, tenant):
         assert ok(await c.call_tool("get_entity", {"name": "Signed in by URL"}))["name"] == "Signed in by URL"
 
 
-class Flow:
-    """One authorization by hand, to test each step's refusals."""
-
-    def __init__(self, server: Server, person: Person, client_id: str, tenant: str = "") -> None:
-        self.server = server
-        self.person = person
-        self.person_tenant = tenant
-        self.client_id = client_id
-        self.verifier = secrets.token_urlsafe(48)
-        challenge = base64.urlsafe_b64encode(hashlib.sha256(self.verifier.encode()).digest()).rstrip(b"=").decode()
-        self.params = {
-            "response_type": "code",
-            "client_id": client_id,
-            "redirect_uri": REDIRECT,
-            "code_challenge": challenge,
-            "code_challenge_method": "S256",
-            "state": "s-" + secrets.token_hex(4),
-            "resource": server.url,
-            "scope": "memory:read memory:write",
-        }
-
-    def authorize_url(self, **changes: str | None) -> str:
-        params = {k: v for k, v in {**self.params, **changes}.items() if v is not None}
-        return f"{self.server.base}/authorize?{urlencode(params)}"
-
-    async def code(self) -> str:
-        await self.person.visit(self.authorize_url())
-        assert self.person.redirect["state"] == self.params["state"]
-        return self.person.redirect["code"]
-
-    async def token(self, **form: str) -> httpx2.Response:
-        data = {"client_id": self.client_id, **form}
-        async with httpx2.AsyncClient() as http:
-            return await http.post(f"{self.server.base}/token", data=data)
-
-    async def exchange(self, code: str, verifier: str | None = None) -> httpx2.Response:
-        return await self.token(
-            grant_type="authorization_code",
-            code=code,
-            redirect_uri=REDIRECT,
-            code_verifier=verifier or self.verifier,
-            resource=self.server.url,
-        )
-
-
-async def register(server: Server, **metadata: Any) -> httpx2.Response:
-    body = {"client_name": "Hand-made client", "redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none"}
-    async with httpx2.AsyncClient() as http:
-        return await http.post(f"{server.base}/register", json={**body, **metadata})
-
-
 @pytest.fixture
 async def flow(builtin, tenant) -> Flow:
     registered = await register(builtin)
     assert registered.status_code == 201, registered.text
     return Flow(builtin, add_user(builtin, tenant), registered.json()["client_id"], tenant)
-
-
-async def post_mcp(server: Server, token: str, message: dict[str, Any]) -> httpx2.Response:
-    """One raw MCP request carrying `token`, to see the HTTP answer itself."""
-    async with httpx2.AsyncClient() as http:
-        return await http.post(
-            server.url,
-            content=orjson.dumps(message),
-            headers={
-                "Authorization": f"Bearer {token}",
-                "Content-Type": "application/json",
-                "Accept": "application/json, text/event-stream",
-                "MCP-Protocol-Version": "2025-11-25",
-            },
-        )
-
-
-async def mcp_status(server: Server, token: str) -> int:
-    """The HTTP status of an MCP request carrying `token` (200, or 401 when it is refused)."""
-    return (await post_mcp(server, token, INITIALIZE)).status_code
-
-
-async def until_refused(server: Server, token: str) -> bool:
-    """Revocation reaches every replica within a few seconds: poll, don't sleep a fixed time."""
-    for _ in range(40):
-        if await mcp_status(server, token) == 401:
-            return True
-        await asyncio.sleep(0.25)
-    return False
 
 
 async def test_code_is_single_use_and_reuse_revokes_the_grant(flow):
@@ -419,7 +310,7 @@ async def test_rate_limits_answer_429(db_settings):
 
 async def test_a_second_process_accepts_tokens_and_rotation_keeps_them_valid(builtin, flow, db_settings):
     old = (await flow.exchange(await flow.code())).json()
-    old_kid = _part(old["access_token"], 0)["kid"]
+    old_kid = jwt_part(old["access_token"], 0)["kid"]
     # A second process on the same database, serving the same public URL (replicas behind one ingress).
     with serve(
         db_settings, ENGRAM_AUTH_MODE="builtin", ENGRAM_EMBEDDING_PROVIDER="none", ENGRAM_PUBLIC_URL=builtin.base
@@ -432,10 +323,10 @@ async def test_a_second_process_accepts_tokens_and_rotation_keeps_them_valid(bui
         for _ in range(40):  # the signing replica loads the new key within its reload period
             new = (await flow.token(grant_type="refresh_token", refresh_token=refresh_token)).json()
             refresh_token = new["refresh_token"]
-            if _part(new["access_token"], 0)["kid"] == new_kid:
+            if jwt_part(new["access_token"], 0)["kid"] == new_kid:
                 break
             await asyncio.sleep(0.25)
-        assert new is not None and _part(new["access_token"], 0)["kid"] == new_kid != old_kid
+        assert new is not None and jwt_part(new["access_token"], 0)["kid"] == new_kid != old_kid
         for server in (builtin, second):
             assert await mcp_status(server, new["access_token"]) == 200
             assert await mcp_status(server, old["access_token"]) == 200  # the old key still verifies
@@ -521,7 +412,7 @@ async def test_sdk_client_connects_with_a_metadata_document(cimd, documents, ten
         ok(await c.call_tool("upsert_entities", {"entities": [{"name": "Known by its document", "type": "t"}]}))
     assert storage.client_info is not None and storage.client_info.client_id == url  # no registration
     assert "Metadata Document Client" in person.pages[-1]
-    assert _part(storage.tokens.access_token, 1)["client_id"] == url  # type: ignore[union-attr]
+    assert jwt_part(storage.tokens.access_token, 1)["client_id"] == url  # type: ignore[union-attr]
 
 
 async def authorize_as(server: Server, client_id: str) -> httpx2.Response:
@@ -579,13 +470,12 @@ async def test_dev_mode_signs_the_dev_user_in_by_itself(server):
     async with Client(streamable_http_client(server.url, http_client=http), mode="legacy") as c:
         assert ok(await c.call_tool("graph_stats", {})) is not None
     assert 'name="password"' not in person.pages[-1]  # no sign-in form: the dev user is signed in
-    assert _part(storage.tokens.access_token, 1)["tenant_id"] == "demo"  # type: ignore[union-attr]
+    assert jwt_part(storage.tokens.access_token, 1)["tenant_id"] == "demo"  # type: ignore[union-attr]
 
 
 # --- a real browser ----------------------------------------------------------------------------
 
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = shutil.which("chromium")
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (scripts/system-deps.sh)")
@@ -627,19 +517,7 @@ async def test_a_person_signs_in_and_consents_in_chromium(flow):
     query = parse_qs(urlsplit(landed[0]).query)
     assert query["state"] == [flow.params["state"]] and query["iss"] == [flow.server.base]
     issued = await flow.exchange(query["code"][0])
-    assert issued.status_code == 200 and _part(issued.json()["access_token"], 1)["tenant_id"] == flow.person_tenant
-
-
-# Root in a container has no sandbox; the rest keeps Chromium off a network this machine does not have.
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+    assert issued.status_code == 200 and jwt_part(issued.json()["access_token"], 1)["tenant_id"] == flow.person_tenant
 
 
 # --- signing in through an upstream OpenID Connect provider -------------------------------------
@@ -681,7 +559,7 @@ async def test_sign_in_through_an_upstream_provider(upstream):
     assert len(personal) == 1 and personal[0].startswith("u-")  # a personal tenant under the auto policy
     await person.decide(str(answer.url), answer.text, "allow")
     issued = (await flow.exchange(person.redirect["code"])).json()
-    assert _part(issued["access_token"], 1)["tenant_id"] == personal[0]
+    assert jwt_part(issued["access_token"], 1)["tenant_id"] == personal[0]
 
     # The same upstream person again: the same Engram user (linked by provider and subject).
     again = Person("", "")
@@ -758,7 +636,7 @@ async def test_ended_grants_are_swept_after_their_retention(builtin, flow, db_se
     grants = {}
     for name in ("live", "revoked lately", "revoked long ago", "run dry long ago"):
         issued = (await flow.exchange(await flow.code())).json()
-        grants[name] = _part(issued["access_token"], 1)["sid"]
+        grants[name] = jwt_part(issued["access_token"], 1)["sid"]
         if name.startswith("revoked"):
             async with httpx2.AsyncClient() as http:
                 form = {"token": issued["refresh_token"], "client_id": flow.client_id}

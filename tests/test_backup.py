@@ -24,7 +24,8 @@ from app.errors import EngramError
 from app.services import backup
 from app.store import backup as store
 from app.store import connect, migrate
-from tests.helpers import ROOT, TEST_DB, Server, ok, serve
+from tests.support.client import ok
+from tests.support.server import ROOT, TEST_DB, Server, serve
 
 PORT = 55444  # the restore's own local cluster, made afresh for each run and dropped after it
 SOURCE_DB = f"{TEST_DB}_backup"

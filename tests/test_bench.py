@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.conftest import ROOT
+from tests.support.server import ROOT
 
 # A quick run loads the embedding model in several processes and starts `engram serve` twice.
 pytestmark = pytest.mark.timeout(900)

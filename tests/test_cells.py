@@ -17,16 +17,8 @@ from app.devdb.pooler import PgBouncer
 from app.observability import metrics
 from app.store.database import Database, Tenant, Unavailable
 from app.store.standby import STANDBY_PROBE_SECONDS
-from tests.cells_fixtures import CellDatabase
-from tests.helpers import TEST_DB, free_port
-
-
-async def _fetchval(url: str, query: str, *args: object) -> object:
-    conn = await asyncpg.connect(url)
-    try:
-        return await conn.fetchval(query, *args)
-    finally:
-        await conn.close()
+from tests.support.cells import CellDatabase, fetchval
+from tests.support.server import TEST_DB, free_port
 
 
 async def _directory(settings: Settings, *statements: str) -> None:
@@ -107,16 +99,16 @@ async def test_new_tenants_spread_over_open_cells_and_live_only_on_theirs(
         other = "c" if tenant.cell == "b" else "b"
         assert tenant.cell in ("b", "c")
         role = "SELECT count(*) FROM pg_roles WHERE rolname = $1"
-        assert await _fetchval(cells[tenant.cell].admin_url, role, tenant.schema) == 1
-        assert await _fetchval(cells[other].admin_url, role, tenant.schema) == 0
-        assert await _fetchval(db_settings.admin_dsn(), role, tenant.schema) == 0
+        assert await fetchval(cells[tenant.cell].admin_url, role, tenant.schema) == 1
+        assert await fetchval(cells[other].admin_url, role, tenant.schema) == 0
+        assert await fetchval(db_settings.admin_dsn(), role, tenant.schema) == 0
         async with db.transaction(tenant) as tx:  # runs on its cell, as its role
             assert await tx.fetchval("SELECT current_user") == tenant.schema
             assert await tx.fetchval("SELECT inet_server_port()") == cells[tenant.cell].cluster.port
             assert await tx.fetchval("SELECT count(*) FROM {s}.entities") == 0
         # the same id, key and schema in the cell's own tenants table
         row = "SELECT key FROM engram.tenants WHERE id = $1::uuid AND schema_name = $2"
-        assert await _fetchval(cells[tenant.cell].admin_url, row, tenant.id, tenant.schema) == tenant.key
+        assert await fetchval(cells[tenant.cell].admin_url, row, tenant.id, tenant.schema) == tenant.key
     # resolved again, from the directory (a fresh server): the same place
     again = _database(db_settings, {name: cell.url for name, cell in cells.items()})
     await again.open()
@@ -158,8 +150,8 @@ async def test_a_cell_this_server_has_no_url_for_is_unavailable_and_finished_lat
                 pass
     finally:
         await only_b.close()
-    assert await _fetchval(db_settings.admin_dsn(), "SELECT cell FROM engram.tenants WHERE key = $1", key) == "c"
-    assert await _fetchval(cells["c"].admin_url, "SELECT count(*) FROM engram.tenants WHERE key = $1", key) == 0
+    assert await fetchval(db_settings.admin_dsn(), "SELECT cell FROM engram.tenants WHERE key = $1", key) == "c"
+    assert await fetchval(cells["c"].admin_url, "SELECT count(*) FROM engram.tenants WHERE key = $1", key) == 0
     both = _database(db_settings, {name: cell.url for name, cell in cells.items()})
     await both.open()
     try:
@@ -294,7 +286,7 @@ async def test_a_lagging_or_unreachable_standby_is_skipped(
         await standby_admin.execute("SELECT pg_wal_replay_pause()")
         await _write(strict, tenant, "alice", "Ada")
         await asyncio.sleep(STANDBY_PROBE_SECONDS)
-        lag = await _fetchval(
+        lag = await fetchval(
             standby.cluster.url(admin=True, database="postgres"),
             "SELECT extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp())",
         )

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 
@@ -18,30 +16,11 @@ import pytest
 from app.config import Settings
 from app.devdb import localcells, provision
 from app.store.standby import STANDBY_PROBE_SECONDS
-from tests.cells_fixtures import CellDatabase
-from tests.helpers import ROOT, Server, connect, error_code, ok, serve, server_env
-from tests.test_cells import _fetchval
+from tests.support.cells import CellDatabase, cell_env, fetchval, set_states
+from tests.support.client import connect, error_code, ok
+from tests.support.server import Server, engram, serve, server_env
 
 SECONDS = 120  # a bound on waiting for the filler on a loaded machine, not a timing assertion
-
-
-async def _set_states(settings: Settings, **states: str) -> None:
-    conn = await asyncpg.connect(settings.admin_dsn())
-    try:
-        for name in states:
-            await conn.execute("INSERT INTO engram.cells (name) VALUES ($1) ON CONFLICT DO NOTHING", name)
-        for name, state in states.items():
-            await conn.execute("UPDATE engram.cells SET state = $2, capacity = NULL WHERE name = $1", name, state)
-    finally:
-        await conn.close()
-
-
-def _cell_env(cells: dict[str, CellDatabase]) -> dict[str, str]:
-    env = {"ENGRAM_CELLS": ",".join(cells)}
-    for name, cell in cells.items():
-        env[f"ENGRAM_CELL_{name.upper()}_URL"] = cell.url
-        env[f"ENGRAM_CELL_{name.upper()}_ADMIN_URL"] = cell.admin_url
-    return env
 
 
 @pytest.fixture(scope="module")
@@ -52,16 +31,16 @@ def cells(db_settings: Settings, cell_b: CellDatabase, cell_c: CellDatabase) -> 
 @pytest.fixture(scope="module")
 def cell_server(db_settings: Settings, cells: dict[str, CellDatabase]) -> Iterator[Server]:
     """Texts are left to the filler (none embedded by the write itself), so it must reach every cell."""
-    asyncio.run(_set_states(db_settings, main="full", b="open", c="open"))
+    asyncio.run(set_states(db_settings, main="full", b="open", c="open"))
     try:
-        with serve(db_settings, ENGRAM_EMBED_SYNC_TEXTS="0", **_cell_env(cells)) as running:
+        with serve(db_settings, ENGRAM_EMBED_SYNC_TEXTS="0", **cell_env(cells)) as running:
             yield running
     finally:
-        asyncio.run(_set_states(db_settings, main="open", b="draining", c="draining"))
+        asyncio.run(set_states(db_settings, main="open", b="draining", c="draining"))
 
 
 async def _cell_of(settings: Settings, key: str) -> object:
-    return await _fetchval(settings.admin_dsn(), "SELECT cell FROM engram.tenants WHERE key = $1", key)
+    return await fetchval(settings.admin_dsn(), "SELECT cell FROM engram.tenants WHERE key = $1", key)
 
 
 async def test_tools_work_for_tenants_on_b_and_c(
@@ -69,18 +48,18 @@ async def test_tools_work_for_tenants_on_b_and_c(
 ) -> None:
     placed: dict[object, str] = {}
     for only, full in (("b", "c"), ("c", "b")):  # one tenant placed on each
-        await _set_states(db_settings, main="full", **{only: "open", full: "full"})
+        await set_states(db_settings, main="full", **{only: "open", full: "full"})
         key = f"cells-{uuid.uuid4().hex[:10]}"
         async with cell_server.client(key) as c:
             ok(await c.call_tool("server_status", {}))
         placed[await _cell_of(db_settings, key)] = key
-    await _set_states(db_settings, main="full", b="open", c="open")
+    await set_states(db_settings, main="full", b="open", c="open")
     assert set(placed) == {"b", "c"}
     for cell, key in placed.items():
         assert isinstance(cell, str)
-        schema = await _fetchval(cells[cell].admin_url, "SELECT schema_name FROM engram.tenants WHERE key = $1", key)
-        assert await _fetchval(cells[cell].admin_url, "SELECT count(*) FROM pg_roles WHERE rolname = $1", schema) == 1
-        assert await _fetchval(db_settings.admin_dsn(), "SELECT count(*) FROM pg_roles WHERE rolname = $1", schema) == 0
+        schema = await fetchval(cells[cell].admin_url, "SELECT schema_name FROM engram.tenants WHERE key = $1", key)
+        assert await fetchval(cells[cell].admin_url, "SELECT count(*) FROM pg_roles WHERE rolname = $1", schema) == 1
+        assert await fetchval(db_settings.admin_dsn(), "SELECT count(*) FROM pg_roles WHERE rolname = $1", schema) == 0
         async with cell_server.client(key) as c:
             made = ok(
                 await c.call_tool(
@@ -113,13 +92,13 @@ async def test_tools_work_for_tenants_on_b_and_c(
             assert error_code(await c.call_tool("get_entity", {"name": "Nobody"})) == "not_found"
         # the rows are on the cell, not in the control database
         entities = f"SELECT count(*) FROM {schema}.entities"
-        assert await _fetchval(cells[cell].admin_url, entities) == 2
+        assert await fetchval(cells[cell].admin_url, entities) == 2
 
 
 async def test_the_filler_embeds_pending_texts_of_a_tenant_on_c(
     cell_server: Server, db_settings: Settings, cells: dict[str, CellDatabase]
 ) -> None:
-    await _set_states(db_settings, main="full", b="full", c="open")
+    await set_states(db_settings, main="full", b="full", c="open")
     try:
         key = f"cells-{uuid.uuid4().hex[:10]}"
         async with cell_server.client(key) as c:
@@ -130,16 +109,16 @@ async def test_the_filler_embeds_pending_texts_of_a_tenant_on_c(
                 )
             )
     finally:
-        await _set_states(db_settings, main="full", b="open", c="open")
+        await set_states(db_settings, main="full", b="open", c="open")
     assert made["embeddings_pending"] >= 2 and await _cell_of(db_settings, key) == "c"
-    schema = await _fetchval(cells["c"].admin_url, "SELECT schema_name FROM engram.tenants WHERE key = $1", key)
+    schema = await fetchval(cells["c"].admin_url, "SELECT schema_name FROM engram.tenants WHERE key = $1", key)
     waiting = f"SELECT count(*) FROM {schema}.search_docs WHERE model_id IS NULL"
     async with asyncio.timeout(SECONDS):
         pending = True
         while pending:
-            pending = bool(await _fetchval(cells["c"].admin_url, waiting))
+            pending = bool(await fetchval(cells["c"].admin_url, waiting))
             await asyncio.sleep(0.2 if pending else 0)
-    assert await _fetchval(cells["c"].admin_url, f"SELECT count(*) FROM {schema}.search_docs") >= 2
+    assert await fetchval(cells["c"].admin_url, f"SELECT count(*) FROM {schema}.search_docs") >= 2
     async with cell_server.client(key) as c:  # found by meaning now
         found = ok(await c.call_tool("search", {"query": "programming language tools", "mode": "semantic"}))
         assert [h["entity"]["name"] for h in found["hits"]] == ["Grace Hopper"]
@@ -148,7 +127,7 @@ async def test_the_filler_embeds_pending_texts_of_a_tenant_on_c(
 async def test_a_cell_this_server_has_no_url_for(cell_server: Server, db_settings: Settings) -> None:
     """In the directory, not configured here: /readyz names it (and stays ready for the other
     cells' tenants), and a tenant placed there is `unavailable` (cell_unconfigured)."""
-    await _set_states(db_settings, main="full", b="full", c="full", d="open")
+    await set_states(db_settings, main="full", b="full", c="full", d="open")
     key = f"cells-{uuid.uuid4().hex[:10]}"
     try:
         ready = httpx2.get(f"{cell_server.base}/readyz", timeout=10)
@@ -159,9 +138,9 @@ async def test_a_cell_this_server_has_no_url_for(cell_server: Server, db_setting
             assert error_code(refused) == "unavailable"
             assert "cell_unconfigured" in str(refused.structured_content) or "cell" in str(refused.content)
     finally:
-        await _fetchval(db_settings.admin_dsn(), "DELETE FROM engram.tenants WHERE cell = 'd'")
-        await _fetchval(db_settings.admin_dsn(), "DELETE FROM engram.cells WHERE name = 'd'")
-        await _set_states(db_settings, main="full", b="open", c="open")
+        await fetchval(db_settings.admin_dsn(), "DELETE FROM engram.tenants WHERE cell = 'd'")
+        await fetchval(db_settings.admin_dsn(), "DELETE FROM engram.cells WHERE name = 'd'")
+        await set_states(db_settings, main="full", b="open", c="open")
 
 
 def _standby_reads(server: Server) -> float:
@@ -172,8 +151,8 @@ def _standby_reads(server: Server) -> float:
 async def test_over_http_a_writer_reads_its_writes_while_others_read_the_standby(
     db_settings: Settings, cells: dict[str, CellDatabase], standby_b: CellDatabase
 ) -> None:
-    await _set_states(db_settings, main="full", b="open", c="full")
-    env = _cell_env(cells) | {"ENGRAM_CELL_B_READ_URL": standby_b.url, "ENGRAM_STANDBY_MAX_LAG_SECONDS": "3600"}
+    await set_states(db_settings, main="full", b="open", c="full")
+    env = cell_env(cells) | {"ENGRAM_CELL_B_READ_URL": standby_b.url, "ENGRAM_STANDBY_MAX_LAG_SECONDS": "3600"}
     standby_admin = await asyncpg.connect(standby_b.cluster.url(admin=True, database="postgres"))
     key = f"cells-{uuid.uuid4().hex[:10]}"
     try:
@@ -206,16 +185,10 @@ async def test_over_http_a_writer_reads_its_writes_while_others_read_the_standby
     finally:
         await standby_admin.execute("SELECT pg_wal_replay_resume()")
         await standby_admin.close()
-        await _set_states(db_settings, main="full", b="open", c="open")
+        await set_states(db_settings, main="full", b="open", c="open")
 
 
 # --- the command line ---------------------------------------------------------------------------
-
-
-def _engram(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
-    )
 
 
 @pytest.fixture
@@ -225,66 +198,66 @@ def fresh_c(db_settings: Settings, cells: dict[str, CellDatabase]) -> Iterator[s
     admin = cells["c"].cluster.url(admin=True)
     asyncio.run(provision.recreate_database(admin, name))
     yield cells["c"].cluster.url(admin=True, database=name)
-    asyncio.run(_fetchval(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    asyncio.run(fetchval(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 def test_migrate_and_cell_commands_reach_every_cell(
     db_settings: Settings, cells: dict[str, CellDatabase], fresh_c: str
 ) -> None:
-    env = server_env(db_settings, 8000) | _cell_env(cells) | {"ENGRAM_CELL_C_ADMIN_URL": fresh_c}
-    migrated = _engram(env, "migrate")
+    env = server_env(db_settings, 8000) | cell_env(cells) | {"ENGRAM_CELL_C_ADMIN_URL": fresh_c}
+    migrated = engram(env, "migrate")
     assert migrated.returncode == 0, migrated.stderr
     assert "cell main: database schema is up to date" in migrated.stdout
     assert "cell b: database schema is up to date" in migrated.stdout
     assert "cell c: applied: 0001_" in migrated.stdout  # the fresh database got every file
     count = "SELECT count(*) FROM engram.schema_migrations"
-    assert asyncio.run(_fetchval(fresh_c, count)) == asyncio.run(_fetchval(db_settings.admin_dsn(), count))
+    assert asyncio.run(fetchval(fresh_c, count)) == asyncio.run(fetchval(db_settings.admin_dsn(), count))
 
     env_c = env | {"ENGRAM_CELL_C_ADMIN_URL": cells["c"].admin_url}
     for name in cells:
-        added = _engram(env_c, "cell", "add", name)
+        added = engram(env_c, "cell", "add", name)
         assert added.returncode == 0 and f"cell {name}: database schema is up to date" in added.stdout, added.stderr
-    assert "registered already" in _engram(env_c, "cell", "add", "b").stdout
-    cleaned = _engram(env_c, "audit", "cleanup")  # audit rows are written on each tenant's cell
+    assert "registered already" in engram(env_c, "cell", "add", "b").stdout
+    cleaned = engram(env_c, "audit", "cleanup")  # audit rows are written on each tenant's cell
     assert cleaned.returncode == 0, cleaned.stderr
     assert [line.rsplit(" ", 1)[-1] for line in cleaned.stdout.splitlines()] == ["main", "b", "c"]
-    listed = _engram(env, "cell", "list")
+    listed = engram(env, "cell", "list")
     assert listed.returncode == 0 and listed.stdout.startswith("b\t")
-    assert _engram(env, "cell", "set", "b", "--state", "draining", "--capacity", "5").returncode == 0
-    line = next(x for x in _engram(env, "cell", "list").stdout.splitlines() if x.startswith("b\t"))
+    assert engram(env, "cell", "set", "b", "--state", "draining", "--capacity", "5").returncode == 0
+    line = next(x for x in engram(env, "cell", "list").stdout.splitlines() if x.startswith("b\t"))
     assert line.split("\t")[1:3] == ["draining", "capacity 5"]
-    assert _engram(env, "cell", "set", "b", "--state", "open", "--capacity", "none").returncode == 0
-    line = next(x for x in _engram(env, "cell", "list").stdout.splitlines() if x.startswith("b\t"))
+    assert engram(env, "cell", "set", "b", "--state", "open", "--capacity", "none").returncode == 0
+    line = next(x for x in engram(env, "cell", "list").stdout.splitlines() if x.startswith("b\t"))
     assert line.split("\t")[1:3] == ["open", "capacity -"]
 
     # a tenant made by the CLI is placed, and `tenant show` says where
-    asyncio.run(_set_states(db_settings, main="full", b="full", c="open"))
+    asyncio.run(set_states(db_settings, main="full", b="full", c="open"))
     key = f"cells-cli-{uuid.uuid4().hex[:8]}"
     try:
-        made = _engram(env_c, "tenant", "create", key)
+        made = engram(env_c, "tenant", "create", key)
         assert made.returncode == 0 and made.stdout.strip().endswith("(cell c)"), made.stderr
-        shown = _engram(env_c, "tenant", "show", key)
+        shown = engram(env_c, "tenant", "show", key)
         assert "cell: c" in shown.stdout.splitlines() and "entities: 0" in shown.stdout.splitlines()
         # its audit and usage live in its schema on c: the reports read them there
         schema = asyncio.run(
-            _fetchval(cells["c"].admin_url, "SELECT schema_name FROM engram.tenants WHERE key = $1", key)
+            fetchval(cells["c"].admin_url, "SELECT schema_name FROM engram.tenants WHERE key = $1", key)
         )
         for row in (
             f"INSERT INTO {schema}.audit (subject, client_id, tool, outcome, duration_ms, request_id)"
             " VALUES ('someone', 'cli', 'probe_tool', 'ok', 1, 'r')",
             f"INSERT INTO {schema}.usage (day, tool, calls, errors) VALUES (current_date, 'probe_tool', 3, 0)",
         ):
-            asyncio.run(_fetchval(cells["c"].admin_url, row))
-        audited = _engram(env_c, "audit", "--tenant", key)
+            asyncio.run(fetchval(cells["c"].admin_url, row))
+        audited = engram(env_c, "audit", "--tenant", key)
         assert audited.returncode == 0 and "probe_tool" in audited.stdout, audited.stderr
-        used = _engram(env_c, "usage", "--tenant", key, "--days", "1")
+        used = engram(env_c, "usage", "--tenant", key, "--days", "1")
         assert used.returncode == 0 and "probe_tool\t3 calls" in used.stdout, used.stderr
-        assert _engram(env_c, "tenant", "delete", key).returncode == 0
+        assert engram(env_c, "tenant", "delete", key).returncode == 0
         assert (
-            asyncio.run(_fetchval(cells["c"].admin_url, "SELECT count(*) FROM engram.tenants WHERE key = $1", key)) == 0
+            asyncio.run(fetchval(cells["c"].admin_url, "SELECT count(*) FROM engram.tenants WHERE key = $1", key)) == 0
         )
     finally:
-        asyncio.run(_set_states(db_settings, main="open", b="draining", c="draining"))
+        asyncio.run(set_states(db_settings, main="open", b="draining", c="draining"))
 
 
 @pytest.mark.parametrize(
@@ -307,9 +280,9 @@ def test_migrate_and_cell_commands_reach_every_cell(
 def test_cell_commands_refuse_bad_input(
     db_settings: Settings, cells: dict[str, CellDatabase], args: tuple[str, ...], says: str
 ) -> None:
-    env = server_env(db_settings, 8000) | _cell_env(cells)
-    before = asyncio.run(_fetchval(db_settings.admin_dsn(), "SELECT string_agg(name || state, ',') FROM engram.cells"))
-    refused = _engram(env, *args)
+    env = server_env(db_settings, 8000) | cell_env(cells)
+    before = asyncio.run(fetchval(db_settings.admin_dsn(), "SELECT string_agg(name || state, ',') FROM engram.cells"))
+    refused = engram(env, *args)
     assert refused.returncode != 0 and says in refused.stderr, refused.stderr
-    after = asyncio.run(_fetchval(db_settings.admin_dsn(), "SELECT string_agg(name || state, ',') FROM engram.cells"))
+    after = asyncio.run(fetchval(db_settings.admin_dsn(), "SELECT string_agg(name || state, ',') FROM engram.cells"))
     assert after == before

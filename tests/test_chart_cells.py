@@ -18,12 +18,12 @@ import yaml
 from pydantic import ValidationError
 
 from app.config import Settings
-from tests.test_deploy import (
+from tests.support.chart import (
     CNPG_CELLS_EXAMPLE,
     KUBE_VERSIONS,
     VALUE_SETS,
     Rendering,
-    _merge,
+    merge,
     render,
     rendered,
     validate_custom_resource,
@@ -86,7 +86,7 @@ def test_without_cells_nothing_changes() -> None:
 
 
 def test_cells_render_from_secrets() -> None:
-    values = _merge(BASE, CELLS)
+    values = merge(BASE, CELLS)
     r = render(values)
     server, job = container_env(r, "Deployment"), container_env(r, "Job")
     for env in (server, job):
@@ -111,7 +111,7 @@ def test_cells_render_from_secrets() -> None:
     assert not URL.search(yaml.safe_dump_all(r.objects))
 
 
-@pytest.mark.parametrize("values", [VALUE_SETS[EXAMPLE], _merge(BASE, CELLS)], ids=["example", "two-cells"])
+@pytest.mark.parametrize("values", [VALUE_SETS[EXAMPLE], merge(BASE, CELLS)], ids=["example", "two-cells"])
 def test_owner_urls_stay_out_of_server_pods(values: dict[str, Any]) -> None:
     """Least privilege: no pod but the migration Job can name an owner's or replication Secret."""
     r = render(values)
@@ -150,28 +150,28 @@ BAD = [
 @pytest.mark.parametrize(("cell", "complaint"), BAD)
 def test_bad_cells_stop_the_render(cell: dict[str, Any], complaint: str) -> None:
     with pytest.raises(helm.HelmError) as caught:
-        render(_merge(BASE, {"cells": [cell]}))
+        render(merge(BASE, {"cells": [cell]}))
     assert complaint in str(caught.value)
 
 
 def test_a_cell_named_twice_stops_the_render() -> None:
     twice = [{"name": "b", "urlSecret": _ref("s", "k")}, {"name": "b", "urlSecret": _ref("t", "k")}]
     with pytest.raises(helm.HelmError) as caught:
-        render(_merge(BASE, {"cells": twice}))
+        render(merge(BASE, {"cells": twice}))
     assert 'the name "b" is used twice' in str(caught.value)
 
 
 def test_at_most_a_hundred_cells() -> None:
     cells = [{"name": f"c{i}", "urlSecret": _ref("s", f"k{i}")} for i in range(101)]
     with pytest.raises(helm.HelmError) as caught:
-        render(_merge(BASE, {"cells": cells}))
+        render(merge(BASE, {"cells": cells}))
     assert "cells" in str(caught.value)
-    assert len(cell_refs(container_env(render(_merge(BASE, {"cells": cells[:100]})), "Deployment"))) == 100
+    assert len(cell_refs(container_env(render(merge(BASE, {"cells": cells[:100]})), "Deployment"))) == 100
 
 
 def test_main_connections_need_name_and_key() -> None:
     with pytest.raises(helm.HelmError):
-        render(_merge(BASE, {"database": {"readUrlSecret": {"name": "s"}}}))
+        render(merge(BASE, {"database": {"readUrlSecret": {"name": "s"}}}))
 
 
 # --- the two-cell CloudNativePG example -------------------------------------------------------

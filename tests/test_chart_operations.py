@@ -19,23 +19,24 @@ import pytest
 import yaml
 from helm_python import _native
 
-from tests.test_deploy import (
+from tests.support.chart import (
     CHART,
     CNPG_EXAMPLE,
     CUSTOM_GROUPS,
     EXTERNAL_DB,
     ISSUER,
     NAMESPACE,
-    ROOT,
     VALUE_SETS,
-    _chart,
-    _merge,
-    _promtool,
     crd_schemas,
+    lint,
+    loaded_chart,
+    merge,
+    promtool,
     render,
     rendered,
     validate_custom_resource,
 )
+from tests.support.server import ROOT
 
 RULES = CHART / "files" / "prometheus-rules.yaml"
 DASHBOARD = CHART / "files" / "grafana-dashboard.json"
@@ -72,8 +73,8 @@ def test_bundled_database_needs_its_passwords() -> None:
         render(values)
     assert "postgresql.auth.existingSecret" in str(caught.value)
     with pytest.raises(helm.HelmError):
-        render(_merge(values, {"postgresql": {"auth": {"adminPassword": "only-one"}}}))
-    render(_merge(values, {"postgresql": {"auth": {"existingSecret": "engram-db-passwords"}}}))
+        render(merge(values, {"postgresql": {"auth": {"adminPassword": "only-one"}}}))
+    render(merge(values, {"postgresql": {"auth": {"existingSecret": "engram-db-passwords"}}}))
 
 
 # --- every Kubernetes minor the chart supports -----------------------------------------------
@@ -87,9 +88,7 @@ RICHEST = ["ingress-bundled-monitoring-hpa", "extras", "httproute", "cloudnative
 @pytest.mark.parametrize("kube", BETWEEN)
 @pytest.mark.parametrize("name", RICHEST)
 def test_lints_and_validates_for_every_minor(name: str, kube: str) -> None:
-    report = helm.lint(CHART, VALUE_SETS[name], strict=True, kube_version=f"v{kube}")
-    problems = [m for m in report["messages"] if m["severity"] >= 2]
-    assert not problems and not report["errors"], problems or report["errors"]
+    lint(VALUE_SETS[name], kube)
     for obj in rendered(name).objects:
         if obj["apiVersion"].split("/")[0] in CUSTOM_GROUPS:
             continue
@@ -135,7 +134,7 @@ def test_renders_as_a_subchart_with_globals(tmp_path: Path) -> None:
     deployment = next(o for o in objects if o["kind"] == "Deployment")
     assert deployment["metadata"]["name"] == "platform-engram"
     # And the chart alone accepts `global` too.
-    _chart().validate_schema({"global": {"imageRegistry": "registry.example.com"}})
+    loaded_chart().validate_schema({"global": {"imageRegistry": "registry.example.com"}})
 
 
 # --- custom resources ----------------------------------------------------------------------
@@ -157,7 +156,7 @@ def test_custom_resource_check_refuses_what_the_api_server_would() -> None:
 
 def test_http_route_needs_a_gateway() -> None:
     with pytest.raises(helm.HelmError) as caught:
-        render(_merge(VALUE_SETS["noingress-nobundled-nomonitoring-nohpa"], {"httpRoute": {"enabled": True}}))
+        render(merge(VALUE_SETS["noingress-nobundled-nomonitoring-nohpa"], {"httpRoute": {"enabled": True}}))
     assert "httpRoute.parentRefs" in str(caught.value)
 
 
@@ -214,7 +213,7 @@ def _rule_groups(name: str) -> list[dict[str, Any]]:
 def test_rendered_rules_pass_promtool(name: str, tmp_path: Path) -> None:
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump({"groups": _rule_groups(name)}))
-    result = subprocess.run([_promtool(), "check", "rules", str(path)], capture_output=True, text=True)
+    result = subprocess.run([promtool(), "check", "rules", str(path)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -265,7 +264,7 @@ def test_rendered_rules_alert_for_their_own_release_only(tmp_path: Path) -> None
     }
     test_file = tmp_path / "test.yaml"
     test_file.write_text(yaml.safe_dump(test))
-    result = subprocess.run([_promtool(), "test", "rules", str(test_file)], capture_output=True, text=True)
+    result = subprocess.run([promtool(), "test", "rules", str(test_file)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -295,12 +294,12 @@ def test_every_alert_links_to_its_runbook_section() -> None:
 
 
 def test_notes_warn_when_alerts_select_series_nothing_scrapes() -> None:
-    values = _merge(
+    values = merge(
         VALUE_SETS["noingress-nobundled-monitoring-nohpa"], {"metrics": {"serviceMonitor": {"enabled": False}}}
     )
     assert 'the alerts select namespace="memory", job="engram"' in render(values).notes
     assert "the alerts select" not in rendered("noingress-nobundled-monitoring-nohpa").notes
-    own = _merge(values, {"metrics": {"prometheusRule": {"selector": 'job="kubernetes-pods"'}}})
+    own = merge(values, {"metrics": {"prometheusRule": {"selector": 'job="kubernetes-pods"'}}})
     assert "the alerts select" not in render(own).notes
 
 
@@ -363,7 +362,7 @@ def test_every_window_records_the_same_ratio() -> None:
 
 
 def test_the_chart_sets_the_objectives(tmp_path: Path) -> None:
-    values = _merge(
+    values = merge(
         VALUE_SETS["noingress-nobundled-monitoring-nohpa"],
         {"metrics": {"prometheusRule": {"objectives": {"availability": 0.99, "latency": 0.999}}}},
     )
@@ -375,11 +374,11 @@ def test_the_chart_sets_the_objectives(tmp_path: Path) -> None:
     )
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump({"groups": groups}))
-    result = subprocess.run([_promtool(), "check", "rules", str(path)], capture_output=True, text=True)
+    result = subprocess.run([promtool(), "check", "rules", str(path)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     for refused in ({"availability": 1}, {"latency": "99%"}, {"other": 0.9}):
         with pytest.raises(helm.HelmError):
-            render(_merge(values, {"metrics": {"prometheusRule": {"objectives": refused}}}))
+            render(merge(values, {"metrics": {"prometheusRule": {"objectives": refused}}}))
 
 
 # --- dashboard ---------------------------------------------------------------------------------

@@ -14,8 +14,8 @@ import pytest
 from mcp.types import CallToolResult
 
 from app.auth.principal import READ, WRITE
-from tests.conftest import Server, ok, serve
-from tests.helpers import error_code
+from tests.support.client import error_code, ok
+from tests.support.server import Server, serve
 
 SEARCH_RESULT = {"id", "title", "url", "text"}
 DOCUMENT = {"id", "title", "text", "url", "metadata"}

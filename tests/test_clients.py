@@ -12,7 +12,7 @@ from typing import Any
 
 from app.config import HOOK_EVENTS
 from app.console.hook_setups import hooks_block
-from tests.helpers import ROOT
+from tests.support.server import ROOT
 
 PLUGIN = ROOT / "clients" / "claude-code"
 DOC = ROOT / "docs" / "clients.md"

@@ -21,7 +21,7 @@ import jsonschema
 import yaml
 
 from app.config import Settings
-from tests.helpers import ROOT
+from tests.support.server import ROOT
 
 COMPOSE = ROOT / "compose.yaml"
 SCHEMA = ROOT / "tests/data/compose-spec.json"
@@ -133,8 +133,8 @@ async def test_the_stack_as_compose_runs_it_serves_mcp_to_the_first_account(tmp_
     from mcp.client.streamable_http import streamable_http_client
 
     from app.devdb import provision
-    from tests.helpers import TEST_DB, free_port, start_server
-    from tests.oauth_agent import Person, oauth_client
+    from tests.support.oauth_agent import Person, oauth_client
+    from tests.support.server import TEST_DB, free_port, start_server
 
     services = _compose()["services"]
     filled = {k: v or f"a long secret for {k.lower()}" for k, v in _example_env().items()}

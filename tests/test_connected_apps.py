@@ -21,20 +21,12 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthToken
 
 from app.config import Settings
-from tests.conftest import Server, ok
-from tests.oauth_agent import Person, oauth_client
-from tests.test_authserver import Flow, add_user, engram, register, until_refused
-from tests.test_console import (
-    ARTIFACTS,
-    CHROMIUM,
-    CSP,
-    Tenant,
-    console_in_chromium,
-    console_sign_in,
-    png_size,
-    serve_console,
-    sign_in_with_browser,
-)
+from tests.support.auth import Flow, add_user, register, until_refused
+from tests.support.browser import ARTIFACTS, CHROMIUM, console_in_chromium, png_size
+from tests.support.client import ok
+from tests.support.console import CSP, Tenant, console_sign_in, serve_console, sign_in_with_browser
+from tests.support.oauth_agent import Person, oauth_client
+from tests.support.server import Server, engram
 
 DISCONNECT = "/console/apps/disconnect"
 

@@ -10,14 +10,10 @@ hostile input is refused without changing anything.
 from __future__ import annotations
 
 import asyncio
-import base64
 import html
 import re
-import shutil
-import struct
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import AbstractContextManager, asynccontextmanager
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin
@@ -32,45 +28,20 @@ from starlette.applications import Starlette
 
 from app.config import Settings
 from app.console import OFF_IN_OIDC_MODE, console_routes
-from tests.conftest import ROOT, Server, ok, serve
-from tests.helpers import connect, serve_builtin
-from tests.oauth_agent import Person, hidden_fields, oauth_client
-from tests.oidc_issuer import CLIENT_ID as UPSTREAM_CLIENT
-from tests.oidc_issuer import StandInIssuer
-from tests.test_authserver import CHROMIUM_ARGS, PASSWORD, add_user, engram
-
-ARTIFACTS = ROOT / "test-artifacts" / "console"
-CHROMIUM = shutil.which("chromium")
-CSP = "default-src 'none'"
-
-
-def serve_console(db_settings: Settings, **extra: str) -> AbstractContextManager[Server]:
-    """The server the console's tests share: builtin auth, limits raised for many sign-ins (`extra`
-    overrides any setting)."""
-    settings = {
-        "ENGRAM_TOKEN_PER_MINUTE": "10000",
-        "ENGRAM_AUTHORIZE_PER_MINUTE": "10000",
-        "ENGRAM_SIGN_IN_PER_MINUTE": "10000",
-        "ENGRAM_API_KEY_CACHE_SECONDS": "0",  # a revoked key is refused at once (docs/auth.md)
-    }
-    return serve_builtin(db_settings, **(settings | extra))
+from tests.support.auth import add_user
+from tests.support.browser import ARTIFACTS, CHROMIUM, console_in_chromium, png_size
+from tests.support.client import connect, mcp_headers, ok
+from tests.support.console import CSP, Tenant, console_sign_in, seed, serve_console, sign_in_with_browser, table
+from tests.support.oauth_agent import Person, hidden_fields, oauth_client
+from tests.support.oidc_issuer import CLIENT_ID as UPSTREAM_CLIENT
+from tests.support.oidc_issuer import StandInIssuer
+from tests.support.server import Server, engram, serve, serve_builtin
 
 
 @pytest.fixture(scope="module")
 def builtin(db_settings: Settings) -> Iterator[Server]:
     with serve_console(db_settings) as running:
         yield running
-
-
-@dataclass
-class Tenant:
-    """A tenant with its people and what was put in it through MCP."""
-
-    id: str
-    admin: Person
-    ids: dict[str, str]  # entity name -> id
-    relations: dict[str, str]  # "from|type|to" -> relation id
-    subject: str  # the admin's user id, as tokens and history name them
 
 
 async def mcp_call(server: Server, person: Person, tool: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -80,40 +51,9 @@ async def mcp_call(server: Server, person: Person, tool: str, args: dict[str, An
         return ok(await c.call_tool(tool, args))
 
 
-async def seed(server: Server, entities: list[dict[str, Any]], relations: list[dict[str, str]]) -> Tenant:
-    tenant = f"console-{uuid.uuid4().hex[:10]}"
-    admin = add_user(server, tenant, "admin")
-    admin.tenant = tenant
-    http, storage = oauth_client(server.url, Person(admin.username, PASSWORD, tenant=tenant))
-    async with Client(streamable_http_client(server.url, http_client=http), mode="legacy") as c:
-        made = ok(await c.call_tool("upsert_entities", {"entities": entities}))
-        rels = ok(await c.call_tool("connect_entities", {"relations": relations})) if relations else {"results": []}
-    assert storage.tokens is not None
-    claims = _claims(storage.tokens.access_token)
-    return Tenant(
-        tenant,
-        admin,
-        {r["name"]: r["id"] for r in made["results"]},
-        {
-            f"{r['relation']['from']}|{r['relation']['type']}|{r['relation']['to']}": r["relation"]["id"]
-            for r in rels["results"]
-        },
-        claims["sub"],
-    )
-
-
 def main(page: str) -> str:
     """The page without its header (which names the signed-in person)."""
     return page.split("<main", 1)[1]
-
-
-def table(page: str, id: str) -> str:
-    return page.split(f'id="{id}"', 1)[1].split("</table>", 1)[0]
-
-
-def _claims(token: str) -> dict[str, Any]:
-    part = token.split(".")[1]
-    return orjson.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
 
 
 @pytest.fixture(scope="module")
@@ -149,59 +89,6 @@ async def other(builtin: Server) -> Tenant:
         ],
         [{"from": "Bob Secret", "to": "Vault", "type": "guards"}],
     )
-
-
-# --- a browser played with plain HTTP ------------------------------------------------------------
-
-
-@dataclass
-class Browser:
-    http: httpx2.AsyncClient
-
-    async def get(self, path: str, **kw: Any) -> httpx2.Response:
-        return await self.http.get(path, **kw)
-
-    async def page(self, path: str) -> str:
-        answer = await self.http.get(path)
-        assert answer.status_code == 200, answer.text
-        return answer.text
-
-    def csrf(self, page: str) -> str:
-        return hidden_fields(page)["csrf"]
-
-    async def post(self, path: str, data: dict[str, str], **kw: Any) -> httpx2.Response:
-        return await self.http.post(path, data=data, **kw)
-
-
-async def console_sign_in(server: Server, person: Person, tenant: str) -> Browser:
-    """Sign in at /console as `person`, picking `tenant` on the authorization server's page."""
-    http = httpx2.AsyncClient(base_url=server.base, follow_redirects=True, timeout=30)
-    page = await http.get("/console/sign-in")
-    assert 'name="password"' in page.text
-    consent = await http.post(
-        "/oauth/sign-in", data={**hidden_fields(page.text), "username": person.username, "password": PASSWORD}
-    )
-    assert 'Open <span class="client">Engram console</span> for which memory?' in consent.text
-    assert 'name="remember"' not in consent.text  # the console's tenant page is shown at every sign-in
-    landed = await http.post(
-        "/oauth/consent", data={**hidden_fields(consent.text), "decision": "allow", "tenant": tenant}
-    )
-    assert landed.url.path == "/console/find", landed.text
-    assert f'id="tenant">{tenant}<' in landed.text
-    return Browser(http)
-
-
-@pytest.fixture
-async def browse(builtin: Server) -> AsyncIterator[Any]:
-    opened: list[Browser] = []
-
-    async def sign_in(person: Person, tenant: str) -> Browser:
-        opened.append(await console_sign_in(builtin, person, tenant))
-        return opened[-1]
-
-    yield sign_in
-    for browser in opened:
-        await browser.http.aclose()
 
 
 async def entity_state(server: Server, tenant: Tenant, name: str) -> dict[str, Any]:
@@ -640,12 +527,7 @@ def mcp_status(server: Server, key: str) -> int:
     """The HTTP status /mcp answers a request carrying `key` (401: refused before any tool runs)."""
     answer = httpx2.post(
         server.url,
-        headers={
-            "Authorization": f"Bearer {key}",
-            "Content-Type": "application/json",
-            "MCP-Protocol-Version": "2025-11-25",
-            "Accept": "application/json, text/event-stream",
-        },
+        headers=mcp_headers(key),
         content=orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
         timeout=10,
     )
@@ -755,41 +637,6 @@ async def test_the_console_can_be_off_and_says_why_in_oidc_mode():
 
 
 # --- in a real browser ------------------------------------------------------------------------------
-
-
-def png_size(path: Any) -> tuple[int, int]:
-    image = path.read_bytes()
-    assert image[:8] == b"\x89PNG\r\n\x1a\n" and len(image) > 10_000  # a real, drawn page
-    return struct.unpack(">II", image[16:24])
-
-
-@asynccontextmanager
-async def console_in_chromium(blocked: list[str]) -> AsyncIterator[Any]:
-    """A page of headless Chromium (screenshots go to ARTIFACTS); what the Content Security Policy
-    blocks is appended to `blocked`."""
-    from playwright.async_api import async_playwright
-
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        page = await browser.new_page(viewport={"width": 1200, "height": 900})
-        page.on("console", lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None)
-        try:
-            yield page
-        finally:
-            await browser.close()
-
-
-async def sign_in_with_browser(page: Any, server: Server, tenant: Tenant) -> None:
-    """Through the console's sign-in: the authorization server's page, then the tenant's choice."""
-    await page.goto(f"{server.base}/console")
-    await page.get_by_role("link", name="Sign in").click()
-    await page.get_by_label("Username").fill(tenant.admin.username)
-    await page.get_by_label("Password").fill(PASSWORD)
-    await page.get_by_role("button", name="Sign in").click()
-    await page.get_by_label(tenant.id, exact=False).check()
-    await page.get_by_role("button", name="Open").click()
-    await page.wait_for_url("**/console/find")
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (scripts/system-deps.sh)")

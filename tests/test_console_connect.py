@@ -6,26 +6,28 @@ SDK's client; a reader is told to ask an administrator; the strict policy blocks
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import pytest
 
-from app.config import ENDPOINT_PATHS
+from app.config import ENDPOINT_PATHS, Settings
 from app.console.web import CSP
-from tests.helpers import connect, ok
-from tests.test_authserver import PASSWORD, add_user
-from tests.test_console import (
-    ARTIFACTS,
-    CHROMIUM,
-    builtin,  # noqa: F401 (the module's server)
-    console_in_chromium,
-    seed,
-    sign_in_with_browser,
-)
+from tests.support.auth import PASSWORD, add_user
+from tests.support.browser import ARTIFACTS, CHROMIUM, console_in_chromium
+from tests.support.client import connect, ok
+from tests.support.console import seed, serve_console, sign_in_with_browser
+from tests.support.server import Server
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (scripts/system-deps.sh)")
 
 
-async def test_an_admin_connects_an_assistant_and_makes_a_key_for_an_agent(builtin):  # noqa: F811
+@pytest.fixture(scope="module")
+def builtin(db_settings: Settings) -> Iterator[Server]:
+    with serve_console(db_settings) as running:
+        yield running
+
+
+async def test_an_admin_connects_an_assistant_and_makes_a_key_for_an_agent(builtin):
     t = await seed(builtin, [{"name": "Ada Lovelace", "type": "person"}], [])
     blocked: list[str] = []
     async with console_in_chromium(blocked) as page:
@@ -78,7 +80,7 @@ async def test_an_admin_connects_an_assistant_and_makes_a_key_for_an_agent(built
         assert [e["name"] for e in found["entities"]] == ["Ada Lovelace"]
 
 
-async def test_a_reader_is_told_who_makes_keys(builtin):  # noqa: F811
+async def test_a_reader_is_told_who_makes_keys(builtin):
     t = await seed(builtin, [{"name": "Grace Hopper", "type": "person"}], [])
     reader = add_user(builtin, t.id, "reader")
     t.admin = reader

@@ -6,7 +6,7 @@ test-artifacts/console/."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -14,23 +14,22 @@ import httpx2
 import pytest
 from playwright.async_api import expect
 
-from tests.helpers import serve
-from tests.test_authserver import CHROMIUM_ARGS, engram
-from tests.test_console import (
-    ARTIFACTS,
-    CHROMIUM,
-    builtin,  # noqa: F401 (the module's server)
-    console_in_chromium,
-    png_size,
-    seed,
-    sign_in_with_browser,
-)
+from app.config import Settings
+from tests.support.browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, console_in_chromium, png_size
+from tests.support.console import seed, serve_console, sign_in_with_browser
+from tests.support.server import Server, engram, serve
 
 needs_chromium = pytest.mark.skipif(
     CHROMIUM is None, reason="Debian's chromium is not installed (scripts/system-deps.sh)"
 )
 
 FACTS = ["Wrote the first published program", "Translated Menabrea's paper on the Engine", "Born in London in 1815"]
+
+
+@pytest.fixture(scope="module")
+def builtin(db_settings: Settings) -> Iterator[Server]:
+    with serve_console(db_settings) as running:
+        yield running
 
 
 async def three_facts(server):
@@ -61,7 +60,7 @@ async def ada_in_chromium(server, path: str) -> AsyncIterator[tuple[Any, Any]]:
 
 
 @needs_chromium
-async def test_an_entity_page_with_three_facts_reads_first(builtin):  # noqa: F811
+async def test_an_entity_page_with_three_facts_reads_first(builtin):
     async with ada_in_chromium(builtin, "/console/entity/{ada}") as (page, _):
         height = await page.evaluate("document.documentElement.scrollHeight")
         await page.screenshot(path=ARTIFACTS / "entity-read.png", full_page=True)
@@ -81,7 +80,7 @@ async def test_an_entity_page_with_three_facts_reads_first(builtin):  # noqa: F8
     assert png_size(ARTIFACTS / "entity-read.png")[0] == 1200
 
 
-async def test_the_root_leads_browsers_to_the_console_and_tells_clients_what_it_is(builtin):  # noqa: F811
+async def test_the_root_leads_browsers_to_the_console_and_tells_clients_what_it_is(builtin):
     async with httpx2.AsyncClient(base_url=builtin.base, timeout=10) as http:
         browser = await http.get("/", headers={"Accept": "text/html,application/xhtml+xml"})
         assert browser.status_code == 303 and browser.headers["location"] == f"{builtin.base}/console"
@@ -107,7 +106,7 @@ def test_the_root_without_a_console_says_what_the_server_is(db_settings):
 
 
 @needs_chromium
-async def test_the_graph_fits_the_view_with_readable_labels_coloured_by_type(builtin):  # noqa: F811
+async def test_the_graph_fits_the_view_with_readable_labels_coloured_by_type(builtin):
     async with ada_in_chromium(builtin, "/console/graph?entity={ada}&depth=1") as (page, t):
         nodes = page.locator("svg#graph g.node")
         await expect(nodes).to_have_count(3)
@@ -141,7 +140,7 @@ async def test_the_graph_fits_the_view_with_readable_labels_coloured_by_type(bui
 
 
 @needs_chromium
-async def test_the_edit_controls_work_without_javascript(builtin):  # noqa: F811
+async def test_the_edit_controls_work_without_javascript(builtin):
     """<details> opens by itself: with scripts off, a person still edits, adds and ends facts."""
     from playwright.async_api import async_playwright
 
@@ -171,7 +170,7 @@ async def test_the_edit_controls_work_without_javascript(builtin):  # noqa: F811
 
 
 @needs_chromium
-async def test_the_hooks_page_shows_which_episodes_came_from_hooks_by_session(builtin):  # noqa: F811
+async def test_the_hooks_page_shows_which_episodes_came_from_hooks_by_session(builtin):
     t = await three_facts(builtin)
     made = engram(builtin.env, "apikey", "create", "--tenant", t.id, "--scope", "memory:write", "--name", "hooks")
     assert made.returncode == 0, made.stderr

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from app.config import Settings
-from tests.conftest import Server
-from tests.test_authserver import add_user
-from tests.test_console import CSP, browse, seed, serve_console  # noqa: F401 (browse: a fixture)
+from tests.support.auth import add_user
+from tests.support.console import CSP, seed, serve_console
+from tests.support.server import Server
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +20,7 @@ def builtin(db_settings: Settings) -> Iterator[Server]:
         yield running
 
 
-async def test_an_administrator_erases_for_good(builtin, browse):  # noqa: F811
+async def test_an_administrator_erases_for_good(builtin, browse):
     lab: Any = await seed(
         builtin,
         [

@@ -10,19 +10,10 @@ from typing import Any
 import pytest
 
 from app.config import Settings
-from tests.conftest import Server
-from tests.test_authserver import add_user
-from tests.test_console import (
-    ARTIFACTS,
-    CHROMIUM,
-    CSP,
-    browse,  # noqa: F401 (a fixture)
-    console_in_chromium,
-    seed,
-    serve_console,
-    sign_in_with_browser,
-    table,
-)
+from tests.support.auth import add_user
+from tests.support.browser import ARTIFACTS, CHROMIUM, console_in_chromium
+from tests.support.console import CSP, seed, serve_console, sign_in_with_browser, table
+from tests.support.server import Server
 
 QUERY = "MATCH (p:Entity)-[r:REL]->(m:Entity) WHERE r.type = 'designed' RETURN p.name AS who, m.name AS what"
 
@@ -42,7 +33,7 @@ async def lab(builtin: Server) -> Any:
     )
 
 
-async def test_a_reader_queries_the_graph(builtin, lab, browse):  # noqa: F811
+async def test_a_reader_queries_the_graph(builtin, lab, browse):
     reader = add_user(builtin, lab.id, "reader")
     rita = await browse(reader, lab.id)
     shown = await rita.get("/console/query")
@@ -60,7 +51,7 @@ async def test_a_reader_queries_the_graph(builtin, lab, browse):  # noqa: F811
     assert "<code>2</code>" in table(again.text, "rows")
 
 
-async def test_the_query_needs_the_sessions_csrf_token(builtin, lab, browse):  # noqa: F811
+async def test_the_query_needs_the_sessions_csrf_token(builtin, lab, browse):
     reader = add_user(builtin, lab.id, "reader")
     rita = await browse(reader, lab.id)
     for data in ({"query": QUERY}, {"query": QUERY, "csrf": "x" * 43}):
@@ -88,7 +79,7 @@ async def test_a_person_queries_in_chromium(builtin, lab):
     assert blocked == []
 
 
-async def test_every_refusal_is_a_page_under_the_policy(builtin, lab, browse):  # noqa: F811
+async def test_every_refusal_is_a_page_under_the_policy(builtin, lab, browse):
     reader = add_user(builtin, lab.id, "reader")
     rita = await browse(reader, lab.id)
     csrf = rita.csrf((await rita.get("/console/query")).text)

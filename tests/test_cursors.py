@@ -14,7 +14,8 @@ from app.errors import EngramError
 from app.services import cursors as cursors_module
 from app.services.cursors import KEY_REFRESH, Cursors
 from app.store import cursor_keys, tenants
-from tests.conftest import ROOT, error_code, ok, serve
+from tests.support.client import error_code, ok
+from tests.support.server import ROOT, serve
 
 OLD, NEW = b"o" * 32, b"n" * 32
 

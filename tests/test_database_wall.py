@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 
 from app.store.connect import init_connection
-from tests.conftest import ok
+from tests.support.client import ok
 
 # AGE's graph DDL and bulk loaders, and the large-object and WAL-message functions (docs/security.md).
 AGE_DDL = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from tests.conftest import ok
+from tests.support.client import ok
 
 
 async def _ctx(conn: asyncpg.Connection, tenant_id: str, role: str) -> None:

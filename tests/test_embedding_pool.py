@@ -14,8 +14,9 @@ from pydantic import ValidationError
 from app.config import Settings
 from app.embeddings.embedder import Embedder
 from app.embeddings.queue import Priority
-from tests.conftest import ok, serve
-from tests.test_search import eventually, names, search
+from tests.support.client import ok
+from tests.support.search import eventually, names, search
+from tests.support.server import serve
 
 BULK = [f"background text number {i} about cedar groves and harbor lights" for i in range(64)]
 

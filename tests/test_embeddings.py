@@ -21,8 +21,8 @@ from app.embeddings.provider import EmbeddingError, InputRejected
 from app.embeddings.torch_model import SentenceTransformersModel
 from app.lifespan import watch_breaker
 from app.observability import metrics
-from tests.conftest import ROOT
-from tests.minilm_reference import REFERENCE, texts
+from tests.support.minilm_reference import REFERENCE, texts
+from tests.support.server import ROOT
 
 
 def cosine(a: list[float], b: list[float]) -> float:
@@ -278,7 +278,7 @@ async def test_openai_compatible_gives_up_clearly(embedding_server):
 
 
 async def test_openai_compatible_cannot_reach_endpoint():
-    from tests.conftest import free_port
+    from tests.support.server import free_port
 
     provider = openai_provider(f"http://127.0.0.1:{free_port()}/v1", max_retries=0)
     await provider.start()

@@ -26,10 +26,10 @@ from app.observability.usage import Usage
 from app.services import Services
 from app.services.indexing import Indexer
 from app.store.database import Database
-from tests.conftest import ROOT, Server, connect, ok, serve
-from tests.helpers import serve_builtin
-from tests.oauth_agent import oauth_client
-from tests.test_authserver import REDIRECT, _part, add_user, register
+from tests.support.auth import REDIRECT, add_user, jwt_part, register
+from tests.support.client import connect, ok
+from tests.support.oauth_agent import oauth_client
+from tests.support.server import ROOT, Server, serve, serve_builtin
 
 # The originals' tools: the seven they share, and each one's two reads.
 SHARED = {
@@ -240,7 +240,7 @@ async def test_an_oauth_client_given_only_the_memory_endpoint_signs_in_and_works
         assert {t.name for t in (await c.list_tools()).tools} == MEMORY
     assert storage.tokens is not None
     token = storage.tokens.access_token
-    claims = _part(token, 1)
+    claims = jwt_part(token, 1)
     assert claims["aud"] == memory.url and claims["tenant_id"] == tenant
     for tool_set in ("native", "neo4j"):
         refused = await post(f"{builtin.base}{ENDPOINT_PATHS[tool_set]}", INITIALIZE, token)

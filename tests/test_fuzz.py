@@ -21,8 +21,9 @@ from mcp.shared.exceptions import MCPError
 from app.auth.devkeys import mint_token
 from app.auth.principal import ADMIN, READ, WRITE
 from app.config import Settings
-from tests.conftest import connect, free_port, ok, server_env, start_server
-from tests.fuzz import ENDPOINTS, Harness, arguments, calls_wanted, log_errors
+from tests.support.client import connect, ok
+from tests.support.fuzz import ENDPOINTS, Harness, arguments, calls_wanted, log_errors
+from tests.support.server import free_port, server_env, start_server
 
 QUICK_CALLS = 400
 pytestmark = pytest.mark.timeout(4 * 3600)

@@ -5,50 +5,42 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from tests.conftest import error_code, ok
+from tests.support.client import error_code, ok, relate, upsert
 
 HOSTILE = 'O\'Brien "quoted" $$ }) MATCH (n) DETACH DELETE n // \\ RETURN 1; DROP TABLE entities; -- Zoë 🧠'
 
 
 async def test_round_trip(client_for, tenant):
     async with client_for(tenant) as c:
-        up = ok(
-            await c.call_tool(
-                "upsert_entities",
+        up = await upsert(
+            c,
+            [
                 {
-                    "entities": [
-                        {
-                            "name": "Ada Lovelace",
-                            "type": "person",
-                            "observations": ["wrote the first program", "born 1815"],
-                            "area": "computing",
-                            "certainty": 90,
-                            "properties": {"born": 1815},
-                        },
-                        {"name": "Analytical Engine", "type": "machine", "description": "Babbage's design"},
-                        {"name": "Charles Babbage", "type": "person"},
-                    ]
+                    "name": "Ada Lovelace",
+                    "type": "person",
+                    "observations": ["wrote the first program", "born 1815"],
+                    "area": "computing",
+                    "certainty": 90,
+                    "properties": {"born": 1815},
                 },
-            )
+                {"name": "Analytical Engine", "type": "machine", "description": "Babbage's design"},
+                {"name": "Charles Babbage", "type": "person"},
+            ],
         )
         assert [r["status"] for r in up["results"]] == ["created"] * 3
         ada = up["results"][0]["id"]
 
-        rel = ok(
-            await c.call_tool(
-                "connect_entities",
+        rel = await relate(
+            c,
+            [
                 {
-                    "relations": [
-                        {
-                            "from": "Ada Lovelace",
-                            "to": "Analytical Engine",
-                            "type": "wrote programs for",
-                            "strength": 0.9,
-                        },
-                        {"from": "Charles Babbage", "to": "Analytical Engine", "type": "designed"},
-                    ]
+                    "from": "Ada Lovelace",
+                    "to": "Analytical Engine",
+                    "type": "wrote programs for",
+                    "strength": 0.9,
                 },
-            )
+                {"from": "Charles Babbage", "to": "Analytical Engine", "type": "designed"},
+            ],
         )
         assert [r["status"] for r in rel["results"]] == ["created", "created"]
 
@@ -78,9 +70,9 @@ async def test_round_trip(client_for, tenant):
 async def test_neighbors_walks_three_levels_without_repeating_cycles(client_for, tenant):
     async with client_for(tenant) as c:
         names = ["a", "b", "c", "d", "e"]
-        ok(await c.call_tool("upsert_entities", {"entities": [{"name": n, "type": "node"} for n in names]}))
+        await upsert(c, [{"name": n, "type": "node"} for n in names])
         chain = [{"from": x, "to": y, "type": "next"} for x, y in itertools.pairwise(names)]
-        ok(await c.call_tool("connect_entities", {"relations": [*chain, {"from": "c", "to": "a", "type": "back"}]}))
+        await relate(c, [*chain, {"from": "c", "to": "a", "type": "back"}])
         walk = ok(await c.call_tool("neighbors", {"entity": "a", "depth": 3, "direction": "out"}))
         assert [(n["entity"]["name"], n["depth"]) for n in walk["neighbors"]] == [("b", 1), ("c", 2), ("d", 3)]
         both = ok(await c.call_tool("neighbors", {"entity": "a", "depth": 3}))
@@ -92,28 +84,20 @@ async def test_neighbors_walks_three_levels_without_repeating_cycles(client_for,
 
 async def test_hostile_text_round_trips_unchanged(client_for, tenant):
     async with client_for(tenant) as c:
-        ok(
-            await c.call_tool(
-                "upsert_entities",
+        await upsert(
+            c,
+            [
                 {
-                    "entities": [
-                        {
-                            "name": HOSTILE,
-                            "type": HOSTILE,
-                            "description": HOSTILE,
-                            "observations": [HOSTILE],
-                            "properties": {HOSTILE: HOSTILE},
-                        },
-                        {"name": "plain", "type": "x"},
-                    ]
+                    "name": HOSTILE,
+                    "type": HOSTILE,
+                    "description": HOSTILE,
+                    "observations": [HOSTILE],
+                    "properties": {HOSTILE: HOSTILE},
                 },
-            )
+                {"name": "plain", "type": "x"},
+            ],
         )
-        ok(
-            await c.call_tool(
-                "connect_entities", {"relations": [{"from": HOSTILE, "to": "plain", "type": HOSTILE, "notes": HOSTILE}]}
-            )
-        )
+        await relate(c, [{"from": HOSTILE, "to": "plain", "type": HOSTILE, "notes": HOSTILE}])
         got = ok(await c.call_tool("get_entity", {"name": HOSTILE}))
         assert got["name"] == got["type"] == got["description"] == HOSTILE
         assert got["observations"] == [HOSTILE] and got["properties"] == {HOSTILE: HOSTILE}
@@ -124,34 +108,23 @@ async def test_hostile_text_round_trips_unchanged(client_for, tenant):
 
 async def test_upsert_merges_skips_and_refuses(client_for, tenant):
     async with client_for(tenant) as c:
-        first = ok(
-            await c.call_tool(
-                "upsert_entities",
-                {
-                    "entities": [
-                        {"name": "Acme", "type": "company", "observations": ["makes anvils"]},
-                        {"name": "Acme", "type": "company", "observations": ["makes anvils", "founded 1920"]},
-                    ]
-                },
-            )
+        first = await upsert(
+            c,
+            [
+                {"name": "Acme", "type": "company", "observations": ["makes anvils"]},
+                {"name": "Acme", "type": "company", "observations": ["makes anvils", "founded 1920"]},
+            ],
         )
         assert [r["status"] for r in first["results"]] == ["created"]  # in-batch duplicates merge
         assert first["results"][0]["observations_added"] == 2
 
-        merged = ok(
-            await c.call_tool(
-                "upsert_entities",
-                {
-                    "entities": [
-                        {"name": "Acme", "type": "corporation", "observations": ["makes anvils", "sells rockets"]}
-                    ]
-                },
-            )
+        merged = await upsert(
+            c, [{"name": "Acme", "type": "corporation", "observations": ["makes anvils", "sells rockets"]}]
         )
         assert merged["results"][0]["status"] == "updated" and merged["results"][0]["version"] == 2
         assert merged["results"][0]["observations_added"] == 1
 
-        same = ok(await c.call_tool("upsert_entities", {"entities": [{"name": "Acme", "type": "corporation"}]}))
+        same = await upsert(c, [{"name": "Acme", "type": "corporation"}])
         assert same["results"][0]["status"] == "unchanged" and same["results"][0]["version"] == 2
         skipped = ok(
             await c.call_tool("upsert_entities", {"entities": [{"name": "Acme", "type": "x"}], "on_existing": "skip"})
@@ -172,17 +145,13 @@ async def test_upsert_merges_skips_and_refuses(client_for, tenant):
 
 async def test_lookup_is_exact_then_case_insensitive_and_reports_ambiguity(client_for, tenant):
     async with client_for(tenant) as c:
-        ok(
-            await c.call_tool(
-                "upsert_entities",
-                {
-                    "entities": [
-                        {"name": "Mercury", "type": "planet"},
-                        {"name": "MERCURY", "type": "element"},
-                        {"name": "Venus", "type": "planet"},
-                    ]
-                },
-            )
+        await upsert(
+            c,
+            [
+                {"name": "Mercury", "type": "planet"},
+                {"name": "MERCURY", "type": "element"},
+                {"name": "Venus", "type": "planet"},
+            ],
         )
         assert ok(await c.call_tool("get_entity", {"name": "MERCURY"}))["type"] == "element"
         assert ok(await c.call_tool("get_entity", {"name": "venus"}))["name"] == "Venus"
@@ -193,12 +162,12 @@ async def test_lookup_is_exact_then_case_insensitive_and_reports_ambiguity(clien
 
 async def test_connect_reports_duplicates_and_missing_ends(client_for, tenant):
     async with client_for(tenant) as c:
-        ok(await c.call_tool("upsert_entities", {"entities": [{"name": "x", "type": "t"}, {"name": "y", "type": "t"}]}))
+        await upsert(c, [{"name": "x", "type": "t"}, {"name": "y", "type": "t"}])
         rel = {"from": "x", "to": "y", "type": "likes"}
-        first = ok(await c.call_tool("connect_entities", {"relations": [rel, rel]}))
+        first = await relate(c, [rel, rel])
         assert [r["status"] for r in first["results"]] == ["created", "exists"]
         assert first["results"][0]["relation"]["id"] == first["results"][1]["relation"]["id"]
-        again = ok(await c.call_tool("connect_entities", {"relations": [rel]}))
+        again = await relate(c, [rel])
         assert again["results"][0]["status"] == "exists"
         assert again["results"][0]["relation"]["id"] == first["results"][0]["relation"]["id"]
 
@@ -240,12 +209,7 @@ async def test_invalid_input_is_refused_with_the_field_named(client_for, tenant)
 async def test_concurrent_writers_lose_nothing(client_for, tenant):
     async def writer(i: int) -> None:
         async with client_for(tenant) as c:
-            ok(
-                await c.call_tool(
-                    "upsert_entities",
-                    {"entities": [{"name": "Shared", "type": "topic", "observations": [f"fact {i}"]}]},
-                )
-            )
+            await upsert(c, [{"name": "Shared", "type": "topic", "observations": [f"fact {i}"]}])
 
     await asyncio.gather(*(writer(i) for i in range(8)))
     async with client_for(tenant) as c:

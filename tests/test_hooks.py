@@ -15,7 +15,8 @@ import orjson
 import pytest
 
 from app.auth.principal import ADMIN, READ, WRITE
-from tests.helpers import ROOT, Server, record
+from tests.support.client import record
+from tests.support.server import ROOT, Server
 
 pytestmark = pytest.mark.asyncio
 

@@ -26,7 +26,8 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult
 
 from app.auth.principal import ADMIN, READ, WRITE
-from tests.conftest import Server, ok, serve
+from tests.support.client import ok
+from tests.support.server import Server, serve
 
 SCOPES = (READ, WRITE, ADMIN)
 SETS = ("native", "memory", "neo4j")  # the endpoints this catalogue covers (tests/test_chatgpt.py: chatgpt)

@@ -29,8 +29,8 @@ import pytest
 from app.auth.devkeys import mint_token
 from app.auth.principal import READ, WRITE
 from app.config import Settings, cache_dir
-from tests.conftest import ROOT, connect, free_port, text
-from tests.helpers import record
+from tests.support.client import connect, record, text
+from tests.support.server import ROOT, free_port
 
 pytestmark = pytest.mark.timeout(900)
 

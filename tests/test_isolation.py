@@ -2,29 +2,21 @@
 
 from __future__ import annotations
 
-from tests.conftest import error_code, ok
+from tests.support.client import error_code, ok, relate, upsert
 
 
 async def test_second_tenant_cannot_see_or_reach_the_first(client_for, tenant):
     other = tenant + "-other"
     async with client_for(tenant) as a:
-        made = ok(
-            await a.call_tool(
-                "upsert_entities",
-                {
-                    "entities": [
-                        {"name": "Secret plan", "type": "plan", "observations": ["launch on Tuesday"]},
-                        {"name": "Team A", "type": "team"},
-                    ]
-                },
-            )
+        made = await upsert(
+            a,
+            [
+                {"name": "Secret plan", "type": "plan", "observations": ["launch on Tuesday"]},
+                {"name": "Team A", "type": "team"},
+            ],
         )
         secret_id = made["results"][0]["id"]
-        ok(
-            await a.call_tool(
-                "connect_entities", {"relations": [{"from": "Team A", "to": "Secret plan", "type": "owns"}]}
-            )
-        )
+        await relate(a, [{"from": "Team A", "to": "Secret plan", "type": "owns"}])
 
     async with client_for(other) as b:
         assert error_code(await b.call_tool("get_entity", {"name": "Secret plan"})) == "not_found"
@@ -33,13 +25,13 @@ async def test_second_tenant_cannot_see_or_reach_the_first(client_for, tenant):
         assert error_code(await b.call_tool("neighbors", {"entity": secret_id})) == "not_found"
         assert error_code(await b.call_tool("neighbors", {"entity": "Team A"})) == "not_found"
 
-        ok(await b.call_tool("upsert_entities", {"entities": [{"name": "Team B", "type": "team"}]}))
+        await upsert(b, [{"name": "Team B", "type": "team"}])
         linked = await b.call_tool(
             "connect_entities", {"relations": [{"from": "Team B", "to": secret_id, "type": "steals"}]}
         )
         assert error_code(linked) == "not_found"
         # The same name in B is B's own entity, not A's.
-        mine = ok(await b.call_tool("upsert_entities", {"entities": [{"name": "Secret plan", "type": "decoy"}]}))
+        mine = await upsert(b, [{"name": "Secret plan", "type": "decoy"}])
         assert mine["results"][0]["status"] == "created" and mine["results"][0]["id"] != secret_id
 
     async with client_for(tenant) as a:
@@ -52,19 +44,11 @@ async def test_every_native_tool_keeps_tenants_apart(server, client_for, tenant)
     """Tenant B uses tenant A's ids, names and cursors with every tool; A's data never moves."""
     other = tenant + "-b"
     async with client_for(tenant) as a:
-        made = ok(
-            await a.call_tool(
-                "upsert_entities",
-                {
-                    "entities": [
-                        {"name": f"A{i}", "type": "secret", "observations": [f"fact {i}"], "area": "hidden"}
-                        for i in range(6)
-                    ]
-                },
-            )
+        made = await upsert(
+            a, [{"name": f"A{i}", "type": "secret", "observations": [f"fact {i}"], "area": "hidden"} for i in range(6)]
         )
         ids = [r["id"] for r in made["results"]]
-        rel = ok(await a.call_tool("connect_entities", {"relations": [{"from": "A0", "to": "A1", "type": "knows"}]}))
+        rel = await relate(a, [{"from": "A0", "to": "A1", "type": "knows"}])
         rel_id = rel["results"][0]["relation"]["id"]
         for i in range(3):
             ok(await a.call_tool("append_observations", {"items": [{"entity": "A0", "observations": [f"x{i}"]}]}))
@@ -87,7 +71,7 @@ async def test_every_native_tool_keeps_tenants_apart(server, client_for, tenant)
         "restore_entities": [{"ids": [ids[0]]}],
     }
     async with client_for(other) as b, server.at("memory").client(other) as m:
-        ok(await b.call_tool("upsert_entities", {"entities": [{"name": "B0", "type": "mine"}]}))
+        await upsert(b, [{"name": "B0", "type": "mine"}])
         for tool, cases in not_found.items():
             for args in cases:
                 assert error_code(await b.call_tool(tool, args)) == "not_found", (tool, args)

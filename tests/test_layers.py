@@ -18,7 +18,7 @@ import re
 from functools import cache
 from pathlib import Path
 
-from tests.helpers import ROOT
+from tests.support.server import ROOT
 
 APP = ROOT / "app"
 
@@ -442,3 +442,44 @@ def test_only_the_ranking_module_fuses() -> None:
     assert "app.services.ranking" in graph["app.services.recall"]
     assert "app.services.search" not in graph["app.services.recall"], "recall must not reach into search"
     assert "app.services.recall" not in graph["app.services.search"]
+
+
+# --- the tests' own house: shared helpers live in tests/support/ ------------------------------------
+
+
+def _test_imports(tree: ast.Module) -> set[str]:
+    """The modules of `tests` a test source imports, anywhere in its body (`from tests import x`
+    counts as importing `tests.x`; relative imports are resolved from `tests`)."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(["tests", *([node.module] if node.module else [])]) if node.level else node.module or ""
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+    return {m for m in found if m.startswith("tests.")}
+
+
+def _leans_on_a_test_module(module: str) -> bool:
+    """A test module (`tests.test_*`) or conftest.py, which holds fixtures only, not helpers."""
+    return module.split(".")[1].startswith("test_") or module.split(".")[1] == "conftest"
+
+
+def test_no_test_module_imports_another() -> None:
+    """A test module imports what it shares from tests/support/ (fixtures come from conftest.py by
+    name), never from another test module or conftest.py: a helper has one home, and running one
+    test module never collects another."""
+    found = {
+        str(path.relative_to(ROOT)): sorted(leaned)
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        if (leaned := {m for m in _test_imports(ast.parse(path.read_text())) if _leans_on_a_test_module(m)})
+    }
+    assert not found, f"put what is shared in tests/support/: {found}"
+
+
+def test_the_test_import_check_sees_imports() -> None:
+    sources = "from tests.test_console import seed\nimport tests.test_deploy\nfrom tests import conftest\n"
+    leaned = {m for m in _test_imports(ast.parse(sources)) if _leans_on_a_test_module(m)}
+    assert leaned == {"tests.test_console", "tests.test_console.seed", "tests.test_deploy", "tests.conftest"}
+    assert _test_imports(ast.parse("from tests.support.server import serve\n")) >= {"tests.support.server"}

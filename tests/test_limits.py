@@ -18,8 +18,8 @@ import orjson
 import pytest
 
 from app.config import Settings
-from app.store import migrate
-from tests.conftest import ROOT, Server, error_code, free_port, ok, serve, server_env, start_server
+from tests.support.client import error_code, ok
+from tests.support.server import ROOT, Server, free_port, scratch_database, serve, server_env, start_server
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
@@ -273,16 +273,8 @@ async def test_hierarchy_of_5000_topics_does_not_stall_healthz(bounded):
 @pytest.fixture
 async def scratch(db_settings: Settings) -> AsyncIterator[tuple[str, str]]:
     """A database of its own, since another embedding model registers there: (app URL, owner URL)."""
-    name = f"limits_{uuid.uuid4().hex[:10]}"
-    admin = await asyncpg.connect(db_settings.admin_dsn())
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    await admin.close()
-    owner = db_settings.admin_dsn().rsplit("/", 1)[0] + "/" + name
-    await migrate.migrate(owner, db_settings.migrations_dir)
-    yield db_settings.runtime_dsn().rsplit("/", 1)[0] + "/" + name, owner
-    admin = await asyncpg.connect(db_settings.admin_dsn())
-    await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-    await admin.close()
+    async with scratch_database(db_settings, "limits") as urls:
+        yield urls
 
 
 async def test_hostile_input_does_not_open_the_embedding_breaker(db_settings, scratch, embedding_server):

@@ -16,7 +16,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from tests.conftest import Server, connect, ok, serve
+from tests.support.client import connect, ok
+from tests.support.server import Server, serve
 
 GRAPH = "memory://knowledge-graph"
 # A bound on waiting for something that should come at once, not a timing assertion.
@@ -216,7 +217,7 @@ async def test_a_foreign_session_id_claims_nothing(db_settings, tenant):
     """Subscriptions are the session's AND the principal's: one who learns another session's id and
     subscribes under it first neither drops the other's subscribe nor hears what the other follows."""
     from app.store import subscriptions
-    from tests.helpers import open_database
+    from tests.support.server import open_database
 
     session = "v" * 43
     victim = orjson.dumps([tenant, "victim", "client"]).decode()

@@ -14,7 +14,7 @@ import asyncpg
 
 from app.devdb import localcells
 from app.devdb.provision import Chroot
-from tests.cells_fixtures import CellDatabase
+from tests.support.cells import CellDatabase
 
 
 async def _one(url: str, query: str) -> object:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support.server import ROOT
 
 REQUIREMENTS = ROOT / "requirements"
 EXPORTS = ["server.txt", "dev.txt", "torch.txt", "build.txt"]

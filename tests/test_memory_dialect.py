@@ -18,7 +18,8 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from app.auth.principal import READ
-from tests.conftest import Server, error_code, ok, serve, text
+from tests.support.client import error_code, ok, text
+from tests.support.server import Server, serve
 
 # name: (title, description, (readOnly, destructive, idempotent, openWorld), required input, output fields)
 REFERENCE = {

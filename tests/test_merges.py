@@ -9,8 +9,8 @@ import asyncpg
 import pytest
 
 from app.auth.principal import ADMIN, READ, WRITE
-from tests.conftest import error_code, ok
-from tests.test_transfer import export, summary
+from tests.support.client import error_code, ok
+from tests.support.transfer import export, summary
 
 
 async def _seed(c: Any, entities: list[dict[str, Any]]) -> dict[str, str]:

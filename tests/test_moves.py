@@ -19,18 +19,17 @@ from pydantic import SecretStr
 from app.config import CellUrls, Settings
 from app.errors import EngramError
 from app.services.moves import STEP_NAMES, Interrupted, Mover, Timing
-from tests.cells_fixtures import CellDatabase
-from tests.helpers import ROOT, Server, ok, serve, server_env
-from tests.test_cells import _fetchval as _admin
-from tests.test_cells_server import _cell_env, _engram, _set_states
+from tests.support.cells import CellDatabase, cell_env, fetchval, set_states
+from tests.support.client import ok
+from tests.support.server import ROOT, Server, engram, serve, server_env
 
 
 @pytest.fixture(scope="module")
 def cells(db_settings: Settings, cell_b: CellDatabase, cell_c: CellDatabase) -> Iterator[dict[str, CellDatabase]]:
     """Cells b and c open; `main` full, so that new tenants go to b or c."""
-    asyncio.run(_set_states(db_settings, main="full", b="open", c="open"))
+    asyncio.run(set_states(db_settings, main="full", b="open", c="open"))
     yield {"b": cell_b, "c": cell_c}
-    asyncio.run(_set_states(db_settings, main="open", b="draining", c="draining"))
+    asyncio.run(set_states(db_settings, main="open", b="draining", c="draining"))
     for cell in (cell_b, cell_c):  # a subscription left by a failed test would keep its database in use
         asyncio.run(_drop_subscriptions(cell.admin_url))
 
@@ -53,7 +52,7 @@ async def _drop_subscriptions(url: str) -> None:
 def servers(db_settings: Settings, cells: dict[str, CellDatabase]) -> Iterator[tuple[Server, Server]]:
     """Two servers over the same cells: one writes, the other (a replica) keeps the old cell cached."""
     # reading back every acknowledged write, one call each, outruns the default 50 calls/s
-    env = {"ENGRAM_EMBEDDING_PROVIDER": "none", "ENGRAM_TENANT_RATE": "10000", **_cell_env(cells)}
+    env = {"ENGRAM_EMBEDDING_PROVIDER": "none", "ENGRAM_TENANT_RATE": "10000", **cell_env(cells)}
     with serve(db_settings, **env) as first, serve(db_settings, **env) as second:
         yield first, second
 
@@ -67,14 +66,14 @@ def _mover(settings: Settings, cells: dict[str, CellDatabase], **kw: object) -> 
 
 
 async def _cell_of(settings: Settings, key: str) -> str:
-    found = await _admin(settings.admin_dsn(), "SELECT cell FROM engram.tenants WHERE key = $1", key)
+    found = await fetchval(settings.admin_dsn(), "SELECT cell FROM engram.tenants WHERE key = $1", key)
     assert isinstance(found, str)
     return found
 
 
 async def _schema_on(cell: CellDatabase, key: str) -> int:
     return int(
-        await _admin(  # type: ignore[arg-type]
+        await fetchval(  # type: ignore[arg-type]
             cell.admin_url,
             "SELECT count(*) FROM pg_namespace n JOIN engram.tenants t ON t.schema_name = n.nspname WHERE t.key = $1",
             key,
@@ -177,10 +176,10 @@ async def test_a_move_under_writes_loses_nothing_and_a_stale_server_recovers(
     # the source stays (fenced) until finished, then is dropped; the replication objects are gone
     assert await _schema_on(cells[source], key) == 1
     await mover.finish(key)
-    assert await _admin(cells[source].admin_url, "SELECT count(*) FROM engram.tenants WHERE key = $1", key) == 0
-    assert await _admin(cells[source].admin_url, "SELECT count(*) FROM pg_publication") == 0
-    assert await _admin(cells[source].admin_url, "SELECT count(*) FROM pg_replication_slots") == 0
-    assert await _admin(cells[target].admin_url, "SELECT count(*) FROM pg_subscription") == 0
+    assert await fetchval(cells[source].admin_url, "SELECT count(*) FROM engram.tenants WHERE key = $1", key) == 0
+    assert await fetchval(cells[source].admin_url, "SELECT count(*) FROM pg_publication") == 0
+    assert await fetchval(cells[source].admin_url, "SELECT count(*) FROM pg_replication_slots") == 0
+    assert await fetchval(cells[target].admin_url, "SELECT count(*) FROM pg_subscription") == 0
     status = await mover.status()
     assert any(m.key == key and m.finished_at is not None for m in status)
 
@@ -218,7 +217,7 @@ def test_a_move_killed_mid_step_is_continued_by_the_same_command(
     waits for the catch-up inside the write fence: running it again ends the move, data whole."""
     writer, _ = servers
     key, source, target = asyncio.run(_seeded(writer, db_settings, "kill", 20))
-    env = server_env(db_settings, 8000) | _cell_env(cells)
+    env = server_env(db_settings, 8000) | cell_env(cells)
     command = [sys.executable, "-u", "-m", "app.cli", "tenant", "move", key, target]
     for killed_after in ("  subscribe done", "  fence_writes done"):
         running = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
@@ -234,7 +233,7 @@ def test_a_move_killed_mid_step_is_continued_by_the_same_command(
         assert running.returncode == -signal.SIGKILL, f"the move ended before {killed_after!r}"
         assert asyncio.run(_cell_of(db_settings, key)) == source
     assert asyncio.run(_refused(cells[source], key)) == ["write"]  # killed inside the fence
-    done = _engram(env, "tenant", "move", key, target)
+    done = engram(env, "tenant", "move", key, target)
     assert done.returncode == 0 and "continuing the move" in done.stdout, done.stderr
     assert asyncio.run(_cell_of(db_settings, key)) == target
 
@@ -266,12 +265,12 @@ async def test_an_aborted_move_leaves_the_tenant_served_where_it_was_and_nothing
     assert await _cell_of(db_settings, key) == source
     assert await _refused(cells[source], key) == []
     assert await _schema_on(cells[target], key) == 0
-    schema = await _admin(db_settings.admin_dsn(), "SELECT schema_name FROM engram.tenants WHERE key = $1", key)
-    assert await _admin(cells[target].admin_url, "SELECT count(*) FROM pg_roles WHERE rolname = $1", schema) == 0
-    assert await _admin(cells[target].admin_url, "SELECT count(*) FROM pg_subscription") == 0
-    assert await _admin(cells[source].admin_url, "SELECT count(*) FROM pg_publication") == 0
-    assert await _admin(cells[source].admin_url, "SELECT count(*) FROM pg_replication_slots") == 0
-    assert await _admin(cells[source].admin_url, f"SELECT to_regclass('{schema}.engram_move_mark') IS NULL")
+    schema = await fetchval(db_settings.admin_dsn(), "SELECT schema_name FROM engram.tenants WHERE key = $1", key)
+    assert await fetchval(cells[target].admin_url, "SELECT count(*) FROM pg_roles WHERE rolname = $1", schema) == 0
+    assert await fetchval(cells[target].admin_url, "SELECT count(*) FROM pg_subscription") == 0
+    assert await fetchval(cells[source].admin_url, "SELECT count(*) FROM pg_publication") == 0
+    assert await fetchval(cells[source].admin_url, "SELECT count(*) FROM pg_replication_slots") == 0
+    assert await fetchval(cells[source].admin_url, f"SELECT to_regclass('{schema}.engram_move_mark') IS NULL")
     # least privilege as before: the tenant appends to its audit log and changes none of it
     grants = "SELECT has_table_privilege($1, $2, 'UPDATE'), has_table_privilege($1, $2, 'INSERT')"
     conn = await asyncpg.connect(cells[source].admin_url)
@@ -310,18 +309,18 @@ async def test_an_abort_stopped_part_way_is_ended_by_running_it_again(
     stopped = await _mover(db_settings, cells).status()
     move_id = next(m.id for m in stopped if m.key == key and m.finished_at is None)
     # as if the abort died after its first part: recorded as aborting, replication dropped
-    await _admin(db_settings.admin_dsn(), "UPDATE engram.tenant_moves SET step = 'aborting' WHERE id = $1", move_id)
+    await fetchval(db_settings.admin_dsn(), "UPDATE engram.tenant_moves SET step = 'aborting' WHERE id = $1", move_id)
     await _drop_subscriptions(cells[target].admin_url)
     with pytest.raises(EngramError, match="being undone"):
         await _mover(db_settings, cells).move(key, target)
     assert (await _mover(db_settings, cells).abort(key)).step == "aborted"
     assert await _refused(cells[source], key) == [] and await _schema_on(cells[target], key) == 0
-    assert await _admin(cells[source].admin_url, "SELECT count(*) FROM pg_replication_slots") == 0
+    assert await fetchval(cells[source].admin_url, "SELECT count(*) FROM pg_replication_slots") == 0
 
 
 async def _refused(cell: CellDatabase, key: str) -> list[str]:
     """What the tenant's role may no longer do on `cell`, as the server runs it."""
-    schema = await _admin(cell.admin_url, "SELECT schema_name FROM engram.tenants WHERE key = $1", key)
+    schema = await fetchval(cell.admin_url, "SELECT schema_name FROM engram.tenants WHERE key = $1", key)
     conn = await asyncpg.connect(cell.url)
     refused = []
     try:
@@ -345,14 +344,14 @@ def test_the_command_plans_reports_and_refuses(
 ) -> None:
     writer, _ = servers
     key, source, target = asyncio.run(_seeded(writer, db_settings, "cli", 3))
-    env = server_env(db_settings, 8000) | _cell_env(cells)
+    env = server_env(db_settings, 8000) | cell_env(cells)
     moves = "SELECT count(*) FROM engram.tenant_moves m JOIN engram.tenants t ON t.id = m.tenant_id WHERE t.key = $1"
 
-    planned = _engram(env, "tenant", "move", key, target, "--dry-run")
+    planned = engram(env, "tenant", "move", key, target, "--dry-run")
     assert planned.returncode == 0, planned.stderr
     assert f"would move tenant {key} from cell {source} to cell {target}" in planned.stdout
     assert "prepare, publish, subscribe" in planned.stdout and "nothing was changed" in planned.stdout
-    assert asyncio.run(_admin(db_settings.admin_dsn(), moves, key)) == 0
+    assert asyncio.run(fetchval(db_settings.admin_dsn(), moves, key)) == 0
 
     for args, says in [
         (("tenant", "move", "no-such-tenant", target), "no tenant"),
@@ -365,9 +364,9 @@ def test_the_command_plans_reports_and_refuses(
         (("tenant", "move", key, "--abort"), "has no move to abort"),
         (("tenant", "show", key, target), "takes no cell"),
     ]:
-        refused = _engram(env, *args)
+        refused = engram(env, *args)
         assert refused.returncode != 0 and says in refused.stderr, (args, refused.stderr)
-    assert asyncio.run(_admin(db_settings.admin_dsn(), moves, key)) == 0
+    assert asyncio.run(fetchval(db_settings.admin_dsn(), moves, key)) == 0
 
     # a move running now (its runner holds the tenant's lock) is not run twice at once
     async def while_running() -> subprocess.CompletedProcess[str]:
@@ -375,35 +374,35 @@ def test_the_command_plans_reports_and_refuses(
         try:
             tenant_id = await conn.fetchval("SELECT id::text FROM engram.tenants WHERE key = $1", key)
             await conn.execute("SELECT pg_advisory_lock(hashtext('engram.move'), hashtext($1))", tenant_id)
-            return await asyncio.to_thread(_engram, env, "tenant", "move", key, target)
+            return await asyncio.to_thread(engram, env, "tenant", "move", key, target)
         finally:
             await conn.close()
 
     refused = asyncio.run(while_running())
     assert refused.returncode != 0 and "is running now" in refused.stderr, refused.stderr
-    assert asyncio.run(_admin(db_settings.admin_dsn(), moves, key)) == 0
+    assert asyncio.run(fetchval(db_settings.admin_dsn(), moves, key)) == 0
 
     # a move stopped part-way: another target is refused; --status shows it; the command continues it
     with pytest.raises(Interrupted):
         asyncio.run(_mover(db_settings, cells, stop_after="subscribe").move(key, target))
-    refused = _engram(env, "tenant", "move", key, "main")
+    refused = engram(env, "tenant", "move", key, "main")
     assert refused.returncode != 0 and f"being moved to cell {target!r} already" in refused.stderr
-    refused = _engram(env, "tenant", "move", key, "--finish")
+    refused = engram(env, "tenant", "move", key, "--finish")
     assert refused.returncode != 0 and "run it to its end first" in refused.stderr
-    status = _engram(env, "tenant", "move", "--status")
+    status = engram(env, "tenant", "move", "--status")
     assert status.returncode == 0 and f"{key}\t{source} -> {target}\trunning\tstep subscribe" in status.stdout
-    aborted = _engram(env, "tenant", "move", key, "--abort")
+    aborted = engram(env, "tenant", "move", key, "--abort")
     assert aborted.returncode == 0 and f"it stays on cell {source}" in aborted.stdout, aborted.stderr
-    status = _engram(env, "tenant", "move", "--status")
+    status = engram(env, "tenant", "move", "--status")
     assert f"{key}\t{source} -> {target}\taborted\tstep aborted" in status.stdout, status.stdout
     with pytest.raises(Interrupted):
         asyncio.run(_mover(db_settings, cells, stop_after="subscribe").move(key, target))
-    done = _engram(env, "tenant", "move", key, target)
+    done = engram(env, "tenant", "move", key, target)
     assert done.returncode == 0, done.stderr
     assert "continuing the move" in done.stdout and f"now lives on cell {target}" in done.stdout
     assert "  copy done in" in done.stdout and "  switch done in" in done.stdout
-    finished = _engram(env, "tenant", "move", key, "--finish")
+    finished = engram(env, "tenant", "move", key, "--finish")
     assert finished.returncode == 0, finished.stderr
     assert "dropped; move finished" in finished.stdout
-    cleaned = _engram(env, "cell", "cleanup")
+    cleaned = engram(env, "cell", "cleanup")
     assert cleaned.returncode == 0 and "old copies dropped" in cleaned.stdout

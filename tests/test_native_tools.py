@@ -7,32 +7,28 @@ import itertools
 
 import orjson
 
-from tests.conftest import error_code, ok
+from tests.support.client import error_code, ok, relate, upsert
 
 
 async def _seed(c, names: list[str], type_: str = "thing", **extra) -> dict[str, str]:
-    made = ok(await c.call_tool("upsert_entities", {"entities": [{"name": n, "type": type_, **extra} for n in names]}))
+    made = await upsert(c, [{"name": n, "type": type_, **extra} for n in names])
     return {r["name"]: r["id"] for r in made["results"]}
 
 
 async def test_update_entity_fields_versions_and_conflicts(client_for, tenant):
     async with client_for(tenant) as c:
         ids = await _seed(c, ["Ada", "Bob"])
-        ok(
-            await c.call_tool(
-                "upsert_entities",
+        await upsert(
+            c,
+            [
                 {
-                    "entities": [
-                        {
-                            "name": "Ada",
-                            "type": "person",
-                            "area": "science",
-                            "certainty": 50,
-                            "properties": {"a": 1, "b": 2},
-                        }
-                    ]
-                },
-            )
+                    "name": "Ada",
+                    "type": "person",
+                    "area": "science",
+                    "certainty": 50,
+                    "properties": {"a": 1, "b": 2},
+                }
+            ],
         )
         got = ok(await c.call_tool("get_entity", {"name": "Ada"}))
         assert got["version"] == 2
@@ -97,16 +93,12 @@ async def test_remove_hides_everywhere_and_restore_brings_back(client_for, tenan
     async with client_for(tenant) as c:
         ids = await _seed(c, ["Hub", "Spoke", "Far"])
         ok(await c.call_tool("append_observations", {"items": [{"entity": "Spoke", "observations": ["round"]}]}))
-        ok(
-            await c.call_tool(
-                "connect_entities",
-                {
-                    "relations": [
-                        {"from": "Hub", "to": "Spoke", "type": "has"},
-                        {"from": "Spoke", "to": "Far", "type": "reaches"},
-                    ]
-                },
-            )
+        await relate(
+            c,
+            [
+                {"from": "Hub", "to": "Spoke", "type": "has"},
+                {"from": "Spoke", "to": "Far", "type": "reaches"},
+            ],
         )
         removed = ok(await c.call_tool("remove_entities", {"entities": ["Spoke"]}))
         assert [x["id"] for x in removed["changed"]] == [ids["Spoke"]]
@@ -167,7 +159,7 @@ async def test_observations_add_remove_and_unknown_entity_saves_nothing(client_f
 async def test_many_observations_are_capped_with_a_count(client_for, tenant):
     async with client_for(tenant) as c:
         facts = [f"fact {i:03d}" for i in range(100)]
-        ok(await c.call_tool("upsert_entities", {"entities": [{"name": "Busy", "type": "t", "observations": facts}]}))
+        await upsert(c, [{"name": "Busy", "type": "t", "observations": facts}])
         got = ok(await c.call_tool("get_entity", {"name": "Busy", "max_observations": 10}))
         assert got["observations"] == facts[:10] and got["observations_total"] == 100
 
@@ -205,23 +197,19 @@ async def test_history_pages_and_cursors_cannot_be_forged_or_moved(client_for, t
 
 async def test_find_entities_filters_sorts_and_pages(client_for, tenant):
     async with client_for(tenant) as c:
-        ok(
-            await c.call_tool(
-                "upsert_entities",
+        await upsert(
+            c,
+            [
                 {
-                    "entities": [
-                        {
-                            "name": f"Item {i:02d}",
-                            "type": "even" if i % 2 == 0 else "odd",
-                            "certainty": i * 4,
-                            "area": "stock",
-                            "topic": "a" if i < 10 else "b",
-                            "observations": [f"serial 100_{i}%"],
-                        }
-                        for i in range(25)
-                    ]
-                },
-            )
+                    "name": f"Item {i:02d}",
+                    "type": "even" if i % 2 == 0 else "odd",
+                    "certainty": i * 4,
+                    "area": "stock",
+                    "topic": "a" if i < 10 else "b",
+                    "observations": [f"serial 100_{i}%"],
+                }
+                for i in range(25)
+            ],
         )
         evens = ok(await c.call_tool("find_entities", {"types": ["even"], "sort": "name", "limit": 50}))
         assert evens["total"] == 13 and [e["name"] for e in evens["entities"]][:2] == ["Item 00", "Item 02"]
@@ -254,19 +242,15 @@ async def test_find_entities_filters_sorts_and_pages(client_for, tenant):
 async def test_paths_chains_subgraphs(client_for, tenant):
     async with client_for(tenant) as c:
         await _seed(c, ["Calculus", "Algebra", "Arithmetic", "Counting", "Logic", "Island"])
-        ok(
-            await c.call_tool(
-                "connect_entities",
-                {
-                    "relations": [
-                        {"from": "Calculus", "to": "Algebra", "type": "requires"},
-                        {"from": "Algebra", "to": "Arithmetic", "type": "requires"},
-                        {"from": "Arithmetic", "to": "Counting", "type": "requires"},
-                        {"from": "Logic", "to": "Counting", "type": "uses"},
-                        {"from": "Calculus", "to": "Logic", "type": "uses"},
-                    ]
-                },
-            )
+        await relate(
+            c,
+            [
+                {"from": "Calculus", "to": "Algebra", "type": "requires"},
+                {"from": "Algebra", "to": "Arithmetic", "type": "requires"},
+                {"from": "Arithmetic", "to": "Counting", "type": "requires"},
+                {"from": "Logic", "to": "Counting", "type": "uses"},
+                {"from": "Calculus", "to": "Logic", "type": "uses"},
+            ],
         )
         path = ok(await c.call_tool("shortest_path", {"from": "Calculus", "to": "Counting"}))
         assert path["found"] and path["length"] == 2
@@ -310,37 +294,23 @@ async def test_neighbors_to_depth_five(client_for, tenant):
     async with client_for(tenant) as c:
         names = [f"n{i}" for i in range(8)]
         await _seed(c, names)
-        ok(
-            await c.call_tool(
-                "connect_entities",
-                {"relations": [{"from": a, "to": b, "type": "next"} for a, b in itertools.pairwise(names)]},
-            )
-        )
+        await relate(c, [{"from": a, "to": b, "type": "next"} for a, b in itertools.pairwise(names)])
         walk = ok(await c.call_tool("neighbors", {"entity": "n0", "depth": 5}))
         assert [(n["entity"]["name"], n["depth"]) for n in walk["neighbors"]] == [(f"n{i}", i) for i in range(1, 6)]
 
 
 async def test_hierarchy_stats_status(client_for, tenant):
     async with client_for(tenant) as c:
-        ok(
-            await c.call_tool(
-                "upsert_entities",
-                {
-                    "entities": [
-                        {"name": "a1", "type": "t", "area": "Science", "topic": "Physics", "subtopic": "Optics"},
-                        {"name": "a2", "type": "t", "area": "Science", "topic": "Physics"},
-                        {"name": "a3", "type": "u", "area": "Science", "topic": "Biology"},
-                        {"name": "a4", "type": "u"},
-                    ]
-                },
-            )
+        await upsert(
+            c,
+            [
+                {"name": "a1", "type": "t", "area": "Science", "topic": "Physics", "subtopic": "Optics"},
+                {"name": "a2", "type": "t", "area": "Science", "topic": "Physics"},
+                {"name": "a3", "type": "u", "area": "Science", "topic": "Biology"},
+                {"name": "a4", "type": "u"},
+            ],
         )
-        ok(
-            await c.call_tool(
-                "connect_entities",
-                {"relations": [{"from": "a1", "to": "a2", "type": "near"}, {"from": "a1", "to": "a3", "type": "near"}]},
-            )
-        )
+        await relate(c, [{"from": "a1", "to": "a2", "type": "near"}, {"from": "a1", "to": "a3", "type": "near"}])
         tree = ok(await c.call_tool("hierarchy", {}))
         assert tree["total"] == 4
         science = next(a for a in tree["areas"] if a["name"] == "Science")

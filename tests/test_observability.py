@@ -23,8 +23,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tests.conftest import ROOT, connect, error_code, free_port, ok, serve, server_env, start_server
-from tests.local_http import ThreadedServer
+from tests.support.client import MUTATING, READS, connect, error_code, ok
+from tests.support.local_http import ThreadedServer
+from tests.support.server import ROOT, free_port, serve, server_env, start_server
 
 PROMETHEUS, PROMTOOL = shutil.which("prometheus"), shutil.which("promtool")
 needs_prometheus = pytest.mark.skipif(
@@ -191,32 +192,6 @@ async def test_real_prometheus_scrapes_tool_metrics_and_dashboard_panels_have_da
     finally:
         prometheus.terminate()
         prometheus.wait(timeout=30)
-
-
-MUTATING = {
-    "upsert_entities": {"entities": [{"name": "A", "type": "t"}, {"name": "B", "type": "t"}]},
-    "append_observations": {"items": [{"entity": "A", "observations": ["one"]}]},
-    "remove_observations": {"items": [{"entity": "A", "observations": ["one"]}]},
-    "update_entity": {"name": "A", "changes": {"description": "changed"}},
-    "connect_entities": {"relations": [{"from": "A", "to": "B", "type": "r"}]},
-    "disconnect_entities": {"relations": [{"from": "A", "to": "B", "type": "r"}]},
-    "remove_entities": {"entities": ["B"]},
-    "create_entities": {"entities": [{"name": "C", "entityType": "t", "observations": []}]},
-    "create_relations": {"relations": [{"from": "A", "to": "C", "relationType": "r"}]},
-    "add_observations": {"observations": [{"entityName": "C", "contents": ["two"]}]},
-    "delete_observations": {"deletions": [{"entityName": "C", "observations": ["two"]}]},
-    "delete_relations": {"relations": [{"from": "A", "to": "C", "relationType": "r"}]},
-    "delete_entities": {"entityNames": ["C"]},
-}
-READS = {
-    "get_entity": {"name": "A"},
-    "find_entities": {},
-    "neighbors": {"entity": "A"},
-    "read_graph": {},
-    "search_nodes": {"query": "A"},
-    "graph_stats": {},
-    "entity_history": {"name": "A"},
-}
 
 
 async def test_audit_rows_for_every_mutation_and_none_for_reads_or_failures(server, tenant, db_settings):

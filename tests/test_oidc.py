@@ -26,8 +26,9 @@ from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull,
 from app.auth import apikeys
 from app.config import ENDPOINT_PATHS
 from app.store import tenants
-from tests.conftest import ROOT, connect, error_code, free_port, ok, serve, server_env, start_server
-from tests.oidc_issuer import CLIENT_ID, CLIENT_SECRET, StandInIssuer
+from tests.support.client import connect, error_code, mcp_headers, ok
+from tests.support.oidc_issuer import CLIENT_ID, CLIENT_SECRET, StandInIssuer
+from tests.support.server import ROOT, free_port, serve, server_env, start_server
 
 INIT = {
     "jsonrpc": "2.0",
@@ -292,12 +293,7 @@ async def test_api_keys_create_use_list_revoke_expire(oidc, tenant):
             assert [e["name"] for e in ok(await bot.call_tool("read_graph", {}))["entities"]] == ["Fact"]
     refused = httpx2.post(
         oidc.url,
-        headers={
-            "Authorization": f"Bearer {key}",
-            "Content-Type": "application/json",
-            "MCP-Protocol-Version": "2025-11-25",
-            "Accept": "application/json, text/event-stream",
-        },
+        headers=mcp_headers(key),
         content=orjson.dumps(
             {
                 "jsonrpc": "2.0",

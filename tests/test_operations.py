@@ -18,7 +18,7 @@ import pytest
 
 from app.devdb import provision
 from app.store import migrate
-from tests.conftest import ROOT, free_port, server_env, start_server
+from tests.support.server import ROOT, free_port, server_env, start_server
 
 
 def engram(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -32,7 +32,8 @@ from pydantic import SecretStr
 from app.config import Settings
 from app.devdb import provision
 from app.store import migrate
-from tests.conftest import Server, free_port, ok, serve
+from tests.support.client import ok
+from tests.support.server import Server, free_port, serve
 
 DEADLINE = 2.0  # ENGRAM_CALL_DEADLINE_SECONDS in these tests
 READY_BUDGET = 3.0  # /readyz

@@ -24,7 +24,8 @@ import pytest
 
 from app.config import Settings
 from app.devdb import provision
-from tests.helpers import ROOT, TEST_DB, connect, free_port, record, text
+from tests.support.client import connect, record, text
+from tests.support.server import ROOT, TEST_DB, free_port
 
 # What a server's environment must not hold: torch and its kin, and the tools that judge the code.
 FORBIDDEN = {

@@ -20,8 +20,8 @@ from app.devdb.pooler import PgBouncer
 from app.observability.context import deadline
 from app.store.database import Database, Tenant, Unavailable
 from app.store.pool import ROLE_SETTINGS, Recycling, wrong_settings
-from tests.conftest import TEST_DB
-from tests.helpers import free_port, ok, open_database, serve
+from tests.support.client import ok
+from tests.support.server import TEST_DB, free_port, open_database, serve
 
 TENANTS = 24
 ROUNDS = 8

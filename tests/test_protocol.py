@@ -5,8 +5,7 @@ from __future__ import annotations
 import httpx2
 import pytest
 
-from tests.conftest import ok
-from tests.helpers import text
+from tests.support.client import ok, text
 
 TOOLS = {"upsert_entities", "get_entity", "connect_entities", "neighbors"}
 

@@ -17,7 +17,8 @@ import asyncpg
 import pytest
 
 from app.auth.principal import ADMIN, READ, WRITE
-from tests.conftest import ROOT, connect, error_code, ok, serve
+from tests.support.client import connect, error_code, ok
+from tests.support.server import ROOT, serve
 
 MARK = "zqxjmark"
 SUBJECT = f"Ada {MARK}"

@@ -12,7 +12,8 @@ from mcp.shared.exceptions import MCPError
 
 from app.services.graph_query import FUNCTION_NAMES
 from app.store.cypher import CypherError, parse
-from tests.conftest import connect, error_code, ok, serve, text
+from tests.support.client import connect, error_code, ok, text
+from tests.support.server import serve
 
 TEAM = {
     "entities": [

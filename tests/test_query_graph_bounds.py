@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from app.store.cypher import MAX_COMPUTED_ITEMS, MAX_MAP_ENTRIES, CypherError, parse
-from tests.conftest import ok
+from tests.support.client import ok
 
 
 def _numbers(n: int) -> str:
@@ -89,7 +89,7 @@ async def test_what_fits_the_bounds_answers(client_for, tenant):
 
 
 async def test_rows_stop_at_the_byte_bound(db_settings):
-    from tests.conftest import serve
+    from tests.support.server import serve
 
     with serve(db_settings, ENGRAM_EMBEDDING_PROVIDER="none", ENGRAM_QUERY_GRAPH_MAX_BYTES="65536") as server:
         async with server.client("test-bytes-bound") as c:

@@ -13,8 +13,8 @@ import asyncpg
 
 from app.config import Settings
 from app.services.fairness import SharedBuckets
-from tests.conftest import ROOT, error_code, ok, serve
-from tests.helpers import open_database
+from tests.support.client import error_code, ok
+from tests.support.server import ROOT, open_database, serve
 
 BURST = 6
 RATE = 0.01  # one more call per 100 s: the burst is what the two replicas share

@@ -17,9 +17,9 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from app.auth.principal import READ
-from tests.conftest import error_code, ok
-from tests.test_search import reindex
-from tests.test_transfer import export, lines_of, summary
+from tests.support.client import error_code, ok, relate, upsert
+from tests.support.search import reindex
+from tests.support.transfer import export, lines_of, summary
 
 Y2020, Y2021, Y2022, Y2023 = (f"{y}-05-01T00:00:00+00:00" for y in range(2020, 2024))
 
@@ -80,34 +80,26 @@ async def test_every_fact_of_an_entity_can_come_back(client_for, tenant):
 
 async def test_relations_are_recalled_by_meaning_and_kept_in_step(client_for, tenant):
     async with client_for(tenant) as c:
-        ok(
-            await c.call_tool(
-                "upsert_entities",
-                {
-                    "entities": [
-                        {"name": "Ada Lovelace", "type": "person"},
-                        {"name": "Charles Babbage", "type": "person"},
-                        {"name": "Analytical Engine", "type": "machine", "observations": ["a mechanical computer"]},
-                    ]
-                },
-            )
+        await upsert(
+            c,
+            [
+                {"name": "Ada Lovelace", "type": "person"},
+                {"name": "Charles Babbage", "type": "person"},
+                {"name": "Analytical Engine", "type": "machine", "observations": ["a mechanical computer"]},
+            ],
         )
-        ok(
-            await c.call_tool(
-                "connect_entities",
+        await relate(
+            c,
+            [
                 {
-                    "relations": [
-                        {
-                            "from": "Ada Lovelace",
-                            "to": "Charles Babbage",
-                            "type": "collaborated with",
-                            "notes": "on notes about the engine",
-                            "source": "letters",
-                        },
-                        {"from": "Charles Babbage", "to": "Analytical Engine", "type": "designed"},
-                    ]
+                    "from": "Ada Lovelace",
+                    "to": "Charles Babbage",
+                    "type": "collaborated with",
+                    "notes": "on notes about the engine",
+                    "source": "letters",
                 },
-            )
+                {"from": "Charles Babbage", "to": "Analytical Engine", "type": "designed"},
+            ],
         )
         found = await embedded(c, "who worked together with the mathematician?", "collaborated with")
         rel = next(f for f in found["facts"] if f["kind"] == "relation" and "collaborated" in f["text"])
@@ -138,40 +130,32 @@ async def test_relations_are_recalled_by_meaning_and_kept_in_step(client_for, te
 async def test_a_question_naming_two_entities_finds_what_joins_them(client_for, tenant):
     """Ada and Charles never met; what joins them is a fact of their common neighbour."""
     async with client_for(tenant) as c:
-        ok(
-            await c.call_tool(
-                "upsert_entities",
+        await upsert(
+            c,
+            [
+                {"name": "Ada", "type": "person", "observations": ["Ada likes long walks"]},
+                {"name": "Charles", "type": "person", "observations": ["Charles collects stamps"]},
                 {
-                    "entities": [
-                        {"name": "Ada", "type": "person", "observations": ["Ada likes long walks"]},
-                        {"name": "Charles", "type": "person", "observations": ["Charles collects stamps"]},
-                        {
-                            "name": "Mary Somerville",
-                            "type": "person",
-                            "observations": ["Mary introduced her two friends to each other at a dinner in 1833"],
-                        },
-                        *(
-                            {
-                                "name": f"Other {i}",
-                                "type": "person",
-                                "observations": [f"Other {i} met someone at a dinner party"],
-                            }
-                            for i in range(20)
-                        ),
-                    ]
+                    "name": "Mary Somerville",
+                    "type": "person",
+                    "observations": ["Mary introduced her two friends to each other at a dinner in 1833"],
                 },
-            )
+                *(
+                    {
+                        "name": f"Other {i}",
+                        "type": "person",
+                        "observations": [f"Other {i} met someone at a dinner party"],
+                    }
+                    for i in range(20)
+                ),
+            ],
         )
-        ok(
-            await c.call_tool(
-                "connect_entities",
-                {
-                    "relations": [
-                        {"from": "Mary Somerville", "to": "Ada", "type": "mentored"},
-                        {"from": "Mary Somerville", "to": "Charles", "type": "corresponded with"},
-                    ]
-                },
-            )
+        await relate(
+            c,
+            [
+                {"from": "Mary Somerville", "to": "Ada", "type": "mentored"},
+                {"from": "Mary Somerville", "to": "Charles", "type": "corresponded with"},
+            ],
         )
         found = await embedded(c, "How did Ada and Charles meet?", "introduced her two friends")
         top = texts(found)[:5]
@@ -183,11 +167,7 @@ async def test_a_question_naming_two_entities_finds_what_joins_them(client_for, 
 
 async def test_filters_and_moments(client_for, tenant):
     async with client_for(tenant) as c:
-        ok(
-            await c.call_tool(
-                "upsert_entities", {"entities": [{"name": "Ada", "type": "person"}, {"name": "Acme", "type": "org"}]}
-            )
-        )
+        await upsert(c, [{"name": "Ada", "type": "person"}, {"name": "Acme", "type": "org"}])
         ok(
             await c.call_tool(
                 "append_observations",
@@ -225,19 +205,15 @@ async def test_filters_and_moments(client_for, tenant):
 
 async def test_paging_is_bound_to_the_query_and_tenant(client_for, tenant):
     async with client_for(tenant) as c:
-        ok(
-            await c.call_tool(
-                "upsert_entities",
+        await upsert(
+            c,
+            [
                 {
-                    "entities": [
-                        {
-                            "name": "Notes",
-                            "type": "topic",
-                            "observations": [f"note number {i} about gardening" for i in range(30)],
-                        }
-                    ]
-                },
-            )
+                    "name": "Notes",
+                    "type": "topic",
+                    "observations": [f"note number {i} about gardening" for i in range(30)],
+                }
+            ],
         )
         first = ok(await c.call_tool("recall", {"query": "gardening note", "limit": 10, "mode": "keyword"}))
         assert len(first["facts"]) == 10 and first["next_cursor"]
@@ -263,17 +239,13 @@ async def test_paging_is_bound_to_the_query_and_tenant(client_for, tenant):
 
 async def test_episodes_end_to_end(client_for, tenant):
     async with client_for(tenant) as c:
-        ok(
-            await c.call_tool(
-                "upsert_entities",
-                {
-                    "entities": [
-                        {"name": "Caroline", "type": "person"},
-                        {"name": "Melanie", "type": "person"},
-                        {"name": "Pottery Club", "type": "group"},
-                    ]
-                },
-            )
+        await upsert(
+            c,
+            [
+                {"name": "Caroline", "type": "person"},
+                {"name": "Melanie", "type": "person"},
+                {"name": "Pottery Club", "type": "group"},
+            ],
         )
         ok(await c.call_tool("add_aliases", {"name": "Melanie", "aliases": ["Mel"]}))
         written = ok(
@@ -412,12 +384,7 @@ async def test_get_entity_shows_the_observations_that_matter(client_for, tenant)
     facts[37] = "Ada is allergic to peanuts and carries an epinephrine pen"
     async with client_for(tenant) as c:
         for i in range(0, len(facts), 100):
-            ok(
-                await c.call_tool(
-                    "upsert_entities",
-                    {"entities": [{"name": "Ada", "type": "person", "observations": facts[i : i + 100]}]},
-                )
-            )
+            await upsert(c, [{"name": "Ada", "type": "person", "observations": facts[i : i + 100]}])
         oldest = ok(await c.call_tool("get_entity", {"name": "Ada", "max_observations": 3}))
         assert oldest["observations"] == facts[:3] and oldest["observations_total"] == 200
         newest = ok(
@@ -450,12 +417,7 @@ async def test_episodes_travel_in_engram_files_byte_for_byte(server, client_for,
     """Exported, imported into another tenant and exported again: the same file; imported twice: once;
     the dialect formats carry no episodes."""
     async with client_for(tenant) as c:
-        ok(
-            await c.call_tool(
-                "upsert_entities",
-                {"entities": [{"name": "Caroline", "type": "person"}, {"name": "Melanie", "type": "person"}]},
-            )
-        )
+        await upsert(c, [{"name": "Caroline", "type": "person"}, {"name": "Melanie", "type": "person"}])
         written = ok(
             await c.call_tool(
                 "add_episodes",
@@ -495,12 +457,8 @@ async def test_episodes_travel_in_engram_files_byte_for_byte(server, client_for,
 
 async def test_reindex_rebuilds_the_documents_of_relations_and_episodes(server, client_for, tenant, db_settings):
     async with client_for(tenant) as c:
-        ok(
-            await c.call_tool(
-                "upsert_entities", {"entities": [{"name": "Ada", "type": "person"}, {"name": "Acme", "type": "org"}]}
-            )
-        )
-        ok(await c.call_tool("connect_entities", {"relations": [{"from": "Ada", "to": "Acme", "type": "works at"}]}))
+        await upsert(c, [{"name": "Ada", "type": "person"}, {"name": "Acme", "type": "org"}])
+        await relate(c, [{"from": "Ada", "to": "Acme", "type": "works at"}])
         ok(await c.call_tool("add_episodes", {"episodes": [{"text": "Ada signed the contract", "speakers": ["Ada"]}]}))
     owner = await asyncpg.connect(db_settings.admin_dsn())
     try:

@@ -6,8 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from app.services.timespans import around, spans
-from tests.conftest import ok
-from tests.helpers import embedded
+from tests.support.client import embedded, ok
 
 NOW = datetime(2026, 11, 28, 12, tzinfo=UTC)
 

@@ -16,7 +16,8 @@ from typing import Any
 import jsonschema
 import yaml
 
-from tests.test_deploy import CHART, ROOT, render
+from tests.support.chart import CHART, render
+from tests.support.server import ROOT
 
 WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
 # The registry's schema as published at its $id, shipped byte for byte by skillsaw (a dev dependency)

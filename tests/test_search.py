@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import subprocess
-import sys
-import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,18 +14,11 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from app.config import Settings
-from app.store import migrate
-from tests.conftest import ROOT, Server, connect, error_code, free_port, ok, server_env, start_server
+from tests.support.client import connect, error_code, ok
+from tests.support.search import eventually, names, reindex, search
+from tests.support.server import Server, free_port, scratch_database, server_env, start_server
 
 RELEVANCE = json.loads((Path(__file__).parent / "data" / "relevance.json").read_text())
-
-
-async def search(client: Any, query: str, **args: Any) -> dict[str, Any]:
-    return ok(await client.call_tool("search", {"query": query, **args}))
-
-
-def names(result: dict[str, Any]) -> list[str]:
-    return [h["entity"]["name"] for h in result["hits"]]
 
 
 TEAM = [
@@ -276,16 +264,8 @@ async def test_relevance_hybrid_beats_keyword_and_semantic(db_settings, client_f
 @pytest.fixture
 async def scratch(db_settings: Settings) -> AsyncIterator[tuple[str, str]]:
     """A freshly migrated database of its own, so model changes touch no other test: (app URL, owner URL)."""
-    name = f"search_{uuid.uuid4().hex[:10]}"
-    admin = await asyncpg.connect(db_settings.admin_dsn())
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    await admin.close()
-    owner = db_settings.admin_dsn().rsplit("/", 1)[0] + "/" + name
-    await migrate.migrate(owner, db_settings.migrations_dir)
-    yield db_settings.runtime_dsn().rsplit("/", 1)[0] + "/" + name, owner
-    admin = await asyncpg.connect(db_settings.admin_dsn())
-    await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-    await admin.close()
+    async with scratch_database(db_settings, "search") as urls:
+        yield urls
 
 
 @contextmanager
@@ -303,16 +283,6 @@ def serve(db_settings: Settings, urls: tuple[str, str], **extra: str) -> Iterato
 
 def client(server: Server, tenant: str) -> Any:
     return connect(server.url, server.token(tenant))
-
-
-async def eventually(check: Any, seconds: float = 180) -> Any:
-    """Poll `check()` (a coroutine) until it returns something truthy; the background filler is not instant."""
-    deadline = time.monotonic() + seconds
-    while True:
-        if result := await check():
-            return result
-        assert time.monotonic() < deadline, "gave up waiting"
-        await asyncio.sleep(0.5)
 
 
 async def test_provider_down_writes_succeed_and_fill_later(db_settings, scratch, embedding_server):
@@ -357,17 +327,6 @@ async def test_provider_down_writes_succeed_and_fill_later(db_settings, scratch,
         assert await owner.fetchval("SELECT count(*) FROM engram.search_tenants(true, NULL, NULL, 1000)") == 0
     finally:
         await owner.close()
-
-
-def reindex(server: Server, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "app.cli", "reindex", *args],
-        cwd=ROOT,
-        env=server.env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 async def test_model_change_is_detected_and_reindex_resumes(db_settings, scratch):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
 
@@ -21,32 +20,7 @@ from app.services.writer import apply
 from app.store import entities
 from app.store.entities import Candidate, EntityRow
 from app.store.rankings import Ranked
-
-NOW = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def row(name: str, id: str | None = None, **fields: Any) -> EntityRow:
-    values: dict[str, Any] = {
-        "id": id or f"00000000-0000-4000-8000-{abs(hash(name)) % 10**12:012d}",
-        "gid": "1",
-        "name": name,
-        "name_key": entities.name_key(name),
-        "type": "person",
-        "description": "",
-        "area": None,
-        "topic": None,
-        "subtopic": None,
-        "certainty": None,
-        "properties": {},
-        "version": 1,
-        "created_at": NOW,
-        "updated_at": NOW,
-        "created_by": "me",
-        "updated_by": "me",
-        "deleted_at": None,
-    }
-    return EntityRow(**{**values, **fields})
-
+from tests.support.rows import entity_row as row
 
 # --- which entity a reference means ----------------------------------------------------------------
 

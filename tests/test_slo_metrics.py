@@ -15,8 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.observability.tracing import resource
-from tests.conftest import ROOT
-from tests.helpers import serve_builtin
+from tests.support.server import ROOT, serve_builtin
 
 
 def _samples(env: dict[str, str], name: str) -> list[tuple[dict[str, str], float]]:

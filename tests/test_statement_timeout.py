@@ -10,7 +10,7 @@ import pytest
 
 from app.config import Settings
 from app.store.errors import Unavailable
-from tests.helpers import open_database
+from tests.support.server import open_database
 
 
 def test_a_statement_past_its_time_limit_is_unavailable_and_writes_nothing(db_settings: Settings) -> None:

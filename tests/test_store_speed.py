@@ -20,7 +20,7 @@ from app.store import entities, listings, relations, traversal
 from app.store.connect import init_connection
 from app.store.database import Database, Tenant, Tx
 from app.store.traversal import Step
-from tests.conftest import ok
+from tests.support.client import ok
 
 # --- get_entity ------------------------------------------------------------------------------
 

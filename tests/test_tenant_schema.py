@@ -21,8 +21,8 @@ from app.config import Settings
 from app.devdb import provision
 from app.store import audit, migrate, tenants
 from app.store.database import Tenant
-from tests.helpers import TEST_DB, Server, connect, free_port, server_env, start_server
-from tests.test_observability import MUTATING, READS
+from tests.support.client import MUTATING, READS, connect
+from tests.support.server import TEST_DB, Server, free_port, server_env, start_server
 
 # Tables of schema `engram` a tenant's tool calls may write, and why they are global.
 GLOBAL_WRITES = {

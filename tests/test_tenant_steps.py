@@ -24,8 +24,7 @@ from app.config import Settings
 from app.devdb import provision
 from app.store import migrate
 from app.store.database import InvalidTenant, Unavailable
-from tests.conftest import ROOT, TEST_DB
-from tests.helpers import open_database
+from tests.support.server import ROOT, TEST_DB, open_database
 
 TENANTS = 2_000
 CRASH_AFTER = 700

@@ -26,8 +26,8 @@ from app.observability.usage import Usage
 from app.services import Services
 from app.services.indexing import Indexer
 from app.store.database import Database
-from tests.conftest import Server, ok, serve
-from tests.helpers import error_code, text
+from tests.support.client import error_code, ok, text
+from tests.support.server import Server, serve
 
 BUDGET = 24_000  # bytes of the native tools/list answer a read-write token gets (about 6k tokens)
 ALL = (READ, WRITE, ADMIN)

@@ -20,8 +20,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from app.auth.devkeys import mint_token
-from tests.helpers import connect, free_port, ok, server_env, start_server
-from tests.local_http import ThreadedServer
+from tests.support.client import connect, ok
+from tests.support.local_http import ThreadedServer
+from tests.support.server import free_port, server_env, start_server
 
 
 class Collector:

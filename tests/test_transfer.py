@@ -23,34 +23,11 @@ import orjson
 import pytest
 
 from app.auth.principal import ADMIN, READ, WRITE
-from tests.conftest import ROOT, Server, ok
+from tests.support.client import ok, relate, upsert
+from tests.support.server import ROOT, Server
+from tests.support.transfer import cli, export, lines_of, summary
 
 pytestmark = pytest.mark.timeout(600)
-
-
-def cli(server: Server, *args: str, check: bool = True, **extra: str) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "app.cli", *args],
-        cwd=ROOT,
-        env={**server.env, "ENGRAM_EMBEDDING_PROVIDER": "none", **extra},
-        capture_output=True,
-        text=True,
-        timeout=540,
-        check=False,
-    )
-    if check and done.returncode not in (0, 2):
-        raise AssertionError(f"engram {' '.join(args)}: {done.returncode}\n{done.stdout}\n{done.stderr}")
-    return done
-
-
-def export(server: Server, tenant: str, path: Path, *flags: str) -> bytes:
-    cli(server, "export", "--tenant", tenant, "-o", str(path), *flags)
-    return path.read_bytes()
-
-
-def summary(server: Server, tenant: str, path: Path, *flags: str) -> dict[str, Any]:
-    done = cli(server, "import", "--tenant", tenant, str(path), "--json", *flags)
-    return json.loads(done.stdout)
 
 
 def write_lines(path: Path, rows: list[Any]) -> Path:
@@ -85,54 +62,42 @@ async def counts(server: Server, tenant: str) -> dict[str, int]:
 async def seed(server: Server, tenant: str) -> None:
     """A small memory written through the tools: every field, metadata, a rename, a deletion."""
     async with server.client(tenant) as c:
-        ok(
-            await c.call_tool(
-                "upsert_entities",
+        await upsert(
+            c,
+            [
                 {
-                    "entities": [
-                        {
-                            "name": "Ada Lovelace",
-                            "type": "person",
-                            "description": "Wrote the first program.",
-                            "observations": ["born 1815", "worked with Babbage", 'O\'Brien said $$ "hi"'],
-                            "area": "history",
-                            "topic": "computing",
-                            "subtopic": "pioneers",
-                            "certainty": 90,
-                            "properties": {"born": 1815, "nested": {"list": [1, 2.5, None, True, "ü"]}},
-                        },
-                        {"name": "Analytical Engine", "type": "machine", "observations": ["never built"]},
-                        {"name": "Zoë 🚀", "type": "works at", "observations": ["  spaced  "]},
-                        {"name": "Gone", "type": "temp", "observations": ["to be deleted"]},
-                    ]
+                    "name": "Ada Lovelace",
+                    "type": "person",
+                    "description": "Wrote the first program.",
+                    "observations": ["born 1815", "worked with Babbage", 'O\'Brien said $$ "hi"'],
+                    "area": "history",
+                    "topic": "computing",
+                    "subtopic": "pioneers",
+                    "certainty": 90,
+                    "properties": {"born": 1815, "nested": {"list": [1, 2.5, None, True, "ü"]}},
                 },
-            )
+                {"name": "Analytical Engine", "type": "machine", "observations": ["never built"]},
+                {"name": "Zoë 🚀", "type": "works at", "observations": ["  spaced  "]},
+                {"name": "Gone", "type": "temp", "observations": ["to be deleted"]},
+            ],
         )
-        ok(
-            await c.call_tool(
-                "connect_entities",
+        await relate(
+            c,
+            [
                 {
-                    "relations": [
-                        {
-                            "from": "Ada Lovelace",
-                            "to": "Analytical Engine",
-                            "type": "wrote programs for",
-                            "strength": 0.75,
-                            "notes": "1843",
-                            "properties": {"source": "notes"},
-                        },
-                        {"from": "Zoë 🚀", "to": "Ada Lovelace", "type": "admires"},
-                        {"from": "Gone", "to": "Ada Lovelace", "type": "knew"},
-                    ]
+                    "from": "Ada Lovelace",
+                    "to": "Analytical Engine",
+                    "type": "wrote programs for",
+                    "strength": 0.75,
+                    "notes": "1843",
+                    "properties": {"source": "notes"},
                 },
-            )
+                {"from": "Zoë 🚀", "to": "Ada Lovelace", "type": "admires"},
+                {"from": "Gone", "to": "Ada Lovelace", "type": "knew"},
+            ],
         )
         ok(await c.call_tool("update_entity", {"name": "Analytical Engine", "changes": {"certainty": 40}}))
         ok(await c.call_tool("remove_entities", {"entities": ["Gone"]}))
-
-
-def lines_of(data: bytes) -> list[dict[str, Any]]:
-    return [orjson.loads(line) for line in data.splitlines() if line.strip()]
 
 
 # --- round trips ------------------------------------------------------------------------------
@@ -721,7 +686,7 @@ async def test_the_drop_in_tools_keep_names_as_given_and_the_native_tools_trim_t
         opened = ok(await c.call_tool("open_nodes", {"names": [" Ada"]}))
         assert opened["entities"] == [{"name": " Ada", "entityType": " person", "observations": [" x "]}]
     async with server.client(tenant) as c:
-        native = ok(await c.call_tool("upsert_entities", {"entities": [{"name": "  Ada  ", "type": "person"}]}))
+        native = await upsert(c, [{"name": "  Ada  ", "type": "person"}])
         assert native["results"][0]["name"] == "Ada" and native["results"][0]["status"] == "unchanged"
         found = ok(await c.call_tool("find_entities", {"name_contains": "Ada"}))
         spaced = next(e for e in found["entities"] if e["name"] == " Ada")

@@ -19,7 +19,7 @@ import pytest
 
 from app.config import Settings
 from app.devdb import provision
-from tests.helpers import ROOT, TEST_DB, Server, free_port
+from tests.support.server import ROOT, TEST_DB, Server, free_port
 
 PAGE = (ROOT / "docs/troubleshooting.md").read_text()
 

@@ -15,8 +15,9 @@ import asyncpg
 import pytest
 
 from app.auth.principal import ADMIN, READ, WRITE
-from tests.conftest import Server, error_code, ok, serve
-from tests.test_transfer import export, lines_of, summary
+from tests.support.client import error_code, ok, relate, upsert
+from tests.support.server import Server, serve
+from tests.support.transfer import export, lines_of, summary
 
 SCOPES = (READ, WRITE, ADMIN)
 CLIENT = "engram-cli"  # the client id of the test tokens: every write's default source
@@ -32,18 +33,14 @@ def vserver(db_settings) -> Iterator[Server]:
 
 async def _career(c: Any) -> None:
     """Ada worked at Acme from 2019 to 2023 (ended with a reason), then at Initech; she knows Bob."""
-    ok(
-        await c.call_tool(
-            "upsert_entities",
-            {
-                "entities": [
-                    {"name": "Ada", "type": "person", "observations": ["born in London"]},
-                    {"name": "Acme", "type": "org"},
-                    {"name": "Initech", "type": "org"},
-                    {"name": "Bob", "type": "person"},
-                ]
-            },
-        )
+    await upsert(
+        c,
+        [
+            {"name": "Ada", "type": "person", "observations": ["born in London"]},
+            {"name": "Acme", "type": "org"},
+            {"name": "Initech", "type": "org"},
+            {"name": "Bob", "type": "person"},
+        ],
     )
     ok(
         await c.call_tool(
@@ -51,17 +48,13 @@ async def _career(c: Any) -> None:
             {"items": [{"entity": "Ada", "observations": ["lives in Paris"], "valid_from": Y2019, "source": "cv"}]},
         )
     )
-    ok(
-        await c.call_tool(
-            "connect_entities",
-            {
-                "relations": [
-                    {"from": "Ada", "to": "Acme", "type": "works at", "valid_from": Y2019, "source": "cv"},
-                    {"from": "Ada", "to": "Initech", "type": "works at", "valid_from": Y2023},
-                    {"from": "Acme", "to": "Bob", "type": "employs"},
-                ]
-            },
-        )
+    await relate(
+        c,
+        [
+            {"from": "Ada", "to": "Acme", "type": "works at", "valid_from": Y2019, "source": "cv"},
+            {"from": "Ada", "to": "Initech", "type": "works at", "valid_from": Y2023},
+            {"from": "Acme", "to": "Bob", "type": "employs"},
+        ],
     )
     ended = ok(
         await c.call_tool(
@@ -141,13 +134,8 @@ async def test_walks_paths_and_subgraphs_follow_what_held(vserver, tenant):
 
 async def test_a_pair_with_one_ended_and_one_valid_relation_stays_joined(vserver, tenant):
     async with vserver.client(tenant, SCOPES) as c:
-        ok(await c.call_tool("upsert_entities", {"entities": [{"name": n, "type": "t"} for n in ("A", "B")]}))
-        ok(
-            await c.call_tool(
-                "connect_entities",
-                {"relations": [{"from": "A", "to": "B", "type": "old"}, {"from": "A", "to": "B", "type": "new"}]},
-            )
-        )
+        await upsert(c, [{"name": n, "type": "t"} for n in ("A", "B")])
+        await relate(c, [{"from": "A", "to": "B", "type": "old"}, {"from": "A", "to": "B", "type": "new"}])
         ok(await c.call_tool("invalidate_relations", {"relations": [{"from": "A", "to": "B", "type": "old"}]}))
         for direction in ("out", "both"):
             near = ok(await c.call_tool("neighbors", {"entity": "A", "depth": 1, "direction": direction}))
@@ -159,7 +147,7 @@ async def test_a_pair_with_one_ended_and_one_valid_relation_stays_joined(vserver
         # Invalidating again changes nothing; connecting again makes the relation hold anew.
         again = ok(await c.call_tool("invalidate_relations", {"relations": [{"from": "A", "to": "B", "type": "new"}]}))
         assert again == {"invalidated": [], "unchanged": 1}
-        back = ok(await c.call_tool("connect_entities", {"relations": [{"from": "A", "to": "B", "type": "new"}]}))
+        back = await relate(c, [{"from": "A", "to": "B", "type": "new"}])
         assert back["results"][0]["status"] == "created" and back["results"][0]["relation"]["valid_until"] is None
         assert _names(ok(await c.call_tool("neighbors", {"entity": "A", "depth": 1}))) == ["B"]
 
@@ -192,12 +180,7 @@ async def test_invalidation_is_recorded_in_history_and_audit(vserver, tenant):
 
 async def test_sources_default_to_the_client_and_filter_search_and_listing(vserver, tenant):
     async with vserver.client(tenant, SCOPES) as c:
-        ok(
-            await c.call_tool(
-                "upsert_entities",
-                {"entities": [{"name": "Quasar", "type": "thing", "observations": ["glows brightly"]}]},
-            )
-        )
+        await upsert(c, [{"name": "Quasar", "type": "thing", "observations": ["glows brightly"]}])
         ok(
             await c.call_tool(
                 "upsert_entities",
@@ -207,7 +190,7 @@ async def test_sources_default_to_the_client_and_filter_search_and_listing(vserv
                 },
             )
         )
-        ok(await c.call_tool("connect_entities", {"relations": [{"from": "Pulsar", "to": "Quasar", "type": "near"}]}))
+        await relate(c, [{"from": "Pulsar", "to": "Quasar", "type": "near"}])
         quasar = ok(await c.call_tool("get_entity", {"name": "Quasar"}))
         record = quasar["observation_records"][0]
         assert record["source"] == CLIENT and record["created_by"] == "dev-user" and record["created_at"]
@@ -301,16 +284,12 @@ async def test_upserted_observations_carry_their_entrys_interval(vserver, tenant
         assert [e["name"] for e in listed["entities"]] == ["Bob"]
 
         # Written again: an ended fact holds anew with the new interval; one still valid is a duplicate.
-        again = ok(
-            await c.call_tool(
-                "upsert_entities",
-                {
-                    "entities": [
-                        {"name": "Ada", "type": "person", "observations": ["lives in Paris"], "valid_from": Y2024},
-                        {"name": "Bob", "type": "person", "observations": ["works at Acme"], "valid_until": Y2023},
-                    ]
-                },
-            )
+        again = await upsert(
+            c,
+            [
+                {"name": "Ada", "type": "person", "observations": ["lives in Paris"], "valid_from": Y2024},
+                {"name": "Bob", "type": "person", "observations": ["works at Acme"], "valid_until": Y2023},
+            ],
         )
         assert [(r["status"], r["observations_added"]) for r in again["results"]] == [("updated", 1), ("unchanged", 0)]
         paris = ok(await c.call_tool("get_entity", {"name": "Ada", "include_invalid": True}))["observation_records"]
@@ -416,7 +395,7 @@ async def test_invalidating_never_reaches_another_tenant(vserver, tenant):
         await _career(c)
         rel = ok(await c.call_tool("get_entity", {"name": "Ada"}))["relations"][0]["id"]
     async with vserver.client(other, SCOPES) as c:
-        ok(await c.call_tool("upsert_entities", {"entities": [{"name": "Ada", "type": "person"}]}))
+        await upsert(c, [{"name": "Ada", "type": "person"}])
         missing = await c.call_tool(
             "invalidate_relations", {"relations": [{"from": "Ada", "to": "Initech", "type": "works at"}]}
         )

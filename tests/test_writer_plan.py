@@ -10,6 +10,7 @@ from typing import Any, cast
 from app.services.writer import EntityIn, FactIn, OnExisting, Writer, Written
 from app.store.database import Tx
 from app.store.entities import EntityRow, Stamps
+from tests.support.rows import entity_row
 
 NOW = datetime(2026, 11, 28, tzinfo=UTC)
 
@@ -17,17 +18,10 @@ NOW = datetime(2026, 11, 28, tzinfo=UTC)
 def _row(
     name: str, *, id_: str = "11111111-1111-4111-8111-111111111111", deleted: bool = False, **given: Any
 ) -> EntityRow:
-    fields: dict[str, Any] = {
-        "id": id_,
+    """Ada as stored before this batch: version 3, a property, written by someone else."""
+    stored: dict[str, Any] = {
         "gid": "844424930131969",
-        "name": name,
         "name_key": name.lower(),
-        "type": "person",
-        "description": "",
-        "area": None,
-        "topic": None,
-        "subtopic": None,
-        "certainty": None,
         "properties": {"team": "a"},
         "version": 3,
         "created_at": NOW,
@@ -36,7 +30,7 @@ def _row(
         "updated_by": "someone",
         "deleted_at": NOW if deleted else None,
     }
-    return EntityRow(**(fields | given))
+    return entity_row(name, id_, **(stored | given))
 
 
 def _writer(on_existing: OnExisting = "merge", origin: str | None = None) -> Writer:

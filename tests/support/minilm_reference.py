@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from tests.conftest import ROOT
+from tests.support.server import ROOT
 
 REFERENCE = ROOT / "tests/data/minilm-reference.npz"
 # Beside a sample of the relevance texts: the edges of tokenization and truncation.

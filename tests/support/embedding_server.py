@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from app.embeddings.local import LocalModel
-from tests.conftest import free_port
+from tests.support.server import free_port
 
 
 class EmbeddingServer:

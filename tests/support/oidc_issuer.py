@@ -19,8 +19,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from tests.conftest import free_port
-from tests.local_http import ThreadedServer
+from tests.support.local_http import ThreadedServer
+from tests.support.server import free_port
 
 CLIENT_ID = "engram-tests"
 CLIENT_SECRET = "introspection-secret"

@@ -1,34 +1,33 @@
-"""What tests share that is not a fixture: the server in its own process, MCP clients, and
-readers of tool results. Fixtures are in conftest.py (which re-exports these for older imports)."""
+"""`engram serve` in its own process on a free port, the CLI run as a subprocess, and this suite's
+database (its name, test-sized pools, scratch databases of their own)."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import os
 import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx2
-import orjson
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CallToolResult
 
 from app.auth.devkeys import mint_token
 from app.auth.principal import READ, WRITE
 from app.config import ENDPOINT_PATHS, Settings
+from app.store import migrate
 from app.store.database import Database
 from app.store.pool import Recycling
+from tests.support.client import connect
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # Its own database per checkout, so two suites can run side by side on one PostgreSQL.
 TEST_DB = os.environ.get("ENGRAM_TEST_DB", "engram_test")
 
@@ -155,58 +154,32 @@ async def open_database(
 
 
 @asynccontextmanager
-async def connect(url: str, token: str | None, mode: str = "auto") -> AsyncIterator[Client]:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=120))
-    async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
-        yield client
+async def scratch_database(db_settings: Settings, prefix: str) -> AsyncIterator[tuple[str, str]]:
+    """A freshly migrated database of its own beside the suite's (for a test that registers another
+    embedding model or changes what every tenant shares), dropped after: (app URL, owner URL)."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    admin = await asyncpg.connect(db_settings.admin_dsn())
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    await admin.close()
+    owner = db_settings.admin_dsn().rsplit("/", 1)[0] + "/" + name
+    await migrate.migrate(owner, db_settings.migrations_dir)
+    try:
+        yield db_settings.runtime_dsn().rsplit("/", 1)[0] + "/" + name, owner
+    finally:
+        admin = await asyncpg.connect(db_settings.admin_dsn())
+        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        await admin.close()
 
 
-def ok(result: CallToolResult) -> dict[str, Any]:
-    """The structured result of a successful call."""
-    assert not result.is_error, result.content
-    assert result.structured_content is not None
-    return result.structured_content
-
-
-def record(result: CallToolResult) -> dict[str, Any]:
-    """The complete record of a successful call: its structured content, or its `detail="full"` text."""
-    assert not result.is_error, result.content
-    return result.structured_content or orjson.loads(text(result))
-
-
-async def embedded(client: Client, seconds: float = 60) -> None:
-    """Until every text the tenant holds has its embedding (rankings by meaning are then stable)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        r = record(await client.call_tool("recall", {"query": "anything", "limit": 1, "detail": "full"}))
-        if not any("no embedding" in n for n in r.get("notices", [])):
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError("texts still wait for their embeddings")
-
-
-def in_order(answer: str, needles: list[str]) -> None:
-    """Every needle appears in `answer`, in the given order."""
-    at = 0
-    for n in needles:
-        found = answer.find(n, at)
-        assert found >= 0, (n, answer)
-        at = found + len(n)
-
-
-def text(result: CallToolResult) -> str:
-    """The one text content of a result."""
-    assert len(result.content) == 1 and result.content[0].type == "text"
-    return result.content[0].text
-
-
-def error_code(result: CallToolResult) -> str:
-    """The machine-readable code of a failed call (`not_found`, `ambiguous`, ...)."""
-    assert result.is_error, result.structured_content
-    text = result.content[0].text  # type: ignore[union-attr]
-    return text.split("Error executing tool ", 1)[-1].split(": ", 2)[1]
-
-
-def dumps(value: Any) -> str:
-    return orjson.dumps(value).decode()
+def engram(env: dict[str, str], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`engram <args>` with this environment, its output captured; the bound is for a loaded machine
+    (a migration over several cells takes longest), not a timing assertion."""
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args],
+        cwd=ROOT,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )

@@ -1,6 +1,7 @@
 """Fixtures of several clusters (app/devdb/localcells.py): cells `b` and `c` and a streaming standby of
 `b`, each with this suite's own database (ENGRAM_TEST_DB), made afresh and migrated once per run
-and dropped at its end.
+and dropped at its end; and what the tests of cells share (a server's cell settings, the cells'
+states in the directory, a value read as a cell's owner).
 
 tests/conftest.py registers them (`pytest_plugins`); where the local clusters cannot run (no
 trixie root, not root), the tests that ask for them skip.
@@ -17,7 +18,7 @@ import pytest
 from app.config import Settings
 from app.devdb import localcells, provision
 from app.store import migrate
-from tests.helpers import TEST_DB
+from tests.support.server import TEST_DB
 
 # Ports of this workplace's local cells: fixed, so a cluster made once is found again.
 PORTS = {"b": 55441, "c": 55442, "b_standby": 55443}
@@ -89,3 +90,33 @@ def standby_b(cell_b: CellDatabase) -> Iterator[CellDatabase]:
         pytest.skip(str(exc))
     asyncio.run(localcells.caught_up(cell_b.cluster, cluster))  # this run's database made on b is there too
     yield CellDatabase(cluster)
+
+
+async def fetchval(url: str, query: str, *args: object) -> object:
+    """One value, read (or one statement run) on its own connection to `url`."""
+    conn = await asyncpg.connect(url)
+    try:
+        return await conn.fetchval(query, *args)
+    finally:
+        await conn.close()
+
+
+async def set_states(settings: Settings, **states: str) -> None:
+    """The cells' states in the directory (each registered if new), their capacity unbounded."""
+    conn = await asyncpg.connect(settings.admin_dsn())
+    try:
+        for name in states:
+            await conn.execute("INSERT INTO engram.cells (name) VALUES ($1) ON CONFLICT DO NOTHING", name)
+        for name, state in states.items():
+            await conn.execute("UPDATE engram.cells SET state = $2, capacity = NULL WHERE name = $1", name, state)
+    finally:
+        await conn.close()
+
+
+def cell_env(cells: dict[str, CellDatabase]) -> dict[str, str]:
+    """The ENGRAM_CELL* settings of a server that reaches these cells."""
+    env = {"ENGRAM_CELLS": ",".join(cells)}
+    for name, cell in cells.items():
+        env[f"ENGRAM_CELL_{name.upper()}_URL"] = cell.url
+        env[f"ENGRAM_CELL_{name.upper()}_ADMIN_URL"] = cell.admin_url
+    return env

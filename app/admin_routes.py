@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import AsyncIterator, Sequence
+from typing import TypeVar, get_args
 
 import orjson
 from starlette.requests import Request
@@ -26,7 +27,7 @@ from app.config import Settings
 from app.errors import EngramError, http_problem
 from app.observability.context import deadline
 from app.services.fairness import Buckets
-from app.services.transfer import FORMATS, Format, ImportSummary, Source, Transfer
+from app.services.transfer import NAMES, Format, ImportSummary, Source, Transfer
 from app.services.writer import OnExisting
 from app.web import invalid_token
 
@@ -93,9 +94,9 @@ class AdminRoutes:
         if isinstance(who, Response):
             return who
         q = request.query_params
-        fmt = q.get("format", "engram")
-        if fmt not in FORMATS:
-            return _error(400, f"format: one of {', '.join(FORMATS)}")
+        fmt = _one_of(q.get("format", "engram"), NAMES)
+        if fmt is None:
+            return _error(400, f"format: one of {', '.join(NAMES)}")
         try:
             deleted, history = _flag(q.get("include_deleted")), _flag(q.get("history"))
         except ValueError as exc:
@@ -112,11 +113,12 @@ class AdminRoutes:
         if isinstance(who, Response):
             return who
         q = request.query_params
-        fmt = q.get("format")
-        on_existing = q.get("on_existing", "merge")
-        if fmt is not None and fmt not in FORMATS:
-            return _error(400, f"format: one of {', '.join(FORMATS)}")
-        if on_existing not in ("merge", "skip", "error"):
+        given = q.get("format")
+        fmt = _one_of(given, NAMES)
+        on_existing = _one_of(q.get("on_existing", "merge"), get_args(OnExisting))
+        if given is not None and fmt is None:
+            return _error(400, f"format: one of {', '.join(NAMES)}")
+        if on_existing is None:
             return _error(400, "on_existing: one of merge, skip, error")
         try:
             dry_run = _flag(q.get("dry_run"))
@@ -136,7 +138,7 @@ class AdminRoutes:
                 who,
                 bytes(body),
                 fmt,
-                on_existing=on_existing,  # type: ignore[arg-type]
+                on_existing=on_existing,
                 dry_run=dry_run,
                 seconds=self.seconds,
             )
@@ -152,12 +154,20 @@ class AdminRoutes:
         return _error(413, f"at most {self.max_bytes} bytes over HTTP; import larger files with `engram import`")
 
 
+C = TypeVar("C", bound=str)
+
+
+def _one_of(value: str | None, choices: Sequence[C]) -> C | None:
+    """`value` as the one of `choices` it equals (typed as they are), or None."""
+    return next((choice for choice in choices if choice == value), None)
+
+
 async def export_response(
-    transfer: Transfer, who: Principal, fmt: str, *, deleted: bool, history: bool, seconds: float
+    transfer: Transfer, who: Principal, fmt: Format, *, deleted: bool, history: bool, seconds: float
 ) -> StreamingResponse:
     """The tenant's export as a streamed download (here and in the console). Refusals (format,
     tenant, database) raise before any byte is sent; the rest streams within `seconds`."""
-    lines = transfer.export(who, fmt, deleted=deleted, history=history)  # type: ignore[arg-type]
+    lines = transfer.export(who, fmt, deleted=deleted, history=history)
     with deadline(seconds):
         first = await anext(lines)
 

@@ -19,6 +19,7 @@ from app.console.calls import parse
 from app.errors import EngramError
 from app.services import models
 from app.services.transfer import Format
+from app.services.writer import OnExisting
 
 if TYPE_CHECKING:
     from app.authserver.accounts import Accounts
@@ -67,7 +68,7 @@ class ImportForm(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     format: Format | None = None
-    on_existing: str = Field("merge", pattern="^(merge|skip|error)$")
+    on_existing: OnExisting = "merge"
     dry_run: bool = False
 
 
@@ -195,7 +196,7 @@ class AdminPages:
             visit.who,
             data,
             form.format,
-            on_existing=form.on_existing,  # type: ignore[arg-type]
+            on_existing=form.on_existing,
             dry_run=form.dry_run,
             seconds=self.seconds,
         )

@@ -109,6 +109,17 @@ def _data(root: Chroot, name: str) -> Path:
     return root.root / _BASE.lstrip("/") / name
 
 
+def _place(name: str) -> tuple[Chroot, LocalState, Path, bool]:
+    """Where cluster `name` keeps its data, and whether it is still to be made (its folder made empty then)."""
+    _check_name(name)
+    root, state = _state()
+    data = _data(root, name)
+    fresh = not (data / "PG_VERSION").exists()
+    if fresh:
+        data.mkdir(parents=True, exist_ok=True)
+    return root, state, data, fresh
+
+
 def _check_name(name: str) -> None:
     if not name.isidentifier() or not name.isascii():
         raise ProvisionError(f"a local cell's name is letters, digits and _: {name!r}")
@@ -117,12 +128,8 @@ def _check_name(name: str) -> None:
 def cluster(name: str, *, port: int) -> Cluster:
     """Cluster `name` on `port`, made on first use, started if stopped, with database `engram` and
     the run-time role (not migrated: that is the caller's `engram migrate`)."""
-    _check_name(name)
-    root, state = _state()
-    data = _data(root, name)
-    fresh = not (data / "PG_VERSION").exists()
+    root, state, data, fresh = _place(name)
     if fresh:
-        data.mkdir(parents=True, exist_ok=True)
         pwfile = root.root / "tmp" / f"engram-pw-{name}"
         pwfile.write_text(state.admin_password)
         try:
@@ -147,12 +154,8 @@ def cluster(name: str, *, port: int) -> Cluster:
 
 def standby(primary: Cluster, *, name: str, port: int) -> Cluster:
     """A streaming hot standby of `primary` on `port`, made by a base backup on first use."""
-    _check_name(name)
-    root, state = _state()
-    data = _data(root, name)
-    fresh = not (data / "PG_VERSION").exists()
+    root, state, _, fresh = _place(name)
     if fresh:
-        data.mkdir(parents=True, exist_ok=True)
         _run(root.in_root("chown", "-R", "postgres:postgres", _BASE))
         source = f"host=127.0.0.1 port={primary.port} user=postgres password={state.admin_password}"
         _run(

@@ -20,7 +20,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -81,9 +81,11 @@ class LocalState:
         path.write_text(json.dumps(asdict(self), indent=2))
 
 
-def _run(cmd: list[str], *, quiet: bool = True, **kwargs: object) -> subprocess.CompletedProcess[str]:
+def _run(
+    cmd: list[str], *, quiet: bool = True, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     out = subprocess.DEVNULL if quiet else None
-    result = subprocess.run(cmd, text=True, stdout=out, stderr=subprocess.PIPE, **kwargs)  # type: ignore[call-overload]
+    result = subprocess.run(cmd, text=True, stdout=out, stderr=subprocess.PIPE, env=env, check=False)
     if result.returncode != 0:
         raise ProvisionError(f"`{' '.join(cmd[:4])} ...` failed:\n{(result.stderr or '').strip()[-2000:]}")
     return result

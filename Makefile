@@ -43,7 +43,7 @@ model-files:
 
 # The wheel and the sdist in dist/, as the release builds them (with the locked build backend).
 dist: install console-assets model-files
-	rm -rf dist
+	rm -rf dist build  # setuptools' build cache keeps modules since deleted
 	$(PIP) wheel --no-deps --no-build-isolation --wheel-dir dist .
 	$(BIN)/python -c "from setuptools import build_meta as b; b.build_sdist('dist')"
 

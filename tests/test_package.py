@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -71,6 +72,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     if not (ROOT / "app/embeddings/model/model.safetensors").is_file():
         pytest.fail("app/embeddings/model/ is missing: run `make model-files` (make install-dev does)")
     dist = tmp_path_factory.mktemp("dist")
+    # As the release builds from a clean checkout: setuptools' build cache keeps modules since deleted.
+    shutil.rmtree(ROOT / "build", ignore_errors=True)
     build = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
     subprocess.run(
         [*build, "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(dist), str(ROOT)],

@@ -524,6 +524,13 @@ async def test_http_export_and_import_for_tenant_admins(server: Server, tenant: 
             f"{base}/admin/export", params={"format": "csv"}, headers={"Authorization": f"Bearer {admin}"}
         )
         assert bad.status_code == 400
+        before_bad = export(server, tenant, tmp_path / "before-bad.jsonl", "--include-deleted")
+        for params in ({"on_existing": "replace"}, {"format": "csv"}, {"on_existing": "merge\x00"}):
+            refused = await http.post(
+                f"{base}/admin/import", content=hostile, params=params, headers={"Authorization": f"Bearer {admin}"}
+            )
+            assert refused.status_code == 400 and "one of" in refused.text, (params, refused.text)
+        assert export(server, tenant, tmp_path / "after-bad.jsonl", "--include-deleted") == before_bad
         mixed = await http.get(
             f"{base}/admin/export",
             params={"format": "memory", "history": "true"},

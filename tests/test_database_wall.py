@@ -6,6 +6,8 @@ tenant transaction, where every attempt must fail with `permission denied` and c
 
 from __future__ import annotations
 
+import uuid
+
 import asyncpg
 import pytest
 
@@ -400,5 +402,30 @@ async def test_a_tenant_holds_at_most_100_unrevoked_api_keys(db_settings, client
     admin = await asyncpg.connect(db_settings.admin_dsn())
     try:  # the refusal rolled the whole transaction back: none of the 100 stayed
         assert await admin.fetchval("SELECT count(*) FROM engram.api_keys WHERE id LIKE 'limit%'") == 0
+    finally:
+        await admin.close()
+
+
+async def test_a_refused_role_entry_is_unavailable_and_changes_nothing(db_settings, client_for):
+    """When the database refuses the server's entry into a tenant's role (a grant being changed),
+    the call is tried again and then answered `unavailable` (never an internal error), nothing
+    written; once the role may be entered again, the tenant works as before."""
+    from tests.support.client import error_code
+
+    key = f"wall-refused-{uuid.uuid4().hex[:8]}"
+    async with client_for(key) as c:
+        ok(await c.call_tool("upsert_entities", {"entities": [{"name": "Ada", "type": "person"}]}))
+    admin = await asyncpg.connect(db_settings.admin_dsn())
+    try:
+        schema = await admin.fetchval("SELECT schema_name FROM engram.tenants WHERE key = $1", key)
+        await admin.execute(f"REVOKE {schema} FROM engram_app")
+        async with client_for(key) as c:
+            refused = await c.call_tool("upsert_entities", {"entities": [{"name": "Grace", "type": "person"}]})
+            assert error_code(refused) == "unavailable", refused
+            assert "tenant_role_refused" in refused.content[0].text
+        await admin.execute(f"GRANT {schema} TO engram_app WITH INHERIT FALSE, SET TRUE")
+        async with client_for(key) as c:
+            found = ok(await c.call_tool("find_entities", {}))
+            assert "Ada" in str(found) and "Grace" not in str(found)
     finally:
         await admin.close()

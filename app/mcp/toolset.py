@@ -8,7 +8,7 @@ import inspect
 import logging
 import math
 import types
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
@@ -86,8 +86,10 @@ class ToolSet:
         tool without one (the drop-in dialects) answers as it returns.
         `answers_offline`: the tool answers without waiting for the database (it
         bounds its own database work), so its admission does not read the tenant's limits either.
-        `one_of` / `any_of`: arguments of which the call must give exactly one / at least one (the
-        tool checks it; the schema says it)."""
+        `one_of` / `any_of`: arguments of which the call must give exactly one / at least one. The
+        description says it and the call is checked here, never the schema: the Anthropic and OpenAI
+        tool APIs refuse an input schema with `oneOf`/`anyOf`/`allOf` at its root, and Claude Code
+        drops such a tool (docs/tools.md, "Schemas every client accepts")."""
         spec = _Spec(scope, annotations, name, title, answers_offline, tuple(one_of), tuple(any_of), render)
         return functools.partial(self._register, spec)
 
@@ -99,7 +101,8 @@ class ToolSet:
         if self.compact and not spec.title:
             raise ValueError(f"tool {spec.name or fn.__name__} has no title")
         tool_name = self.prefix + (spec.name or fn.__name__)
-        tool = self._tool(spec, self._runner(spec, fn, tool_name), inspect.getdoc(fn), tool_name)
+        doc = " ".join(filter(None, (inspect.getdoc(fn), _choice_rule(spec))))
+        tool = self._tool(spec, self._runner(spec, fn, tool_name), doc, tool_name)
         self.tools.append(tool)
         self.listed.append(listing(tool, compact=self.compact, output_schema=self.output_schemas))
         self.scopes[tool_name] = spec.scope
@@ -133,6 +136,7 @@ class ToolSet:
         on a race; its outcome recorded, a domain error made the tool's error."""
         call = CALL.get()
         try:
+            _check_choice(spec, kwargs)
             who = caller(self.tenant_claims, spec.scope)
             if call is not None:
                 call.subject, call.client_id, call.tenant = who.subject, who.client_id, who.tenant
@@ -166,9 +170,6 @@ class ToolSet:
             meta={"engram/requiredScope": spec.scope},  # listed by the dialects; the compact lists leave it out
         )
         tool.parameters = lean(tool.parameters) | {"additionalProperties": False}  # see `_Arguments`
-        for keyword, names in (("oneOf", spec.one_of), ("anyOf", spec.any_of)):
-            if names:
-                tool.parameters[keyword] = [{"required": [n]} for n in names]
         fields = {f: getattr(tool.fn_metadata, f) for f in FuncMetadata.model_fields}
         fields["output_schema"] = lean(fields["output_schema"], output=True)
         known = frozenset(f.alias or name for name, f in fields["arg_model"].model_fields.items())
@@ -188,6 +189,27 @@ class _Spec:
     one_of: tuple[str, ...]
     any_of: tuple[str, ...]
     render: Renderer | None
+
+
+def _choice_rule(spec: _Spec) -> str:
+    """The sentence of the description that says which alternative arguments a call must give."""
+    if spec.one_of:
+        return f"Give exactly one of {_names(spec.one_of)}."
+    if spec.any_of:
+        return f"Give {_names(spec.any_of)}, or both." if len(spec.any_of) == 2 else f"Give any of {_names(spec.any_of)}."
+    return ""
+
+
+def _check_choice(spec: _Spec, kwargs: Mapping[str, Any]) -> None:
+    """Refuse a call that gives not exactly one of `one_of`, or none of `any_of` (`invalid`, naming them)."""
+    given = sum(kwargs.get(n) not in (None, [], "") for n in spec.one_of or spec.any_of)
+    if (spec.one_of and given != 1) or (spec.any_of and given == 0):
+        raise EngramError("invalid", _choice_rule(spec)[0].lower() + _choice_rule(spec)[1:-1])
+
+
+def _names(names: Sequence[str]) -> str:
+    quoted = [f"`{n}`" for n in names]
+    return " or ".join(quoted) if len(quoted) <= 2 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
 
 
 def listing(tool: Tool, *, compact: bool, output_schema: bool) -> Listed:

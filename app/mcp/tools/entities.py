@@ -21,8 +21,7 @@ EntityName = models.Ref | None
 
 
 def one_ref(id: str | None, name: str | None) -> str:
-    if (id is None) == (name is None):
-        raise EngramError("invalid", "give exactly one of `id` or `name`")
+    """The entity a call names: the tool set has checked that it gives exactly one of the two."""
     return (id or name or "").strip()
 
 

@@ -6,7 +6,6 @@ from typing import Annotated
 from pydantic import Field
 
 from app.auth.principal import WRITE, Principal
-from app.errors import EngramError
 from app.mcp.answers import entities as shown
 from app.mcp.toolset import ADDITIVE, DESTRUCTIVE, ToolSet
 from app.services import Services, models
@@ -33,8 +32,6 @@ def register(tool: ToolSet, services: Services) -> None:
         """Delete relations (mistakes), as (from, to, type) or by id; missing ones count in
         `not_found`.
         """
-        if not relations and not ids:
-            raise EngramError("invalid", "give `relations` or `ids`")
         return await services.relations.disconnect(who, relations, ids)
 
     @tool(WRITE, DESTRUCTIVE, title="End relations", any_of=("relations", "ids"), render=shown.relations_ended)
@@ -48,6 +45,4 @@ def register(tool: ToolSet, services: Services) -> None:
         """End relations no longer true ("Ada left Acme"), by (from, to, type) or id, without deleting
         them: `as_of` still sees them. Mistakes: disconnect_entities.
         """
-        if not relations and not ids:
-            raise EngramError("invalid", "give `relations` or `ids`")
         return await services.relations.invalidate(who, relations, ids, at, reason)

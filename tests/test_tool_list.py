@@ -2,9 +2,10 @@
 caller is shown, titles, and every tool called with arguments built from its listing alone.
 
 The last test is the measure of "without losing what a model needs": arguments are made from the
-listed input schema and description only (required properties, the first of the alternatives the
-description names — "Give exactly one of `id` or `name`." —, an example where the listing gives one),
-the way a model fills them in, and no call may be refused as `invalid`. Domain answers (`not_found`, `conflict`) are fine: they are about the data.
+listed input schema and description only (required properties, the first alternative the
+description names — "Give exactly one of `id` or `name`." —, an example where the listing gives
+one), the way a model fills them in, and no call may be refused as `invalid`. Domain answers
+(`not_found`, `conflict`) are fine: they are about the data.
 """
 
 from __future__ import annotations
@@ -121,8 +122,8 @@ async def test_every_input_schema_is_one_the_model_apis_accept(server, output_sc
         ("entity_history", {}, "exactly one of `id` or `name`"),
         ("add_aliases", {"aliases": ["A"]}, "exactly one of `id` or `name`"),
         ("remove_aliases", {"aliases": ["A"], "id": None, "name": None}, "exactly one of `id` or `name`"),
-        ("disconnect_entities", {}, "give `relations` or `ids`, or both"),
-        ("invalidate_relations", {"relations": [], "ids": []}, "give `relations` or `ids`, or both"),
+        ("disconnect_entities", {}, "give at least one of `relations` or `ids`"),
+        ("invalidate_relations", {"relations": [], "ids": []}, "give at least one of `relations` or `ids`"),
     ],
 )
 async def test_alternatives_are_checked_by_the_tool_and_change_nothing(server, tenant, tool, arguments, refusal):
@@ -180,7 +181,7 @@ class Values:
 
     def arguments(self, schema: dict[str, Any], defs: dict[str, Any], description: str = "") -> dict[str, Any]:
         required = list(schema.get("required", []))
-        choice = re.search(r"Give (?:exactly one of |any of )?`(\w+)`", description)
+        choice = re.search(r"Give (?:exactly|at least) one of `(\w+)`", description)
         if choice and choice[1] not in required:
             required.append(choice[1])
         properties = schema.get("properties", {})

@@ -196,7 +196,7 @@ def _choice_rule(spec: _Spec) -> str:
     if spec.one_of:
         return f"Give exactly one of {_names(spec.one_of)}."
     if spec.any_of:
-        return f"Give {_names(spec.any_of)}, or both." if len(spec.any_of) == 2 else f"Give any of {_names(spec.any_of)}."
+        return f"Give at least one of {_names(spec.any_of)}."
     return ""
 
 

@@ -498,7 +498,7 @@ class Settings(BaseSettings):
 
     def check_serving(self) -> None:
         """What must hold to serve requests (other commands, like migrate, do not serve)."""
-        if self.auth_mode == "dev" and not _is_loopback(self.host):
+        if self.auth_mode == "dev" and not is_loopback_host(self.host):
             raise ValueError("ENGRAM_AUTH_MODE=dev is allowed only when ENGRAM_HOST is a loopback address")
 
     @property
@@ -578,7 +578,7 @@ class Settings(BaseSettings):
         public = urlsplit(self.base_url)
         hosts.append(public.netloc)
         origins.append(f"{public.scheme}://{public.netloc}")
-        if _is_loopback(self.host):
+        if is_loopback_host(self.host):
             hosts += [f"127.0.0.1:{self.port}", f"localhost:{self.port}", f"[::1]:{self.port}"]
             origins += [f"http://127.0.0.1:{self.port}", f"http://localhost:{self.port}"]
         return sorted(set(hosts)), sorted(set(origins))
@@ -588,7 +588,8 @@ class Settings(BaseSettings):
         return {k: ("***" if isinstance(v, SecretStr) else v) for k, v in self.model_dump().items() if v is not None}
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback_host(host: str) -> bool:
+    """localhost, 127.0.0.0/8 or ::1: a host only this machine reaches."""
     if host == "localhost":
         return True
     try:

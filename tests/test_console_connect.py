@@ -1,24 +1,33 @@
 """The console's Connect page in a real headless Chromium: the tenant's MCP addresses, settings to
 paste for each assistant, the marked place for Claude Code's hook settings, and an API key made for
 a headless agent (a CSRF-protected form) whose settings then work for a real tool call through the
-SDK's client; a reader is told to ask an administrator; the strict policy blocks nothing."""
+SDK's client; every settings block's Copy button puts its exact text on the clipboard (read back
+through the page, with the clipboard permissions granted to the browser context); the install links
+of Cursor and VS Code carry the configuration shown; claude.ai and ChatGPT are warned that this
+server's loopback address cannot work for them; a reader is told to ask an administrator; the strict
+policy blocks nothing."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from app.config import ENDPOINT_PATHS, Settings
+from app.console.client_setups import agent_setups, setups
+from app.console.hook_setups import hook_setups
 from app.console.web import CSP
 from tests.support.auth import PASSWORD, add_user
 from tests.support.browser import ARTIFACTS, CHROMIUM, console_in_chromium
 from tests.support.client import connect, ok
 from tests.support.console import seed, serve_console, sign_in_with_browser
+from tests.support.install_links import decode_cursor, decode_vscode
 from tests.support.server import Server
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (scripts/system-deps.sh)")
+CLIPBOARD = ["clipboard-read", "clipboard-write"]
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +39,7 @@ def builtin(db_settings: Settings) -> Iterator[Server]:
 async def test_an_admin_connects_an_assistant_and_makes_a_key_for_an_agent(builtin):
     t = await seed(builtin, [{"name": "Ada Lovelace", "type": "person"}], [])
     blocked: list[str] = []
-    async with console_in_chromium(blocked) as page:
+    async with console_in_chromium(blocked, CLIPBOARD) as page:
         await sign_in_with_browser(page, builtin, t)
         await page.get_by_role("link", name="Connect", exact=True).click()
         await page.wait_for_url("**/console/connect")
@@ -71,6 +80,7 @@ async def test_an_admin_connects_an_assistant_and_makes_a_key_for_an_agent(built
             "url": native,
             "headers": {"Authorization": f"Bearer {key}"},
         }
+        assert await copied(page, "agent-json") == await page.locator("#agent-json pre").inner_text()
         await page.screenshot(path=ARTIFACTS / "connect-key.png", full_page=True)
     assert not blocked, blocked
 
@@ -91,3 +101,59 @@ async def test_a_reader_is_told_who_makes_keys(builtin):
         assert "Only an administrator of this tenant can make API keys" in await page.locator("#ask-admin").inner_text()
         assert await page.locator("#agent-key-form").count() == 0
         assert "egk_…" in await page.locator("#agent-claude-code pre").inner_text()  # the shape, without a key
+
+
+async def copied(page: Any, block: str) -> str:
+    """Clicks the block's Copy button; the clipboard's text, once the button shows "Copied"."""
+    button = page.locator(f"#{block} button.copy")
+    await button.click()
+    await page.wait_for_function(
+        "id => document.querySelector(`#${id} button.copy`).dataset.state === 'copied'", arg=block
+    )
+    assert await button.locator(".copy-label").inner_text() == "Copied"  # seen, and told to a screen reader:
+    assert await page.locator(f"#{block} [role=status]").text_content() == "Copied"
+    return str(await page.evaluate("navigator.clipboard.readText()"))
+
+
+async def test_each_block_copies_its_exact_text_and_install_links_carry_the_settings(builtin):
+    t = await seed(builtin, [{"name": "Alan Turing", "type": "person"}], [])
+    native = f"{builtin.base}/mcp"
+    endpoints = {name: f"{builtin.base}{path}" for name, path in ENDPOINT_PATHS.items()}
+    expected = {s.id: s.text for s in [*setups(endpoints), *hook_setups(builtin.base), *agent_setups(native, "egk_…")]}
+    blocked: list[str] = []
+    async with console_in_chromium(blocked, CLIPBOARD) as page:
+        await sign_in_with_browser(page, builtin, t)
+        await page.goto(f"{builtin.base}/console/connect")
+        buttons = await page.locator("button.copy").evaluate_all("bs => bs.map(b => b.closest('section').id)")
+        assert sorted(buttons) == sorted(expected)  # one button per block, every block has one
+        for block, text in expected.items():
+            assert await copied(page, block) == text, block
+        # The button goes back to "Copy" after a while.
+        await page.wait_for_function("() => !document.querySelector('#codex button.copy').dataset.state")
+        assert await page.locator("#codex .copy-label").inner_text() == "Copy"
+        await copied(page, "claude-desktop")
+        await page.locator("#claude-desktop").screenshot(path=ARTIFACTS / "connect-copied.png")
+
+        # Codex's block and Claude Desktop's through mcp-remote, as generated.
+        assert "bearer_token_env_var" in await page.locator("#codex pre").inner_text()
+        desktop = json.loads(await page.locator("#claude-desktop pre").inner_text())
+        assert desktop["mcpServers"]["engram"] == {"command": "npx", "args": ["-y", "mcp-remote", native]}
+
+        # The one-click links carry what the blocks beside them show.
+        vscode = json.loads(await page.locator("#vscode pre").inner_text())["servers"]["engram"]
+        assert decode_vscode(await page.get_by_role("link", name="Install in VS Code").get_attribute("href")) == {
+            "name": "engram",
+            **vscode,
+        }
+        cursor = json.loads(await page.locator("#cursor pre").inner_text())["mcpServers"]["engram"]
+        link = await page.get_by_role("link", name="Install in Cursor").get_attribute("href")
+        assert decode_cursor(link) == ("engram", cursor) and cursor == {"url": native}
+
+        # The test server listens on 127.0.0.1: claude.ai and ChatGPT are told it cannot work for them.
+        for client in ("claude-ai", "chatgpt"):
+            warning = await page.locator(f"#{client}-warning").inner_text()
+            assert "is a loopback address" in warning and "ENGRAM_PUBLIC_URL" in warning
+        assert await page.locator(".setup .warning").count() == 2
+        await page.locator("#claude-ai").scroll_into_view_if_needed()
+        await page.screenshot(path=ARTIFACTS / "connect-copy.png", full_page=True)
+    assert not blocked, blocked

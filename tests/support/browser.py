@@ -36,15 +36,16 @@ def png_size(path: Any) -> tuple[int, int]:
 
 
 @asynccontextmanager
-async def console_in_chromium(blocked: list[str]) -> AsyncIterator[Any]:
+async def console_in_chromium(blocked: list[str], permissions: list[str] | None = None) -> AsyncIterator[Any]:
     """A page of headless Chromium (screenshots go to ARTIFACTS); what the Content Security Policy
-    blocks is appended to `blocked`."""
+    blocks is appended to `blocked`. `permissions` are granted to the page's context (e.g.
+    "clipboard-read" and "clipboard-write", to read back what a page copied)."""
     from playwright.async_api import async_playwright
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        page = await browser.new_page(viewport={"width": 1200, "height": 900})
+        page = await browser.new_page(viewport={"width": 1200, "height": 900}, permissions=permissions or [])
         page.on("console", lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None)
         try:
             yield page

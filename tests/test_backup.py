@@ -304,3 +304,154 @@ def test_restore_refuses_a_manifest_that_reaches_beyond_its_tenant(
     assert asyncio.run(_state(target.admin_dsn(), None)) == before
     # The file itself, unedited, restores.
     assert asyncio.run(backup.restore(target.admin_dsn(), original)).tenants == 1
+
+
+def _repacked(original: Path, out: Path, edit: Any) -> Path:
+    """A copy of the backup `original` as someone holding the file could make it: `edit(files,
+    manifest)` changes the data files (unpacked) and the manifest in place, and returns members to
+    add (links, FIFOs, odd paths)."""
+    import gzip
+    import io
+    import json
+    import tarfile
+
+    with tarfile.open(original) as source:
+        files = {m.name: source.extractfile(m).read() for m in source.getmembers()}  # type: ignore[union-attr]
+    manifest = json.loads(files.pop("manifest.json"))
+    files = {name: gzip.decompress(data) for name, data in files.items()}
+    extra = edit(files, manifest)
+    with tarfile.open(out, "w") as copy:
+        for name, data in [
+            *((n, gzip.compress(d)) for n, d in files.items()),
+            ("manifest.json", json.dumps(manifest).encode()),
+        ]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            copy.addfile(info, io.BytesIO(data))
+        for info in extra or ():
+            copy.addfile(info)
+    return out
+
+
+def _entry(manifest: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(t for t in manifest["tables"] if t["schema"] == "engram" and t["name"] == name)
+
+
+async def _digest_of(owner: str, entry: dict[str, Any], data: bytes) -> tuple[int, str]:
+    """The count and digest a manifest would need for `data`, computed as anyone with a PostgreSQL
+    can: rows loaded into a table like the control table, then digested."""
+    async with connect.owner(owner) as conn:
+        await store.begin_restore(conn)
+        try:
+            staged = await store.stage(conn, store.Table("engram", entry["name"], tuple(entry["columns"])), 0)
+
+            async def rows() -> Any:
+                yield data
+
+            await store.copy_in(conn, staged, rows())
+            return await store.digest(conn, staged)
+        finally:
+            await store.rollback(conn)
+
+
+def test_restore_refuses_rows_of_other_tenants_and_members_that_are_not_files(
+    source: Settings, restored_cluster: localcells.Cluster, tmp_path: Path
+) -> None:
+    """Whatever the file holds, a tenant's restore writes only that tenant's rows: an API key row
+    naming another tenant is refused (the manifest and its digest edited to match, or not), and so
+    are a link, a FIFO and paths out of the archive, with a clear error; nothing changes anywhere."""
+    import tarfile
+
+    assert _engram(source, "tenant", "create", "backup-keys").returncode == 0
+    assert _engram(source, "apikey", "create", "--tenant", "backup-keys", "--name", "ci").returncode == 0
+    original = tmp_path / "keys.backup"
+    asyncio.run(backup.backup(source.admin_dsn(), original, "backup-keys"))
+    target = _fresh(restored_cluster, f"{TEST_DB}_planted", source)
+    assert _engram(target, "tenant", "create", "victim").returncode == 0
+    assert _engram(target, "apikey", "create", "--tenant", "victim").returncode == 0
+
+    async def victim_id() -> str:
+        async with connect.owner(target.admin_dsn()) as conn:
+            return str(await conn.fetchval("SELECT id::text FROM engram.tenants WHERE key = 'victim'"))
+
+    victim = asyncio.run(victim_id())
+    before = asyncio.run(_state(target.admin_dsn(), None))
+
+    def foreign_key(files: dict[str, bytes], manifest: dict[str, Any], consistent: bool) -> None:
+        entry = _entry(manifest, "api_keys")
+        own = files[entry["file"]].splitlines()[0].split(b"\t")
+        planted = dict(zip(entry["columns"], own, strict=True)) | {"id": b"planted00key", "tenant_id": victim.encode()}
+        data = b"\t".join(planted[c] for c in entry["columns"]) + b"\n"
+        files[entry["file"]] += data
+        if consistent:  # the manifest's count and digest made to match the file's rows
+            entry["rows"], entry["digest"] = asyncio.run(_digest_of(source.admin_dsn(), entry, files[entry["file"]]))
+
+    def other_schema(files: dict[str, bytes], manifest: dict[str, Any]) -> None:  # the tenant's row, repointed
+        entry = _entry(manifest, "tenants")
+        schema = manifest["tenants"][0]["schema"].encode()
+        files[entry["file"]] = files[entry["file"]].replace(schema, b"t_" + victim.replace("-", "").encode())
+        entry["rows"], entry["digest"] = asyncio.run(_digest_of(source.admin_dsn(), entry, files[entry["file"]]))
+
+    def member(name: str, kind: bytes, link: str = "") -> Any:
+        def add(files: dict[str, bytes], manifest: dict[str, Any]) -> list[tarfile.TarInfo]:
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = kind, link
+            files.pop(name, None)  # in place of a data file of that name, if there is one
+            return [info]
+
+        return add
+
+    data_file = _entry(json_manifest(original), "api_keys")["file"]
+    cases = {
+        "planted key": (lambda f, m: foreign_key(f, m, False), "1 name a tenant this backup does not hold (tenant_id)"),
+        "planted key, manifest to match": (lambda f, m: foreign_key(f, m, True), "does not hold (tenant_id)"),
+        "tenant row repointed": (other_schema, "are not the tenants its manifest lists"),
+        "symbolic link": (member(data_file, tarfile.SYMTYPE, "/etc/passwd"), "is a symbolic link"),
+        "hard link": (member(data_file, tarfile.LNKTYPE, "manifest.json"), "is a hard link"),
+        "FIFO": (member("data/99999.copy.gz", tarfile.FIFOTYPE), "is a FIFO"),
+        "parent path": (member("../outside", tarfile.REGTYPE), "points outside the archive"),
+        "absolute path": (member("/tmp/outside", tarfile.REGTYPE), "points outside the archive"),
+        "unlisted file": (member("data/99999.copy.gz", tarfile.REGTYPE), "not the ones its manifest names"),
+    }
+    for n, (label, (edit, said)) in enumerate(cases.items()):
+        edited = _repacked(original, tmp_path / f"hostile-{n}.backup", edit)
+        with pytest.raises(EngramError) as refused:
+            asyncio.run(backup.restore(target.admin_dsn(), edited))
+        assert refused.value.code == "invalid" and said in str(refused.value), (label, str(refused.value))
+        if label in ("planted key", "symbolic link"):  # as the operator sees it: a line, no traceback
+            said_there = _engram(target, "restore", str(edited))
+            assert said_there.returncode == 1 and said_there.stderr.startswith("restore error: invalid: ")
+            assert "Traceback" not in said_there.stderr, said_there.stderr
+    assert asyncio.run(_state(target.admin_dsn(), None)) == before  # no tenant's rows changed
+
+    # The file restores, with its own key only, and the other tenant's rows as they were; an embedding
+    # model its manifest lists but none of its vectors carries stays out of the cell's shared table.
+    def extra_model(files: dict[str, bytes], manifest: dict[str, Any]) -> None:
+        manifest["models"].append({"id": 77, "name": "planted-model", "dimensions": 3})
+
+    victim_before = asyncio.run(_state(target.admin_dsn(), ("victim",)))
+    models_before = asyncio.run(_models(target.admin_dsn()))
+    with_model = _repacked(original, tmp_path / "with-model.backup", extra_model)
+    assert asyncio.run(backup.restore(target.admin_dsn(), with_model)).tenants == 1
+    assert asyncio.run(_state(target.admin_dsn(), ("victim",))) == victim_before
+    assert asyncio.run(_models(target.admin_dsn())) == models_before
+
+    async def keys_of(tenant: str) -> int:
+        async with connect.owner(target.admin_dsn()) as conn:
+            sql = "SELECT count(*) FROM engram.api_keys k JOIN engram.tenants t ON t.id = k.tenant_id WHERE t.key = $1"
+            return int(await conn.fetchval(sql, tenant))
+
+    assert (asyncio.run(keys_of("backup-keys")), asyncio.run(keys_of("victim"))) == (1, 1)
+
+
+async def _models(owner: str) -> list[store.Model]:
+    async with connect.owner(owner) as conn:
+        return await store.models(conn)
+
+
+def json_manifest(path: Path) -> dict[str, Any]:
+    import json
+    import tarfile
+
+    with tarfile.open(path) as tar:
+        return json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]

@@ -295,3 +295,55 @@ async def _swept(purging: Any, db_settings: Any, tenant: str) -> None:
         assert "entities" not in left and "observations" not in left and "REL" not in left, left
         audit = ok(await c.call_tool("audit_log", {"tool_name": "purge"}))
         assert str(audit).count("purge: 2 entities") == 1, audit
+
+
+async def _episodes_left(db_settings: Any, tenant: str) -> list[str]:
+    schema = await _schema(db_settings, tenant)
+    conn = await asyncpg.connect(db_settings.admin_dsn())
+    try:
+        return [r[0] for r in await conn.fetch(f'SELECT content FROM "{schema}".episodes ORDER BY id')]
+    finally:
+        await conn.close()
+
+
+# Written before the subject existed, so not linked to it: two name it (by name, by an alias), one
+# has its words but not as its name, one is about someone else.
+EARLY = [
+    f"Notes: {SUBJECT} wrote the first program",
+    "The Countess corresponded with Babbage",
+    f"Ada met the {MARK} team",
+    "Menabrea translated the paper",
+]
+
+
+async def test_the_preview_names_kept_episodes_that_still_name_the_subject(purging, db_settings):
+    """Mentions are read from the text too, not only from links: a preview that keeps episodes says
+    how many still name the subject and the option that erases them; that option erases exactly
+    those (and the linked ones), not an episode that only shares a word."""
+    tenants = [f"test-purge-{uuid.uuid4().hex[:10]}" for _ in range(2)]  # one keeps its episodes, one not
+    for tenant in tenants:
+        async with purging.client(tenant, (READ, WRITE, ADMIN)) as c:
+            ok(await c.call_tool("add_episodes", {"episodes": [{"text": t} for t in EARLY]}))
+            await _write_everywhere(c)  # adds the alias "The Countess" and an episode spoken by the subject
+            ok(await c.call_tool("add_episodes", {"episodes": [{"text": "Hello there", "speakers": [SUBJECT]}]}))
+    keeping, removing = tenants
+    async with purging.client(keeping, (READ, WRITE, ADMIN)) as c:
+        preview = await c.call_tool("purge_entities", {"entities": [SUBJECT]})
+        counts = ok(preview)["counts"]
+        assert (counts["episodes_kept_mentioning"], counts["episodes"]) == (3, 0), counts
+        said = preview.content[0].text  # type: ignore[union-attr]
+        assert "3 kept episodes still name them (episodes=remove erases those too)" in said, said
+        assert len(said.splitlines()) <= 2, said
+        removal = ok(await c.call_tool("purge_entities", {"entities": [SUBJECT], "episodes": "remove"}))
+        counts = removal["counts"]  # linked (the two it spoke) or naming it (two early ones)
+        assert (counts["episodes"], counts["episodes_kept_mentioning"]) == (4, 0), counts
+        assert "kept episode" not in removal["summary"]
+        done = ok(await c.call_tool("purge_entities", {"entities": [SUBJECT], "confirm": 2}))
+        assert done["summary"].endswith(" 3 kept episodes still name them."), done["summary"]
+    assert len(await _episodes_left(db_settings, keeping)) == len(EARLY) + 3
+    # The kept episodes the subject spoke no longer carry its name in their search documents ("Hello
+    # there" did): the marker stays only where the episodes' own text, kept as asked, holds it.
+    assert await _marked(db_settings, keeping) == {"episodes": 3, "search_docs": 3}
+    async with purging.client(removing, (READ, WRITE, ADMIN)) as c:
+        ok(await c.call_tool("purge_entities", {"entities": [SUBJECT], "confirm": 2, "episodes": "remove"}))
+    assert await _episodes_left(db_settings, removing) == [EARLY[2], EARLY[3], "Babbage alone"]

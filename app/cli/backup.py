@@ -62,7 +62,8 @@ def cmd_restore(args: argparse.Namespace) -> None:
             return await backup.restore(settings.admin_dsn(), args.file)
 
     try:
-        print(_summary(asyncio.run(run()), "restored") + "; every table's rows and digest match the backup")
+        checked = "; every table's rows and digest match the backup, and no row names another tenant"
+        print(_summary(asyncio.run(run()), "restored") + checked)
     except EngramError as exc:
         sys.exit(f"restore error: {exc}")
     except (OSError, asyncpg.PostgresError) as exc:  # nothing was committed: the restore is one transaction

@@ -35,7 +35,10 @@ class PurgeCounts(BaseModel):
     search_documents: int
     embeddings: int
     episode_links: int
-    episodes: int = Field(description="Episodes that mention them (with episodes='remove').")
+    episodes: int = Field(description="Episodes that mention them, by link or by name (with episodes='remove').")
+    episodes_kept_mentioning: int = Field(
+        description=f"Episodes kept (episodes='keep') whose text still names them (counted up to {purge.MENTIONS_MAX})."
+    )
 
 
 class PurgeResult(BaseModel):
@@ -45,12 +48,24 @@ class PurgeResult(BaseModel):
     summary: str = Field(description="What was (or would be) erased, in one line.")
 
 
-def _summary(counts: PurgeCounts, erased: bool) -> str:
-    parts = [f"{n} {k.replace('_', ' ')}" for k, n in counts.model_dump().items() if n and k != "entities"]
+def _summary(counts: PurgeCounts, erased: bool, more: bool) -> str:
+    """One line: what goes, what stays that still names them (and the option that erases it too)."""
+    plus = "+" if more else ""  # more episodes name them than a preview reads
+    parts = [
+        f"{n}{plus if k == 'episodes' else ''} {k.replace('_', ' ')}"
+        for k, n in counts.model_dump().items()
+        if n and k not in ("entities", "episodes_kept_mentioning")
+    ]
     what = f"{counts.entities} entities" + (f" with {', '.join(parts)}" if parts else "")
+    kept = counts.episodes_kept_mentioning
+    if kept:
+        named = f"{kept}{plus} kept episode{'s' if kept > 1 or more else ''}"
+        stays = f" {named} still name them{'' if erased else ' (episodes=remove erases those too)'}."
+    else:
+        stays = ""
     if erased:
-        return f"Erased for good: {what}."
-    return f"Would erase {what}. Nothing was erased: call again with confirm={counts.entities}."
+        return f"Erased for good: {what}.{stays}"
+    return f"Would erase {what}.{stays} Nothing was erased: call again with confirm={counts.entities}."
 
 
 class Purges(Service):
@@ -111,7 +126,7 @@ class Purges(Service):
                 erased=False,
                 names=[t.name for t in plan.targets][:SHOWN_NAMES],
                 counts=counts,
-                summary=_summary(counts, False),
+                summary=_summary(counts, False, plan.more_mentioning),
             )
         if confirm != counts.entities:
             raise EngramError(
@@ -121,10 +136,12 @@ class Purges(Service):
                 entities=counts.entities,
             )
         rows = await purge.erase(tx, plan, episodes)
+        if episodes == "keep":  # kept episodes' search documents lose the erased speakers' names
+            tx.episodes = plan.episodes
         # The audit row says a purge happened, by whom and how many rows: never the ids or names.
         tx.affected = [f"purge: {counts.entities} entities", f"{rows} rows"]
         tx.touched = plan.ids  # announced after the rows are gone: subscribers hear the graph changed, no names
         if CALL.get() is None:  # the operator's command or the retention sweep: no tool call writes it
             await audit_rows.write(tx, audit_rows.fields(who, "purge"), tx.affected)
         self.indexer.forget(tx.tenant.id)
-        return PurgeResult(erased=True, names=[], counts=counts, summary=_summary(counts, True))
+        return PurgeResult(erased=True, names=[], counts=counts, summary=_summary(counts, True, plan.more_mentioning))

@@ -27,6 +27,11 @@ CONTROL = "engram"
 # Accounts, memberships and grants are the cell's people, not the tenant's memory; rate buckets,
 # subscriptions and moves are the running service's state.
 TENANT_ROWS = ("tenants", "api_keys")
+# The columns that name a tenant, in any table a restore loads (the control schema's or a tenant's):
+# their type, and the field of the tenant they must equal.
+TENANT_COLUMNS = {"tenant_id": "uuid", "tenant_key": "text"}
+TENANT_FIELDS = {"tenant_id": "id", "tenant_key": "key"}
+TEMP = "pg_temp"  # the session's own schema of temporary tables
 # One fixed text form on either side, for the digests.
 _FIXED = "SET LOCAL TimeZone = 'UTC'; SET LOCAL DateStyle = 'ISO'; SET LOCAL extra_float_digits = 3"
 
@@ -237,7 +242,7 @@ async def make_tenant(conn: asyncpg.Connection, tenant: TenantRow) -> None:
 async def ensure_model(conn: asyncpg.Connection, model: Model) -> None:
     """The embedding model under the same id here (search_docs refer to it), or `conflict`."""
     row = await conn.fetchrow(
-        "SELECT id, name FROM engram.embedding_models WHERE id = $1 OR name = $2", model.id, model.name
+        "SELECT id, name, dimensions FROM engram.embedding_models WHERE id = $1 OR name = $2", model.id, model.name
     )
     if row is None:
         await conn.execute(
@@ -249,12 +254,22 @@ async def ensure_model(conn: asyncpg.Connection, model: Model) -> None:
         await conn.execute(
             "SELECT setval('engram.embedding_models_id_seq', greatest(max(id), 1)) FROM engram.embedding_models"
         )
-    elif (row[0], row[1]) != (model.id, model.name):
+    elif (row[0], row[1], row[2]) != (model.id, model.name, model.dimensions):
         raise EngramError(
             "conflict",
             f"this database numbers embedding model {model.name!r} differently: restore the whole cell, "
             "or restore into a database that has not embedded with another model yet",
         )
+
+
+@timed
+async def models_named(conn: asyncpg.Connection, schema: str) -> list[tuple[int, int]]:
+    """The embedding models (id, dimensions) the vectors of a tenant's search documents carry."""
+    rows = await conn.fetch(
+        f"SELECT model_id, vector_dims(embedding) FROM {quote(schema)}.search_docs"
+        " WHERE model_id IS NOT NULL GROUP BY 1, 2 ORDER BY 1, 2"
+    )
+    return [(r[0], r[1]) for r in rows]
 
 
 @timed
@@ -282,6 +297,66 @@ async def copy_in(conn: asyncpg.Connection, table: Table, source: AsyncIterable[
     await conn.copy_to_table(
         table.name, schema_name=table.schema, columns=list(table.columns), source=source, format="text"
     )
+
+
+@timed
+async def stage(conn: asyncpg.Connection, table: Table, number: int) -> Table:
+    """A temporary table like the control table `table` (its columns, defaults and generated
+    columns, so its rows' text is the same), dropped at commit: a tenant's rows land there first,
+    to be checked and digested by themselves before they join the other tenants' rows."""
+    name = f"engram_restore_{number}"
+    await conn.execute(
+        f"CREATE TEMP TABLE {quote(name)} (LIKE {table.qualified} INCLUDING DEFAULTS INCLUDING GENERATED)"
+        " ON COMMIT DROP"
+    )
+    return Table(TEMP, name, table.columns)
+
+
+@timed
+async def adopt(conn: asyncpg.Connection, staged: Table, table: Table) -> None:
+    """The staged rows into their control table, or `conflict` where one's key is taken here (an
+    API key id another tenant holds)."""
+    try:
+        await conn.execute(
+            f"INSERT INTO {table.qualified} ({table.column_list}) SELECT {staged.column_list} FROM {staged.qualified}"
+        )
+    except asyncpg.UniqueViolationError as exc:
+        raise EngramError(
+            "conflict", f"{table.schema}.{table.name}: a restored row's key is already taken here ({exc.detail})"
+        ) from None
+
+
+@timed
+async def tenant_columns(conn: asyncpg.Connection, table: Table) -> list[str]:
+    """The columns of `table`, as this database has it (not as the backup says), that name a tenant."""
+    rows = await conn.fetch(
+        "SELECT a.attname::text FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2"
+        " AND a.attnum > 0 AND NOT a.attisdropped AND a.attname = ANY($3::text[]) ORDER BY a.attnum",
+        table.schema,
+        table.name,
+        list(TENANT_COLUMNS),
+    )
+    return [r[0] for r in rows]
+
+
+@timed
+async def strangers(conn: asyncpg.Connection, rows: Table, column: str, tenants: list[TenantRow]) -> int:
+    """How many of `rows` name, in `column`, a tenant other than `tenants` (NULL names none)."""
+    kind, values = TENANT_COLUMNS[column], [getattr(t, TENANT_FIELDS[column]) for t in tenants]
+    return int(
+        await conn.fetchval(
+            f"SELECT count(*) FROM ONLY {rows.qualified} r WHERE r.{quote(column)} <> ALL($1::{kind}[])", values
+        )
+    )
+
+
+@timed
+async def tenant_rows_match(conn: asyncpg.Connection, rows: Table, tenants: list[TenantRow]) -> bool:
+    """Whether the `tenants` rows of `rows` are exactly `tenants`: each once, with its key and
+    schema, and no other (a tenant's schema is what every request of it reads)."""
+    found = await conn.fetch(f"SELECT r.id::text, r.key, r.schema_name FROM ONLY {rows.qualified} r")
+    return sorted((r[0], r[1], r[2]) for r in found) == sorted((t.id, t.key, t.schema) for t in tenants)
 
 
 @timed

@@ -45,13 +45,20 @@ class Target:
 @dataclass(frozen=True, slots=True)
 class Plan:
     """What a purge erases: the entities (named, and merged into them), their relations' edges,
-    the names they went by (theirs and their aliases), and the episodes that mention them."""
+    the names they went by (theirs and their aliases), and the episodes that mention them: linked
+    to them, or naming them in their text (`mentioning`, at most MENTIONS_MAX of them read)."""
 
     targets: list[Target]
     edges: list[str]
     relation_ids: list[str]
     names: list[str]
     episodes: list[int]
+    mentioning: list[int]
+    more_mentioning: bool  # more than MENTIONS_MAX episodes name them
+
+    @property
+    def linked_or_mentioning(self) -> list[int]:
+        return sorted({*self.episodes, *self.mentioning})
 
     @property
     def ids(self) -> list[str]:
@@ -79,13 +86,39 @@ async def plan(tx: Tx, ids: list[str]) -> Plan:
     episodes = await tx.fetch(
         "SELECT DISTINCT episode_id FROM {s}.episode_entities WHERE entity_id = ANY($1::uuid[]) ORDER BY 1", all_ids
     )
+    names = sorted({t.name for t in targets} | {r[0] for r in aliases})
+    found = await mentioning(tx, names, MENTIONS_MAX + 1)
     return Plan(
         targets=targets,
         edges=[r[0] for r in edges],
         relation_ids=[r[1].strip('"') for r in edges if r[1]],
-        names=sorted({t.name for t in targets} | {r[0] for r in aliases}),
+        names=names,
         episodes=[r[0] for r in episodes],
+        mentioning=found[:MENTIONS_MAX],
+        more_mentioning=len(found) > MENTIONS_MAX,
     )
+
+
+# Episodes "mention" an entity when their text holds one of its names (its own, an alias, a merged
+# record's) as words, the way keyword search reads them: each name a phrase of English lexemes
+# ("Ann" is not "Anna"; "Acme Corp" is those two words in a row), found through the episodes' search
+# documents (indexed) and checked against the episode's own text (a document also names speakers).
+MENTIONS_MAX = 1000
+_MENTIONING = """
+    WITH q AS (
+        SELECT ('(' || string_agg(phraseto_tsquery('english', n.v)::text, ') | (') || ')')::tsquery AS q
+        FROM unnest($1::text[]) AS n(v) WHERE numnode(phraseto_tsquery('english', n.v)) > 0
+    )
+    SELECT p.id FROM q, {s}.search_docs d JOIN {s}.episodes p ON p.id = d.episode_id
+    WHERE d.tsv @@ q.q AND d.episode_id IS NOT NULL AND to_tsvector('english', p.content) @@ q.q
+    LIMIT $2
+"""
+
+
+@timed
+async def mentioning(tx: Tx, names: list[str], limit: int) -> list[int]:
+    """Ids of episodes whose text names one of `names` (see above), at most `limit`, in id order."""
+    return sorted(r[0] for r in await tx.fetch(_MENTIONING, names, limit))
 
 
 # Other entities' history rows that name an erased entity in their changes (a rename, a merge):
@@ -118,7 +151,7 @@ async def counts(tx: Tx, p: Plan, episodes: Episodes) -> dict[str, int]:
         p.ids,
         p.relation_ids,
         p.names,
-        p.episodes,
+        p.linked_or_mentioning,
         episodes == "remove",
     )
     assert row is not None
@@ -131,7 +164,8 @@ async def counts(tx: Tx, p: Plan, episodes: Episodes) -> dict[str, int]:
         "search_documents": row[3],
         "embeddings": row[4],
         "episode_links": row[5],
-        "episodes": len(p.episodes) if episodes == "remove" else 0,
+        "episodes": len(p.linked_or_mentioning) if episodes == "remove" else 0,
+        "episodes_kept_mentioning": len(p.mentioning) if episodes == "keep" else 0,
     }
 
 
@@ -157,7 +191,9 @@ async def erase(tx: Tx, p: Plan, episodes: Episodes) -> int:
     tx.growth.text_bytes -= live[1]
     await run(f"DELETE FROM {{s}}.history WHERE {_HISTORY}", p.ids, p.relation_ids, p.names)
     if episodes == "remove":  # their links and search documents go with them
-        await run("DELETE FROM {s}.episodes WHERE id = ANY($1::bigint[])", p.episodes)
+        await run("DELETE FROM {s}.episodes WHERE id = ANY($1::bigint[])", p.linked_or_mentioning)
+        while p.more_mentioning and (more := await mentioning(tx, p.names, MENTIONS_MAX)):
+            await run("DELETE FROM {s}.episodes WHERE id = ANY($1::bigint[])", more)  # past the preview's count
     await run(
         "DELETE FROM {s}.search_docs WHERE entity_id = ANY($1::uuid[]) OR other_id = ANY($1::uuid[])"
         " OR relation_id = ANY($2::uuid[]) OR edge = ANY($3::text[]::ag_catalog.graphid[])",

@@ -26,7 +26,8 @@ def register(tool: ToolSet, services: Services) -> None:
             Field(ge=0, le=1_000_000, description="The number of entities the preview said; omit to preview."),
         ] = None,
         episodes: Annotated[
-            Literal["keep", "remove"], Field(description="Episodes that mention them: keep (unlinked) or remove.")
+            Literal["keep", "remove"],
+            Field(description="Episodes that mention them (linked, or naming them in their text): keep or remove."),
         ] = "keep",
     ) -> PurgeResult:
         """Erase entities for good, unlike remove_entities: with their observations, relations,

@@ -161,3 +161,12 @@ def test_hooks_benchmark_runs_quick(tmp_path: Path) -> None:
         assert evidence["all"]["n"] > 0 and 0 <= evidence["all"]["hit"] <= 1
     assert r["large"]["latency"]["n"] > 0 and r["large"]["bulk"]["episodes"] == 200
     assert "## Hooks" in done.stdout
+
+
+def test_redaction_benchmark_runs_quick(tmp_path: Path) -> None:
+    done, r = _quick("bench.redaction", tmp_path / "redaction.json")
+    assert r["machine"]["quick"] is True
+    red = r["redaction"]
+    assert red["recall"]["texts"] > 0 and "project docs paragraphs" in red["false_positives"]
+    assert len(red["timing"]["cases"]) == 20 and red["event_loop"]["texts"] > 0
+    assert "## Redaction" in done.stdout

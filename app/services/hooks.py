@@ -39,7 +39,7 @@ from app.services.filters import Scope
 from app.services.hook_models import Brief, HookInput, HookOutcome, HookPolicy, HookTurn
 from app.services.recall import Recall, RecallQuery
 from app.services.recall_models import EPISODE_MAX_CHARS, Episode, EpisodeIn, Fact
-from app.services.redaction import redact
+from app.services.redaction import redact_off_loop as redact
 from app.store import episodes as episode_store
 from app.store import hooks as store
 from app.store import index
@@ -186,7 +186,7 @@ class Hooks(Service):
         if name == "UserPromptSubmit":
             if not event.prompt or not event.prompt.strip():
                 return HookOutcome()
-            text, redacted = redact(event.prompt, policy.deny)
+            text, redacted = await redact(event.prompt, policy.deny)
             if not (can_read and capture):
                 brief = await self.prompt(who, event.session_id, text, policy, fact_sizes) if can_read else None
                 kept = await self.keep(who, event.session_id, "user", text) if capture else 0
@@ -203,7 +203,7 @@ class Hooks(Service):
             if not capture or not said or not said.strip():
                 return HookOutcome()
             speaker = "assistant" if name != "SubagentStop" else f"subagent-{_slug(event.agent_type) or 'agent'}"
-            text, redacted = redact(said, policy.deny)
+            text, redacted = await redact(said, policy.deny)
             return HookOutcome(kept=await self.keep(who, event.session_id, speaker, text), redacted=redacted)
         return HookOutcome()
 

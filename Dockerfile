@@ -34,6 +34,8 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     /opt/build/bin/pip --python /opt/venv/bin/python install --require-hashes --no-deps -r requirements/server.txt
 COPY pyproject.toml README.md ./
 COPY app ./app
+# The Claude Code plugin the console zips (app/console/claude_plugin links to it).
+COPY clients/claude-code ./clients/claude-code
 # The console's browser libraries are built before the image, from the npm registry
 # (`make console-assets`, app/console/assets/package-lock.json): refuse to build without them.
 RUN test -f app/console/static/d3-force.min.js \

@@ -19,6 +19,7 @@ DOC = ROOT / "docs" / "clients.md"
 ENV_REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
 # Claude Code's hook events (code.claude.com/docs/en/hooks) that Engram's settings use.
 DOCUMENTED_EVENTS = set(HOOK_EVENTS)
+HELPER = 'python3 "${CLAUDE_PLUGIN_ROOT}/scripts/engram_hook.py"'
 
 
 def _load(path: Any) -> Any:
@@ -40,21 +41,23 @@ def check_hooks(hooks: dict[str, Any], *, plugin: bool) -> None:
                     used = {m for v in hook["headers"].values() for m in ENV_REF.findall(v)}
                     # Claude Code fills a variable allowedEnvVars does not list with an empty string.
                     assert used <= set(hook["allowedEnvVars"]), (used, hook["allowedEnvVars"])
-                    if plugin:
-                        assert hook["url"].startswith("${ENGRAM_URL}/")
-                else:
-                    assert plugin and hook["type"] == "command", hook
-                    assert hook["command"] == 'python3 "${CLAUDE_PLUGIN_ROOT}/scripts/engram_hook.py"'
+                    assert not plugin  # an http hook's url takes no variable: the plugin posts by command
+                elif plugin:
+                    assert hook == {"type": "command", "command": HELPER, "timeout": hook["timeout"]}, hook
+                else:  # the pasted settings' SessionStart, which runs commands only
+                    assert event == "SessionStart" and hook["type"] == "command", hook
+                    assert hook["command"].startswith("curl ") and "$ENGRAM_API_KEY" in hook["command"]
 
 
 def test_the_plugin_is_as_documented() -> None:
     manifest = _load(PLUGIN / ".claude-plugin" / "plugin.json")
     assert re.fullmatch(r"[a-z][a-z0-9]*(-[a-z0-9]+)*", manifest["name"])
     assert re.fullmatch(r"\d+\.\d+\.\d+", manifest["version"]) and manifest["description"]
-    for component in ("hooks", "mcpServers"):
-        path = manifest[component]
-        assert path.startswith("./") and (PLUGIN / path).is_file(), path
-    hooks = _load(PLUGIN / manifest["hooks"])
+    # hooks/hooks.json loads by itself: naming it in the manifest is refused as a duplicate.
+    assert "hooks" not in manifest
+    path = manifest["mcpServers"]
+    assert path.startswith("./") and (PLUGIN / path).is_file(), path
+    hooks = _load(PLUGIN / "hooks" / "hooks.json")
     assert set(hooks) <= {"description", "hooks"}  # the plugin form wraps the events in `hooks`
     check_hooks(hooks["hooks"], plugin=True)
     assert set(hooks["hooks"]) == DOCUMENTED_EVENTS  # every event Engram answers

@@ -116,6 +116,11 @@ def test_wheel_and_sdist_carry_what_runs(installed: Installed) -> None:
     assert {"app/sql/Dockerfile", "app/sql/initdb/10-extensions.sql", "app/sql/initdb/20-app-role.sh"} <= files
     assert {"app/embeddings/model/model.safetensors", "app/embeddings/model/tokenizer.json"} <= files
     assert {"app/console/static/d3-force.min.js", "app/console/static/graph.js"} <= files
+    # The Claude Code plugin's files the console zips (app/console/claude_plugin links to them).
+    assert {
+        "app/console/claude_plugin/.claude-plugin/plugin.json",
+        "app/console/claude_plugin/scripts/engram_hook.py",
+    } <= files
     assert not [f for f in files if "node_modules" in f or f.startswith("tests/")]
     with tarfile.open(installed.sdist) as sdist:
         inside = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}

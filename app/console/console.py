@@ -36,6 +36,7 @@ from app.console.hook_pages import HookPages
 from app.console.kit import Visit
 from app.console.memory import MemoryPages
 from app.console.merging import MergePages
+from app.console.plugin_download import PluginDownload
 from app.console.sessions import PendingSignIn, Session, Sessions
 from app.console.signin import SignIn, challenge_of
 from app.console.web import HERE, Static, render, secure
@@ -295,6 +296,7 @@ class Console:
             ("/apps", self.signed_in(apps.listing)),
             ("/account", self.signed_in(account.show)),
             ("/connect", self.signed_in(connect.show)),
+            ("/connect/plugin.zip", self.signed_in(PluginDownload(self.base_url, connect.native).download)),
         ]
         post = [
             ("/sign-out", self.sign_out),

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""Engram's hook as a command, for what an http hook cannot do: read the transcript on this disk.
+"""Engram's hook as a command: for the events Claude Code runs only as commands (SessionStart), for
+a hook whose server address comes from the environment (an http hook's url cannot), and for what
+an http hook cannot do: read the transcript on this disk.
 
 Claude Code runs it with the hook input on standard input. It adds the assistant's last message
 from the session's transcript (a JSONL file only this machine has) when the input carries none
-(PreCompact, SessionEnd), posts the input to $ENGRAM_URL/hooks/claude-code with $ENGRAM_API_KEY,
-and prints the server's answer for Claude Code to read. It never blocks the session: any failure
-prints nothing and exits 0. Standard library only (docs/clients.md, "What a server cannot do").
+(PreCompact, SessionEnd), posts the input to <server>/hooks/claude-code with $ENGRAM_API_KEY (the
+server: the first argument if given, as the console's downloaded plugin writes it, else
+$ENGRAM_URL), and prints the server's answer for Claude Code to read. It never blocks the
+session: any failure prints nothing and exits 0. Standard library only (docs/clients.md, "What a server cannot do").
 """
 
 from __future__ import annotations
@@ -51,7 +54,8 @@ def last_assistant_message(transcript: str) -> str | None:
 
 
 def main() -> None:
-    url, key = os.environ.get("ENGRAM_URL", "").rstrip("/"), os.environ.get("ENGRAM_API_KEY", "")
+    url = (sys.argv[1] if len(sys.argv) > 1 else os.environ.get("ENGRAM_URL", "")).rstrip("/")
+    key = os.environ.get("ENGRAM_API_KEY", "")
     if not url.startswith(("https://", "http://")) or not key:
         return
     event = json.loads(sys.stdin.buffer.read(MAX_INPUT) or b"{}")

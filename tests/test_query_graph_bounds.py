@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from app.services.base import Limits
+from app.store import graph_query
 from app.store.cypher import MAX_COMPUTED_ITEMS, MAX_MAP_ENTRIES, CypherError, parse
 from tests.support.client import ok
+from tests.support.server import open_database
 
 
 def _numbers(n: int) -> str:
@@ -180,3 +186,135 @@ async def test_a_tenant_runs_few_queries_at_once(client_for, tenant):
     refused = [_refusal(r) for r in results if r.is_error]
     assert any("query_concurrency" in message for _, message in refused), refused
     assert all(code == "limit" for code, _ in refused), refused
+
+
+# --- the backend's memory, measured -------------------------------------------------------------
+
+# The stated bound of one query_graph call in its database backend (docs/benchmarks.md, "query_graph
+# memory"; docs/security.md): the growth of the backend's anonymous memory while the query runs.
+BACKEND_BOUND_MIB = 256
+NEAR_LIMIT = "WITH '" + "x" * 100 + "' AS s " + "WITH s + s AS s " * 10  # 102,400 characters, 10 operations
+THOUSANDS = f"UNWIND {_numbers(100)} AS a UNWIND {_numbers(20)} AS b"
+
+
+def _chain(prefix: str, unit: str, operations: int, sep: str, suffix: str) -> str:
+    """`prefix` then `unit` joined by `sep` as often as 236 operations allow (with `sep` one of them)."""
+    return prefix + sep.join([unit] * (236 // operations)) + suffix
+
+
+# The reported query (each WITH value copied by the planner into each of its 240 uses: +1,051 MiB)
+# and its variants; each may answer, be refused or reach its time bound: what is measured is memory.
+MEMORY = {
+    "reported: WITH s+s ten times, then s = t 120 times": (
+        NEAR_LIMIT + "WITH s, s AS t WHERE " + " AND ".join(["s = t"] * 120) + " RETURN size(s)"
+    ),
+    "twelve WITH levels": (
+        "WITH '"
+        + "x" * 25
+        + "' AS s "
+        + "WITH s + s AS s " * 12
+        + "WITH s, s AS t WHERE "
+        + " AND ".join(["s = t"] * 115)
+        + " RETURN size(s)"
+    ),
+    "a WITH chain without growth (substring)": (
+        f"WITH '{'x' * 3000}' AS s WITH s + s + s + s AS s WITH s + s + s + s AS s WITH s + s AS s "
+        + "WITH substring(s, 0, size(s)) AS s " * 10
+        + "WITH s WHERE "
+        + " AND ".join(["s = s"] * 100)
+        + " RETURN size(s)"
+    ),
+    "uses in RETURN": _chain(NEAR_LIMIT + "RETURN ", "size(left(s, 999999))", 3, " + ", " AS n"),
+    "uses in ORDER BY": _chain(
+        NEAR_LIMIT + "UNWIND [1, 2, 3] AS r RETURN r ORDER BY ", "size(toUpper(s))", 3, " + ", ""
+    ),
+    "string predicates": _chain(NEAR_LIMIT + "WITH s WHERE ", "s CONTAINS s", 2, " AND ", " RETURN 1"),
+    "CASE": _chain(NEAR_LIMIT + "RETURN CASE ", "WHEN s < s THEN 1", 1, " ", " END"),
+    "lists and maps built": (
+        NEAR_LIMIT
+        + "WITH [s] AS l, {k: s} AS m WITH l, m WHERE "
+        + " AND ".join(["l = l AND m = m"] * 55)
+        + " RETURN size(l)"
+    ),
+    "collect": NEAR_LIMIT
+    + "UNWIND [1] AS r WITH collect(s) AS l WITH l WHERE "
+    + " AND ".join(["l = l"] * 110)
+    + " RETURN size(l)",
+    "WITH DISTINCT of values near the bound": (
+        NEAR_LIMIT + THOUSANDS + " WITH DISTINCT s + toString(a * 100 + b) AS v RETURN count(v)"
+    ),
+    "grouped by values near the bound": (
+        NEAR_LIMIT + THOUSANDS + " WITH s + toString(a * 100 + b) AS v, count(*) AS c RETURN count(v)"
+    ),
+    "a full sort of 10,000 keys of 500 bytes": (
+        f"WITH '{'x' * 490}' AS s UNWIND {_numbers(100)} AS a UNWIND {_numbers(100)} AS b"
+        " WITH s + toString(a * 100 + b) AS v ORDER BY v DESC RETURN count(v)"
+    ),
+}
+
+
+def _anonymous(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no RssAnon for process {pid}")
+
+
+class _Peak:
+    """The peak of a process's anonymous memory, sampled every 2 ms while the block runs."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.before = self.peak = _anonymous(pid)
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._done.is_set():
+            self.peak = max(self.peak, _anonymous(self.pid))
+            time.sleep(0.002)
+
+    def __enter__(self) -> _Peak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+    @property
+    def growth_mib(self) -> float:
+        return (self.peak - self.before) / 2**20
+
+
+@pytest.mark.parametrize("name", MEMORY)
+async def test_a_query_stays_within_its_backend_memory_bound(db_settings, name):
+    """Each query on a backend of its own (a fresh connection: memory an earlier query left with the
+    allocator would hide growth), run as query_graph runs it, with the default bounds but a longer
+    time bound, so that the query goes as far as memory lets it."""
+    limits = Limits()
+    parsed = parse(MEMORY[name], rows_read=limits.query_rows + 1)  # within the parser's bounds
+    async with open_database(db_settings.runtime_dsn(), max_size=1, statement_timeout_ms=30_000) as db:
+        tenant = await db.tenant("test-query-memory")
+        bounds = {
+            "limit": limits.query_rows,
+            "max_bytes": limits.query_bytes // 4,
+            "value_bytes": limits.query_value_bytes,
+            "sort_rows": limits.query_sort_rows,
+            "sort_key_bytes": limits.query_sort_key_bytes,
+            "timeout_ms": 10_000,
+        }
+        async with db.transaction(tenant, readonly=True) as tx:
+            pid = await tx.conn.fetchval("SELECT pg_backend_pid()")
+            await graph_query.run(tx, parse("MATCH (n) RETURN n LIMIT 1"), **bounds)  # AGE loaded
+        answer: Any = None
+        async with db.transaction(tenant, readonly=True) as tx:
+            assert await tx.conn.fetchval("SELECT pg_backend_pid()") == pid
+            with _Peak(pid) as peak:
+                try:
+                    answer = (await graph_query.run(tx, parsed, **bounds)).rows
+                except (graph_query.TooLarge, graph_query.TimeBound) as refused:
+                    answer = refused
+    assert peak.growth_mib < BACKEND_BOUND_MIB, (peak.growth_mib, answer)
+    if name.startswith("reported"):
+        assert answer == [[102_400]]  # computed once per row, it answers

@@ -17,6 +17,7 @@ import pytest
 from app.services.base import Limits
 from app.store import graph_query
 from app.store.cypher import MAX_COMPUTED_ITEMS, MAX_MAP_ENTRIES, CypherError, parse
+from bench.query_memory import ATTACKS
 from tests.support.client import ok
 from tests.support.server import open_database
 
@@ -193,64 +194,8 @@ async def test_a_tenant_runs_few_queries_at_once(client_for, tenant):
 # The stated bound of one query_graph call in its database backend (docs/benchmarks.md, "query_graph
 # memory"; docs/security.md): the growth of the backend's anonymous memory while the query runs.
 BACKEND_BOUND_MIB = 256
-NEAR_LIMIT = "WITH '" + "x" * 100 + "' AS s " + "WITH s + s AS s " * 10  # 102,400 characters, 10 operations
-THOUSANDS = f"UNWIND {_numbers(100)} AS a UNWIND {_numbers(20)} AS b"
-
-
-def _chain(prefix: str, unit: str, operations: int, sep: str, suffix: str) -> str:
-    """`prefix` then `unit` joined by `sep` as often as 236 operations allow (with `sep` one of them)."""
-    return prefix + sep.join([unit] * (236 // operations)) + suffix
-
-
-# The reported query (each WITH value copied by the planner into each of its 240 uses: +1,051 MiB)
-# and its variants; each may answer, be refused or reach its time bound: what is measured is memory.
-MEMORY = {
-    "reported: WITH s+s ten times, then s = t 120 times": (
-        NEAR_LIMIT + "WITH s, s AS t WHERE " + " AND ".join(["s = t"] * 120) + " RETURN size(s)"
-    ),
-    "twelve WITH levels": (
-        "WITH '"
-        + "x" * 25
-        + "' AS s "
-        + "WITH s + s AS s " * 12
-        + "WITH s, s AS t WHERE "
-        + " AND ".join(["s = t"] * 115)
-        + " RETURN size(s)"
-    ),
-    "a WITH chain without growth (substring)": (
-        f"WITH '{'x' * 3000}' AS s WITH s + s + s + s AS s WITH s + s + s + s AS s WITH s + s AS s "
-        + "WITH substring(s, 0, size(s)) AS s " * 10
-        + "WITH s WHERE "
-        + " AND ".join(["s = s"] * 100)
-        + " RETURN size(s)"
-    ),
-    "uses in RETURN": _chain(NEAR_LIMIT + "RETURN ", "size(left(s, 999999))", 3, " + ", " AS n"),
-    "uses in ORDER BY": _chain(
-        NEAR_LIMIT + "UNWIND [1, 2, 3] AS r RETURN r ORDER BY ", "size(toUpper(s))", 3, " + ", ""
-    ),
-    "string predicates": _chain(NEAR_LIMIT + "WITH s WHERE ", "s CONTAINS s", 2, " AND ", " RETURN 1"),
-    "CASE": _chain(NEAR_LIMIT + "RETURN CASE ", "WHEN s < s THEN 1", 1, " ", " END"),
-    "lists and maps built": (
-        NEAR_LIMIT
-        + "WITH [s] AS l, {k: s} AS m WITH l, m WHERE "
-        + " AND ".join(["l = l AND m = m"] * 55)
-        + " RETURN size(l)"
-    ),
-    "collect": NEAR_LIMIT
-    + "UNWIND [1] AS r WITH collect(s) AS l WITH l WHERE "
-    + " AND ".join(["l = l"] * 110)
-    + " RETURN size(l)",
-    "WITH DISTINCT of values near the bound": (
-        NEAR_LIMIT + THOUSANDS + " WITH DISTINCT s + toString(a * 100 + b) AS v RETURN count(v)"
-    ),
-    "grouped by values near the bound": (
-        NEAR_LIMIT + THOUSANDS + " WITH s + toString(a * 100 + b) AS v, count(*) AS c RETURN count(v)"
-    ),
-    "a full sort of 10,000 keys of 500 bytes": (
-        f"WITH '{'x' * 490}' AS s UNWIND {_numbers(100)} AS a UNWIND {_numbers(100)} AS b"
-        " WITH s + toString(a * 100 + b) AS v ORDER BY v DESC RETURN count(v)"
-    ),
-}
+# The reported query and its variants (bench/query_memory.py, where they are measured through a server).
+MEMORY = ATTACKS
 
 
 def _anonymous(pid: int) -> int:

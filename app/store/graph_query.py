@@ -117,7 +117,7 @@ async def run(
     past it ever reaches this process."""
     sql, at = _statement(tx.tenant.schema, query)
     # enable_sort off: DISTINCT and grouping by hashing, not by a sort, whose agtype comparisons keep
-    # what they allocate until the sort ends (WITH DISTINCT of 2,000 values of 100 KB grew a backend
+    # what they allocate until the sort ends (WITH DISTINCT of 10,000 values of 100 KB grew a backend
     # by 1.2 GB). A sort still runs where nothing else can (ORDER BY, bounded by its own guards).
     await tx.set_local(
         {
@@ -126,6 +126,7 @@ async def run(
             "engram.query_sort_rows": int(sort_rows),
             "engram.query_sort_key_bytes": int(sort_key_bytes),
             "engram.query_sorted": 0,
+            "engram.query_collected": 0,
             "enable_sort": "off",
         }
     )

@@ -85,13 +85,82 @@ QUERIES: dict[str, str] = {
     "a list of 16 values near the bound": NEAR_BOUND + "RETURN size([" + ", ".join(["s"] * 16) + "])",
     "replace every x by the string": NEAR_BOUND + "RETURN size(replace(s, 'x', s))",
     "split into single characters": NEAR_BOUND + "RETURN size(split(s, ''))",
-    "conditions near the bound": (
+    "49 conditions near the bound, 50 rows": (
         NEAR_BOUND
         + f"UNWIND {_numbers(50)} AS r WITH s, r WHERE "
-        + " AND ".join(f"s + toString(r + {i}) <> s" for i in range(80))
+        + " AND ".join(f"s + toString(r + {i}) <> s" for i in range(49))
         + " RETURN count(r)"
     ),
 }
+
+
+NEAR_LIMIT = "WITH '" + "x" * 100 + "' AS s " + "WITH s + s AS s " * 10  # 102,400 characters, 10 operations
+THOUSANDS = f"UNWIND {_numbers(100)} AS a UNWIND {_numbers(20)} AS b"
+
+
+def _chain(prefix: str, unit: str, operations: int, sep: str, suffix: str) -> str:
+    """`prefix` then `unit` joined by `sep` as often as 236 operations allow (with `sep` one of them)."""
+    return prefix + sep.join([unit] * (236 // operations)) + suffix
+
+
+# The reported query (the planner copied each WITH value into each of its 240 uses: +1,051 MiB) and
+# its variants, within the parser's bounds (tests/test_query_graph_bounds.py holds each backend to
+# its bound under them); each may answer, be refused or reach its time bound: memory is measured.
+ATTACKS = {
+    "reported: WITH s+s ten times, then s = t 120 times": (
+        NEAR_LIMIT + "WITH s, s AS t WHERE " + " AND ".join(["s = t"] * 120) + " RETURN size(s)"
+    ),
+    "twelve WITH levels": (
+        "WITH '"
+        + "x" * 25
+        + "' AS s "
+        + "WITH s + s AS s " * 12
+        + "WITH s, s AS t WHERE "
+        + " AND ".join(["s = t"] * 115)
+        + " RETURN size(s)"
+    ),
+    "a WITH chain without growth (substring)": (
+        f"WITH '{'x' * 1500}' AS s "
+        + "WITH s + s + s + s AS s " * 3
+        + "WITH substring(s, 0, size(s)) AS s " * 10
+        + "WITH s WHERE "
+        + " AND ".join(["s = s"] * 100)
+        + " RETURN size(s)"
+    ),
+    "uses in RETURN (236 operations)": _chain(NEAR_LIMIT + "RETURN ", "size(left(s, 999999))", 3, " + ", " AS n"),
+    "uses in ORDER BY": _chain(
+        NEAR_LIMIT + "UNWIND [1, 2, 3] AS r RETURN r ORDER BY ", "size(toUpper(s))", 3, " + ", ""
+    ),
+    "CONTAINS 118 times": _chain(NEAR_LIMIT + "WITH s WHERE ", "s CONTAINS s", 2, " AND ", " RETURN 1"),
+    "CASE of 200 WHENs": NEAR_LIMIT + "RETURN CASE " + " ".join(["WHEN s<s THEN 1"] * 200) + " END",
+    "lists and maps built": (
+        NEAR_LIMIT
+        + "WITH [s] AS l, {k: s} AS m WITH l, m WHERE "
+        + " AND ".join(["l = l AND m = m"] * 55)
+        + " RETURN size(l)"
+    ),
+    "collect": NEAR_LIMIT
+    + "UNWIND [1] AS r WITH collect(s) AS l WITH l WHERE "
+    + " AND ".join(["l = l"] * 110)
+    + " RETURN size(l)",
+    "WITH DISTINCT of 2,000 values near the bound": (
+        NEAR_LIMIT + THOUSANDS + " WITH DISTINCT s + toString(a * 100 + b) AS v RETURN count(v)"
+    ),
+    "grouped by 2,000 values near the bound": (
+        NEAR_LIMIT + THOUSANDS + " WITH s + toString(a * 100 + b) AS v, count(*) AS c RETURN count(v)"
+    ),
+    "collect in 10,000 groups (hashed)": (
+        NEAR_BOUND + f"UNWIND {_numbers(100)} AS a UNWIND {_numbers(100)} AS b RETURN a * 100 + b AS k, collect(s) AS l"
+    ),
+    "a full sort of 10,000 keys of 500 bytes": (
+        f"WITH '{'x' * 490}' AS s UNWIND {_numbers(100)} AS a UNWIND {_numbers(100)} AS b"
+        " WITH s + toString(a * 100 + b) AS v ORDER BY v DESC RETURN count(v)"
+    ),
+}
+
+
+QUERIES.update({name: text for name, text in ATTACKS.items() if text not in QUERIES.values()})
+QUERIES["257 operations (refused by the parser)"] = NEAR_LIMIT + "RETURN " + " AND ".join(["s = s"] * 124)
 
 
 def _status(pid: int, field: str) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.store.cypher import parse
+from app.store.cypher import MAX_OPERATIONS, CypherLimit, parse
 from app.store.cypher.age import BOUNDED, SORT_KEY, SORT_KEY_SIZE, to_age
 from app.store.cypher.parse import parse_tree
 from app.store.cypher.rewrite import hide_deleted, keep_first_rows, split_sorted_projection
@@ -179,8 +179,23 @@ def test_the_whole_path_writes_what_it_wrote_before():
     q = parse("MATCH (a {name: 'Ada'})-[:REL]->(b) RETURN b.name AS n ORDER BY n", rows_read=11)
     assert q.text == (
         "MATCH (a {name: $p0})-[:REL]->(b) WHERE a.deleted IS NULL AND b.deleted IS NULL"
-        f" WITH b.name AS n WITH {SORT_KEY}(n) AS n RETURN n ORDER BY n LIMIT 11"
+        f" WITH {BOUNDED}(b.name) AS n WITH {SORT_KEY}(n) AS n RETURN n ORDER BY n LIMIT 11"
     )
     assert q.parameters == {"p0": "Ada"} and q.columns == ["n"]
     # Parentheses the caller wrote around a difference of a sum stay (they change its value).
     assert parse("RETURN (1 + 2 - 3) * 4").text == f"RETURN ({BOUNDED}(1 + 2) - 3) * 4"
+
+
+def test_a_computed_with_item_is_fenced_and_operations_are_bounded():
+    # A WITH item that is not a name or a literal goes through a volatile check once, so the planner
+    # computes it once per row rather than copying its expression into every use of its name.
+    text = parse("MATCH (n) WITH n, 1 AS one, n.name AS name, left(n.name, 2) AS s, count(*) AS c RETURN s").text
+    assert (
+        f"WITH n, 1 AS one, {BOUNDED}(n.name) AS name, {BOUNDED}(left(n.name, 2)) AS s,"
+        f" {BOUNDED}(count(*)) AS c RETURN s"
+    ) in text
+    assert f"WITH {BOUNDED}(a + 1) AS b" in parse("WITH 1 AS a WITH a + 1 AS b RETURN b").text  # not twice
+    parse("WITH 'x' AS s RETURN " + " AND ".join(["s = s"] * 128))  # 255 operations
+    with pytest.raises(CypherLimit) as refused:
+        parse("WITH 'x' AS s RETURN " + " AND ".join(["s = s"] * 129))
+    assert f"at most {MAX_OPERATIONS}" in refused.value.reason

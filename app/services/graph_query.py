@@ -51,6 +51,8 @@ class GraphQueries(Service):
         transaction as the tenant's role, the statement cut at its time bound (`limit` error)."""
         try:
             parsed = cypher.parse(text, rows_read=min(limit or self.limits.query_rows, self.limits.query_rows) + 1)
+        except cypher.CypherLimit as e:
+            raise refuse("query_size", f"query: {e.reason}", line=e.line, column=e.column) from None
         except cypher.CypherError as e:
             raise EngramError("invalid", f"query: {e.reason}", line=e.line, column=e.column) from None
         async with self._slot(who.tenant):

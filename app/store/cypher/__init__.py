@@ -9,11 +9,20 @@ outside the subset is `CypherError` with the line and column where parsing stopp
 from __future__ import annotations
 
 from app.store.cypher.age import ReadQuery, to_age
-from app.store.cypher.parse import FUNCTIONS, MAX_COMPUTED_ITEMS, MAX_MAP_ENTRIES, parse_tree
+from app.store.cypher.parse import FUNCTIONS, MAX_COMPUTED_ITEMS, MAX_MAP_ENTRIES, MAX_OPERATIONS, parse_tree
 from app.store.cypher.rewrite import hide_deleted, keep_first_rows, split_sorted_projection
-from app.store.cypher.tokens import CypherError
+from app.store.cypher.tokens import CypherError, CypherLimit
 
-__all__ = ["FUNCTIONS", "MAX_COMPUTED_ITEMS", "MAX_MAP_ENTRIES", "CypherError", "ReadQuery", "parse"]
+__all__ = [
+    "FUNCTIONS",
+    "MAX_COMPUTED_ITEMS",
+    "MAX_MAP_ENTRIES",
+    "MAX_OPERATIONS",
+    "CypherError",
+    "CypherLimit",
+    "ReadQuery",
+    "parse",
+]
 
 
 def parse(query: str, rows_read: int | None = None) -> ReadQuery:

@@ -49,6 +49,18 @@ def _one_call(value: t.Expr) -> bool:
     return False
 
 
+def _computed_once(value: t.Expr) -> bool:
+    """A WITH item the database computes once per row as written: a name (a column of the row), a
+    literal, or a value already through a volatile bound check. Any other is written through one
+    too (`engram.cypher_bounded`, VOLATILE, migration 0034), so the planner cannot copy its
+    expression into every place the name is used after the WITH (it pulls a subquery up only if
+    its columns hold no volatile function): `WITH substring(s, 0, size(s)) AS s` ten times, then
+    `s` used a hundred times, would otherwise build s 2^10 times per use."""
+    if isinstance(value, t.Paren):
+        return _computed_once(value.inner)
+    return isinstance(value, t.Name | t.Str | t.Int | t.Float | t.Const | t.SortGuard) or _one_call(value)
+
+
 class _Writer:
     def __init__(self) -> None:
         self.strings: dict[int, str] = {}
@@ -81,7 +93,8 @@ class _Writer:
         return ", ".join(f"{key}: {self.expr(value)}" for key, value in props)
 
     def projection(self, p: t.Projection) -> str:
-        parts = [p.head + (" DISTINCT" if p.distinct else ""), ", ".join(self.item(i) for i in p.items)]
+        items = (self.item(i, fenced=p.head == "WITH") for i in p.items)
+        parts = [p.head + (" DISTINCT" if p.distinct else ""), ", ".join(items)]
         if p.order:
             keys = (self.expr(k.value) + (" DESC" if k.descending else "") for k in p.order)
             parts.append("ORDER BY " + ", ".join(keys))
@@ -93,8 +106,10 @@ class _Writer:
             parts.append(f"WHERE {self.expr(p.where)}")
         return " ".join(parts)
 
-    def item(self, item: t.Item) -> str:
+    def item(self, item: t.Item, fenced: bool = False) -> str:
         value = self.expr(item.value)
+        if fenced and not _computed_once(item.value):
+            value = f"{BOUNDED}({value})"
         return value if item.alias is None or item.alias == t.name_of(item.value) else f"{value} AS {item.alias}"
 
     def expr(self, e: t.Expr) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Literal
 
-from app.store.cypher.tokens import WRITES, Cursor, CypherError, Token, position
+from app.store.cypher.tokens import WRITES, Cursor, CypherError, CypherLimit, Token, position
 from app.store.cypher.tree import (
     AGGREGATES,
     EDGE_LABEL,
@@ -46,6 +46,7 @@ from app.store.cypher.tree import (
     aggregates,
     column_sorted,
     name_of,
+    walk,
 )
 from app.store.cypher.tree import Index as At
 
@@ -61,6 +62,12 @@ MAX_MAP_ENTRIES = 50
 # Items of one list or map literal that are computed (not a literal): the literal's size is at most
 # this many times the value bound (docs/security.md, "query_graph").
 MAX_COMPUTED_ITEMS = 16
+
+# Operations in one query (each operator, function call, property or index read, CASE, list or map
+# literal): what one row can cost a backend is about this many values of the value bound, held
+# until the row is done (docs/benchmarks.md, "query_graph memory"). Useful queries use a few dozen.
+MAX_OPERATIONS = 256
+_OPERATIONS = (Prop, At, Slice, Unary, Not, Binary, IsNull, ListOf, MapOf, Call, Case)
 
 # name (lower case) -> the spelling AGE is given, and how many arguments it takes (min, max).
 FUNCTIONS: dict[str, tuple[str, int, int]] = {
@@ -503,5 +510,15 @@ class _Parser(Cursor):
 
 
 def parse_tree(query: str) -> Query:
-    """The query's tree, or `CypherError` (the reason and where parsing stopped)."""
-    return _Parser(query).query_()
+    """The query's tree, or `CypherError` (the reason and where parsing stopped); `CypherLimit` past
+    MAX_OPERATIONS."""
+    tree = _Parser(query).query_()
+    operations = sum(isinstance(node, _OPERATIONS) for node in walk(tree.clauses))
+    if operations > MAX_OPERATIONS:
+        raise CypherLimit(
+            f"the query makes {operations} operations, at most {MAX_OPERATIONS} (operators, function calls,"
+            " property and index reads, CASE, list and map literals)",
+            1,
+            1,
+        )
+    return tree

@@ -40,6 +40,10 @@ class CypherError(ValueError):
         self.column = column
 
 
+class CypherLimit(CypherError):
+    """A query within the subset, refused for its size: answered `limit`, not `invalid`."""
+
+
 @dataclass(frozen=True, slots=True)
 class Token:
     kind: Kind

@@ -34,10 +34,13 @@ def _quoted(printed: str, **mine: str) -> None:
 
 
 def _engram(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`engram <args>` with no ENGRAM_* setting but `env`'s, on free ports unless `env` names one: a
+    server on this machine (`make run`) may hold the default ones, 8000 and the metrics' 9464."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
+    ports = {"ENGRAM_PORT": str(free_port()), "ENGRAM_METRICS_PORT": str(free_port())}
     return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args], env={**clean, **env}, cwd=ROOT, capture_output=True, text=True,
-        timeout=120,
+        [sys.executable, "-m", "app.cli", *args], env={**clean, **ports, **env}, cwd=ROOT, capture_output=True,
+        text=True, timeout=120,
     )  # fmt: skip
 
 

@@ -392,7 +392,10 @@ class Database:
                         self._tenants.pop(tenant.key, None)
                         raise Moving(tenant.key) from None
                     if isinstance(exc, asyncpg.InsufficientPrivilegeError) and not opened:
+                        # Not on this backend again: the call runs again on a fresh one, which reads
+                        # the role memberships anew (docs/troubleshooting.md, "tenant_role_refused").
                         self._tenants.pop(tenant.key, None)
+                        lease.discard()
                         raise RoleRefused(tenant.key) from exc
                 raise
             await lease.commit()

@@ -120,6 +120,11 @@ class Lease:
         self.committing = False  # COMMIT was sent and not yet answered
         self.expired = False  # the deadline passed and the connection was terminated
 
+    def discard(self) -> None:
+        """Close the connection instead of returning it to the pool (its backend's state is not to be
+        trusted, e.g. its cached view of role memberships): the pool opens a fresh one in its place."""
+        _terminate(self.conn)
+
     async def commit(self) -> None:
         """COMMIT, marked as under way here and on the call: a connection lost meanwhile may have
         committed (`committed: "unknown"`)."""

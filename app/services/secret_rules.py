@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import re2
 from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
@@ -79,7 +80,8 @@ def plugin_rules() -> tuple[list[Rule], list[str]]:
     """detect-secrets' regex detectors that RE2 compiles, and the names of those it refused."""
     rules: list[Rule] = []
     refused: list[str] = []
-    for cls in sorted(get_mapping_from_secret_type_to_class().values(), key=lambda c: c.__name__):
+    classes: list[type[Any]] = sorted(get_mapping_from_secret_type_to_class().values(), key=lambda c: c.__name__)
+    for cls in classes:
         denylist = getattr(cls, "denylist", None)
         if cls.__name__ in LEFT_OUT or not denylist:
             continue

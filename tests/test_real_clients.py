@@ -106,6 +106,7 @@ async def test_the_inspector_lists_every_tool_in_both_protocol_eras(deployed, te
 
 
 @needs_inspector
+@pytest.mark.timeout(900)  # a Node process per call: 33 of them on a loaded machine may pass the usual bound
 @pytest.mark.parametrize("tool_set", list(SCOPES))
 async def test_the_inspector_calls_every_tool_from_its_listing(deployed, tenant, tool_set, tmp_path):
     url, token = f"{deployed.base}{ENDPOINT_PATHS[tool_set]}", deployed.token(tenant, ALL)

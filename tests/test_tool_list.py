@@ -10,9 +10,7 @@ one), the way a model fills them in, and no call may be refused as `invalid`. Do
 
 from __future__ import annotations
 
-import itertools
-import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 import httpx2
@@ -20,26 +18,15 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from app.auth.principal import ADMIN, READ, WRITE
+from app.auth.principal import READ, WRITE
 from app.config import ENDPOINT_PATHS, Settings
 from app.mcp.server import build_endpoints
 from app.observability.usage import Usage
-from app.services import Services
-from app.services.indexing import Indexer
-from app.store.database import Database
 from tests.support.client import error_code, ok, text
+from tests.support.listing import ALL, OFFLINE_SERVICES, OFFLINE_SETTINGS, ROOT_REFUSED, SCOPES, seed
 from tests.support.server import Server, serve
 
 BUDGET = 24_000  # bytes of the native tools/list answer a read-write token gets (about 6k tokens)
-ALL = (READ, WRITE, ADMIN)
-# Each tool set's tools and the scope each needs, as this code registers them (no database needed).
-_SETTINGS = Settings(database_url="postgresql://nobody@127.0.0.1:1/none", embedding_provider="none")
-_DB = Database.from_settings(_SETTINGS)
-_SERVICES = Services.from_settings(_SETTINGS, _DB, Indexer.from_settings(_DB, _SETTINGS), fairness=None)
-SCOPES: dict[str, Mapping[str, str]] = {
-    e.tool_set: e.scopes
-    for e in build_endpoints(_SETTINGS, _SERVICES, None, Usage())  # type: ignore[arg-type]
-}
 
 
 async def _listing(server: Server, tenant: str, tool_set: str, scopes: tuple[str, ...]) -> tuple[list[Any], int]:
@@ -96,13 +83,6 @@ async def test_an_operator_narrows_a_tool_set_and_may_list_output_schemas(output
     assert refused.is_error  # not served: unknown to the endpoint
 
 
-# What the Anthropic Messages API and OpenAI's function calling accept as a tool's parameters: an
-# object schema with no composition or value keyword at its root ("input_schema does not support
-# oneOf, allOf, or anyOf at the top level"; OpenAI: "must have type 'object' and not have
-# 'oneOf'/'anyOf'/'allOf'/'enum'/'not' at the top level"). Claude Code drops such a tool.
-_ROOT_REFUSED = {"oneOf", "anyOf", "allOf", "not", "if", "then", "else", "enum", "const"}
-
-
 @pytest.mark.parametrize("tool_set", list(SCOPES))
 async def test_every_input_schema_is_one_the_model_apis_accept(server, output_schemas, tenant, tool_set):
     for at in (server, output_schemas):  # compact and full listings
@@ -110,7 +90,7 @@ async def test_every_input_schema_is_one_the_model_apis_accept(server, output_sc
         for tool in tools:
             schema = tool.input_schema
             assert schema.get("type") == "object", tool.name
-            assert not _ROOT_REFUSED & set(schema), (tool_set, tool.name, sorted(_ROOT_REFUSED & set(schema)))
+            assert not ROOT_REFUSED & set(schema), (tool_set, tool.name, sorted(ROOT_REFUSED & set(schema)))
 
 
 @pytest.mark.parametrize(
@@ -136,64 +116,14 @@ async def test_alternatives_are_checked_by_the_tool_and_change_nothing(server, t
 
 
 def test_disabled_tools_must_exist():
-    settings = _SETTINGS.model_copy(update={"disabled_tools": ["native/no_such_tool"]})
+    settings = OFFLINE_SETTINGS.model_copy(update={"disabled_tools": ["native/no_such_tool"]})
     with pytest.raises(ValueError, match="no_such_tool"):
-        build_endpoints(settings, _SERVICES, None, Usage())  # type: ignore[arg-type]
+        build_endpoints(settings, OFFLINE_SERVICES, None, Usage())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="SET/TOOL"):
         Settings(database_url="postgresql://x@127.0.0.1:1/x", disabled_tools="query_graph")
 
 
 # --- every tool called from its listing alone ------------------------------------------------------
-
-
-class Values:
-    """What a model would fill in: the memory's own names and ids, times, the listed bounds."""
-
-    def __init__(self, names: list[str], entity_id: str) -> None:
-        self.names = itertools.cycle(names)
-        self.entity_id = entity_id
-
-    def of(self, schema: dict[str, Any], defs: dict[str, Any]) -> Any:
-        if "$ref" in schema:
-            return self.of(defs[schema["$ref"].rsplit("/", 1)[-1]], defs)
-        if schema.get("examples"):
-            return schema["examples"][0]
-        if "enum" in schema:
-            return schema.get("default", schema["enum"][0])
-        kind = schema.get("type")
-        if kind == "object":
-            return self.arguments(schema, defs)
-        if kind == "array":
-            count = max(schema.get("minItems", 0), 1)
-            return [self.of(schema.get("items", {}), defs) for _ in range(count)]
-        if kind == "string":
-            if schema.get("format") in ("date-time", "uuid"):
-                return {"date-time": "2024-01-31T12:00:00Z", "uuid": self.entity_id}[schema["format"]]
-            name = next(self.names)
-            if "pattern" in schema:  # the listing's pattern, followed as a model would: a name that fits
-                name = next(n for n in (name, re.sub(r"\W", "_", name)) if re.search(schema["pattern"], n))
-            return name
-        if kind in ("integer", "number"):
-            return schema.get("default", schema.get("minimum", 1))
-        if kind == "boolean":
-            return schema.get("default", False)
-        raise AssertionError(f"no value for {schema}")
-
-    def arguments(self, schema: dict[str, Any], defs: dict[str, Any], description: str = "") -> dict[str, Any]:
-        required = list(schema.get("required", []))
-        choice = re.search(r"Give (?:exactly|at least) one of `(\w+)`", description)
-        if choice and choice[1] not in required:
-            required.append(choice[1])
-        properties = schema.get("properties", {})
-        return {name: self.of(properties[name], defs) for name in required}
-
-
-async def _seed(c: Client) -> Values:
-    people = [{"name": f"Person {i}", "type": "person", "observations": [f"Person {i} likes tea"]} for i in range(3)]
-    created = ok(await c.call_tool("upsert_entities", {"entities": people}))["results"]
-    ok(await c.call_tool("connect_entities", {"relations": [{"from": "Person 0", "to": "Person 1", "type": "knows"}]}))
-    ok(await c.call_tool("add_episodes", {"episodes": [{"text": "Person 0 met Person 1."}]}))
-    return Values([p["name"] for p in people], created[0]["id"])
 
 
 @pytest.mark.parametrize("tool_set", list(SCOPES))
@@ -203,8 +133,7 @@ async def test_every_tool_is_called_right_from_its_listing_alone(server, tool_se
     for tool in tools:
         tenant = f"test-listing-{tool_set}-{tool.name}"[:60]
         async with server.client(tenant, ALL) as native, server.at(tool_set).client(tenant, ALL) as c:
-            values = await _seed(native)
-            arguments = values.arguments(tool.input_schema, tool.input_schema.get("$defs", {}), tool.description or "")
+            arguments = (await seed(native)).for_tool(tool.input_schema, tool.description)
             result = await c.call_tool(tool.name, arguments)
         if result.is_error:
             assert error_code(result) in ("not_found", "conflict", "ambiguous"), (tool.name, arguments, result.content)

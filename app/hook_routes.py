@@ -11,8 +11,9 @@ What it answers:
   object or whose fields break their bounds 400 (`invalid: field: rule`), over a rate 429: the
   client treats every non-2xx as a non-blocking error, and nothing is stored;
 - anything else 200: `{"hookSpecificOutput": {"hookEventName": …, "additionalContext": …}}` when
-  there is context to add, `{}` otherwise — also when the database is slow or down: past
-  ENGRAM_HOOK_DEADLINE_SECONDS the answer is `{}`, so the assistant never waits on memory.
+  there is context to add, `{}` otherwise — also when the database is slow, down or failing in any
+  way: past ENGRAM_HOOK_DEADLINE_SECONDS the answer is `{}`, so the assistant never waits on
+  memory, while the turn it posted is still kept after the answer (services/hook_tasks.py).
 Unknown events and fields are ignored; no field is ever a path the server opens.
 """
 
@@ -79,6 +80,8 @@ class HookRoutes:
             logger.warning("hook answered empty: no answer within %.2f s", self.seconds)
         except DATABASE_ERRORS as exc:
             logger.warning("hook answered empty: the database failed (%s)", type(exc).__name__)
+        except Exception:  # a fault of this code: logged in full, and still nothing blocks the client
+            logger.exception("hook answered empty: the event failed")
         return _json(EMPTY)
 
     async def _answer(self, request: Request) -> Response:

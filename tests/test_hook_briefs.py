@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from tests.support import transfer
+from tests.support.hooks import common, context, engram, kept, new_tenant, post, seed, session
 from tests.support.server import Server
-from tests.test_hooks import common, context, engram, kept, new_tenant, post, seed, session
 
 pytestmark = pytest.mark.asyncio
 

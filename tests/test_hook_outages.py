@@ -25,8 +25,8 @@ import pytest
 
 from app.config import Settings
 from tests.support.client import ok
+from tests.support.own_postgres import OwnPostgres, own_postgres_cluster
 from tests.support.server import ROOT, START_SECONDS, Server, free_port, serve, server_env
-from tests.test_outages import OwnPostgres, own_postgres  # noqa: F401 - the cluster, as a fixture
 
 pytestmark = pytest.mark.asyncio
 
@@ -60,7 +60,12 @@ def logged_server(settings: Settings, log: Path, **extra: str) -> Iterator[Serve
 
 
 @pytest.fixture(scope="module")
-def hook_server(own_postgres: tuple[OwnPostgres, Settings], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:  # noqa: F811
+def own_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[OwnPostgres, Settings]]:
+    yield from own_postgres_cluster(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def hook_server(own_postgres: tuple[OwnPostgres, Settings], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     _, settings = own_postgres
     log = tmp_path_factory.mktemp("hook-outages") / "server.log"
     with logged_server(
@@ -145,7 +150,7 @@ def errors_logged(log: Path) -> list[str]:
 
 async def test_a_killed_database_under_prompts_answers_200_and_loses_no_turn(
     hook_server: Any,
-    own_postgres: Any,  # noqa: F811
+    own_postgres: Any,
 ) -> None:
     server, log = hook_server
     pg, _ = own_postgres
@@ -169,7 +174,7 @@ async def test_a_killed_database_under_prompts_answers_200_and_loses_no_turn(
 
 async def test_a_frozen_database_under_prompts_answers_200_and_loses_no_turn(
     hook_server: Any,
-    own_postgres: Any,  # noqa: F811
+    own_postgres: Any,
 ) -> None:
     server, log = hook_server
     pg, _ = own_postgres

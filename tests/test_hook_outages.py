@@ -26,7 +26,7 @@ import pytest
 from app.config import Settings
 from tests.support.client import ok
 from tests.support.own_postgres import OwnPostgres, own_postgres_cluster
-from tests.support.server import ROOT, START_SECONDS, Server, free_port, serve, server_env
+from tests.support.server import ROOT, START_SECONDS, Server, free_port, server_env
 
 pytestmark = pytest.mark.asyncio
 
@@ -198,10 +198,15 @@ async def test_a_frozen_database_under_prompts_answers_200_and_loses_no_turn(
     assert not errors_logged(log), errors_logged(log)[:3]
 
 
-async def test_answers_that_cannot_wait_still_keep_every_turn_and_make_the_tenant(db_settings: Settings) -> None:
+async def test_answers_that_cannot_wait_still_keep_every_turn_and_make_the_tenant(
+    own_postgres: tuple[OwnPostgres, Settings], tmp_path: Path
+) -> None:
     """A deadline of a millisecond: every answer is `{}` before anything is done; the turns are kept
     after their answers, and a tenant whose first contact is a hook comes to exist."""
-    with serve(db_settings, ENGRAM_HOOK_DEADLINE_SECONDS="0.001") as server:
+    _, settings = own_postgres
+    with logged_server(
+        settings, tmp_path / "server.log", ENGRAM_EMBEDDING_PROVIDER="none", ENGRAM_HOOK_DEADLINE_SECONDS="0.001"
+    ) as server:
         tenant = f"hook-late-{uuid.uuid4().hex[:8]}"  # never seen: its first contact is this hook
         sid = str(uuid.uuid4())
         headers = {"Authorization": f"Bearer {server.token(tenant)}"}

@@ -17,6 +17,12 @@ key from the session, the turn and (for an answer) its text, unique per tenant: 
 a Stop fired again for the same answer or a session resumed keeps each turn once. A session's turn
 count is a row of `hook_sessions`, locked while a turn is kept, so every replica agrees on it.
 Secrets are taken out before anything is stored (redaction.py).
+
+A session's state (turns, what it was given) is keyed by the client's session id and the principal
+posting it (`session_key`): another principal of the tenant reusing the id has a session of its
+own. Only hooks write `claude-code:` sources (episodes.py refuses them elsewhere), and what hooks
+inject trusts the capture key, never the source string. A turn is kept by a task that outlives the
+answer (hook_tasks.py), so a database too slow for the deadline still keeps it.
 """
 
 from __future__ import annotations
@@ -229,10 +235,11 @@ class Hooks(Service):
 
         async def run() -> HookOutcome:
             wait = CAPTURE_BACKOFF
+            tried: list[str] = []  # the capture keys of earlier tries, which may have committed
             try:
                 while True:
                     try:
-                        once = functools.partial(retrying, self._capture, who, event, speaker, raw, embedded)
+                        once = functools.partial(retrying, self._capture, who, event, (speaker, raw), embedded, tried)
                         return await within(self._call_seconds, once, writes=True)
                     except Unavailable:
                         embedded.set()  # recall goes on without waiting for the next try
@@ -244,9 +251,10 @@ class Hooks(Service):
         return self.detached.start(f"capture of a {speaker} turn", run)
 
     async def _capture(
-        self, who: Principal, event: HookInput, speaker: str, raw: str, embedded: asyncio.Event
+        self, who: Principal, event: HookInput, said: tuple[str, str], embedded: asyncio.Event, tried: list[str]
     ) -> HookOutcome:
         """Keep one turn if the tenant's settings keep it: redacted, the prompt's vector made first."""
+        speaker, raw = said
         policy = await self.policy(who)
         if event.hook_event_name not in policy.events or not policy.capture:
             return HookOutcome()
@@ -254,7 +262,7 @@ class Hooks(Service):
         if speaker == "user" and not embedded.is_set():
             await self._embedded(who, text)
             embedded.set()
-        return HookOutcome(kept=await self.keep(who, event.session_id, speaker, text), redacted=redacted)
+        return HookOutcome(kept=await self.keep(who, event.session_id, speaker, text, tried), redacted=redacted)
 
     async def _embedded(self, who: Principal, text: str) -> None:
         """The prompt's vector made once, as recall and the episode's write will ask for it."""
@@ -327,20 +335,25 @@ class Hooks(Service):
             facts_heading=f"About {project}:" if facts else None,
         )
 
-    async def keep(self, who: Principal, session: str, speaker: str, text: str) -> int:
-        """Keep one turn as an episode, once: 1 if kept now, 0 if it was kept before."""
+    async def keep(self, who: Principal, session: str, speaker: str, text: str, tried: list[str]) -> int:
+        """Keep one turn as an episode, once: 1 if kept now, 0 if it was kept before — by another
+        delivery, or by an earlier try of this one whose COMMIT got no answer (`tried`: checked once
+        the session's row is locked, which that try held until it ended)."""
         body = clip(text.strip(), EPISODE_MAX_CHARS)  # bytes, so within the episode's bound in characters
         digest = hashlib.sha256(body.encode()).digest()[:16]
         user = speaker == "user"
         key = session_key(who, session)
         async with self.tx(who, texts=[index.episode_text(body, [])], primary=True) as tx:
             state = await store.session_turn(tx, key)
+            if tried and await store.captured(tx, tried):
+                return 0
             if user and state.last_user == digest and not state.answered:
                 return 0  # the same prompt again before any answer: a retried delivery
             turn = state.turns + 1 if user else state.turns
             capture = _capture_key(key, turn, speaker, None if user else digest)
             if await store.captured(tx, [capture]):
                 return 0
+            tried.append(capture)
             item = EpisodeIn(text=body, source=f"{PREFIX}{session}:{turn}:{speaker}")
             rows = await self._episodes.write(tx, who, [item], None)
             await store.set_capture_keys(tx, [r.id for r in rows], [capture])

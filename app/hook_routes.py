@@ -109,13 +109,22 @@ class HookRoutes:
         return _json(answer(event.hook_event_name, outcome))
 
     async def _run(self, who: Principal, event: HookInput) -> HookOutcome:
+        # The turn's capture starts before anything else, so it is kept even when the answer cannot
+        # wait for it (a new tenant is made by it too); a call refused over a rate keeps nothing.
+        capture = self.hooks.capture(who, event)
+
         async def body() -> HookOutcome:
-            return await retrying(self.hooks.handle, who, event, facts.recall_sizes, facts.episode_sizes)
+            return await retrying(self.hooks.handle, who, event, facts.recall_sizes, facts.episode_sizes, capture)
 
         if self.fairness is None:
             return await within(self.seconds, body, writes=True)
-        async with self.fairness.admit(who):
-            return await within(self.seconds, body, writes=True)
+        try:
+            async with self.fairness.admit(who):
+                return await within(self.seconds, body, writes=True)
+        except EngramError as exc:
+            if exc.code == "limit" and capture.task is not None:
+                capture.task.cancel()
+            raise
 
     # --- who is asking, what they sent
 

@@ -34,7 +34,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from app.auth.principal import ADMIN, READ, WRITE, Principal
 from app.config import Settings
@@ -133,6 +133,13 @@ def project_words(cwd: str | None) -> str | None:
     return words or None
 
 
+class Capture(NamedTuple):
+    """A turn being kept (None: the event keeps nothing), and the prompt's vector made (set)."""
+
+    task: asyncio.Task[Any] | None
+    embedded: asyncio.Event
+
+
 class Hooks(Service):
     def __init__(
         self, recall: Recall, episodes: Episodes, defaults: HookPolicy, *, cache_seconds: float, session_days: float
@@ -185,17 +192,25 @@ class Hooks(Service):
 
     # --- events
 
-    async def handle(self, who: Principal, event: HookInput, fact_sizes: Sizes, episode_sizes: Sizes) -> HookOutcome:
+    def capture(self, who: Principal, event: HookInput) -> Capture:
+        """Start keeping the event's turn now (its route calls this as soon as the input is read,
+        before its deadline can cut anything): the task, and the event recall waits for."""
+        embedded = asyncio.Event()
+        keeping = self._keeping(who, event, embedded)
+        if keeping is None:
+            embedded.set()
+        return Capture(keeping, embedded)
+
+    async def handle(
+        self, who: Principal, event: HookInput, fact_sizes: Sizes, episode_sizes: Sizes, capture: Capture | None = None
+    ) -> HookOutcome:
         """What one event injects and keeps; an event the tenant does not answer does nothing.
 
         A turn is kept by a task of its own (`_keeping`), started before anything asks the
         database: past the deadline the answer goes, and the turn is still kept once the database
         answers. For a prompt it embeds the text first, and recall waits for that (both read the
         same vector): the answer waits for the longer, not the sum."""
-        embedded = asyncio.Event()
-        keeping = self._keeping(who, event, embedded)
-        if keeping is None:
-            embedded.set()
+        keeping, embedded = capture or self.capture(who, event)
         await self.resolve(who)
         policy = await self.policy(who)
         name = event.hook_event_name
@@ -350,7 +365,7 @@ class Hooks(Service):
             if user and state.last_user == digest and not state.answered:
                 return 0  # the same prompt again before any answer: a retried delivery
             turn = state.turns + 1 if user else state.turns
-            capture = _capture_key(key, turn, speaker, None if user else digest)
+            capture = _capture_key(key, turn, speaker, digest)  # a try's own key, whatever took the turn since
             if await store.captured(tx, [capture]):
                 return 0
             tried.append(capture)

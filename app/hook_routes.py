@@ -11,8 +11,9 @@ What it answers:
   object or whose fields break their bounds 400 (`invalid: field: rule`), over a rate 429: the
   client treats every non-2xx as a non-blocking error, and nothing is stored;
 - anything else 200: `{"hookSpecificOutput": {"hookEventName": …, "additionalContext": …}}` when
-  there is context to add, `{}` otherwise — also when the database is slow or down: past
-  ENGRAM_HOOK_DEADLINE_SECONDS the answer is `{}`, so the assistant never waits on memory.
+  there is context to add, `{}` otherwise — also when the database is slow, down or failing in any
+  way: past ENGRAM_HOOK_DEADLINE_SECONDS the answer is `{}`, so the assistant never waits on
+  memory, while the turn it posted is still kept after the answer (services/hook_tasks.py).
 Unknown events and fields are ignored; no field is ever a path the server opens.
 """
 
@@ -79,6 +80,8 @@ class HookRoutes:
             logger.warning("hook answered empty: no answer within %.2f s", self.seconds)
         except DATABASE_ERRORS as exc:
             logger.warning("hook answered empty: the database failed (%s)", type(exc).__name__)
+        except Exception:  # a fault of this code: logged in full, and still nothing blocks the client
+            logger.exception("hook answered empty: the event failed")
         return _json(EMPTY)
 
     async def _answer(self, request: Request) -> Response:
@@ -106,13 +109,22 @@ class HookRoutes:
         return _json(answer(event.hook_event_name, outcome))
 
     async def _run(self, who: Principal, event: HookInput) -> HookOutcome:
+        # The turn's capture starts before anything else, so it is kept even when the answer cannot
+        # wait for it (a new tenant is made by it too); a call refused over a rate keeps nothing.
+        capture = self.hooks.capture(who, event)
+
         async def body() -> HookOutcome:
-            return await retrying(self.hooks.handle, who, event, facts.recall_sizes, facts.episode_sizes)
+            return await retrying(self.hooks.handle, who, event, facts.recall_sizes, facts.episode_sizes, capture)
 
         if self.fairness is None:
             return await within(self.seconds, body, writes=True)
-        async with self.fairness.admit(who):
-            return await within(self.seconds, body, writes=True)
+        try:
+            async with self.fairness.admit(who):
+                return await within(self.seconds, body, writes=True)
+        except EngramError as exc:
+            if exc.code == "limit" and capture.task is not None:
+                capture.task.cancel()
+            raise
 
     # --- who is asking, what they sent
 

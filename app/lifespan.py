@@ -37,6 +37,8 @@ from app.version import VERSION
 
 logger = logging.getLogger("engram")
 
+DRAIN_SECONDS = 5.0  # how long shutdown waits for the turns hooks are still keeping after their answers
+
 
 class Lifespan:
     """The Starlette lifespan: `app.state.accepting` (read by /readyz) is true between start-up
@@ -54,6 +56,7 @@ class Lifespan:
         http: httpx2.AsyncClient,
         live: Live | None = None,
         sweep: Callable[[], Awaitable[object]] | None = None,
+        drain: Callable[[float], Awaitable[object]] | None = None,
     ) -> None:
         self._settings = settings
         self._db = db
@@ -64,6 +67,7 @@ class Lifespan:
         self._http = http
         self._live = live  # the subscriptions' feed of changes from every server
         self._sweep = sweep  # soft-deleted entities past their retention, erased
+        self._drain = drain  # the work hooks go on with after answering (services/hook_tasks.py)
         self._metrics_server: WSGIServer | None = None
         self._background: list[asyncio.Task[None]] = []
         self._tracing: TracerProvider | None = None
@@ -125,6 +129,8 @@ class Lifespan:
             self._background.append(asyncio.create_task(_every(settings.retention_sweep_seconds, self._sweep)))
 
     async def _stop(self) -> None:
+        if self._drain is not None:
+            await self._drain(DRAIN_SECONDS)
         if self._live is not None:
             await self._live.stop()
         for task in self._background:

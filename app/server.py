@@ -95,6 +95,7 @@ def create_app(settings: Settings) -> Starlette:
         http=http,
         live=services.live,
         sweep=functools.partial(services.purges.sweep, settings.deleted_retention_days),
+        drain=services.hooks.detached.drain,
     )
     app = Starlette(routes=routes, lifespan=lifespan, middleware=_middleware(settings, endpoints))
     app.state.accepting = False  # until the lifespan has started everything

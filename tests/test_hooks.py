@@ -7,101 +7,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import uuid
 from typing import Any
 
-import httpx2
 import orjson
 import pytest
 
 from app.auth.principal import ADMIN, READ, WRITE
-from tests.support.client import record
+from tests.support.hooks import common, context, engram, kept, new_tenant, post, seed, session
 from tests.support.server import ROOT, Server
 
 pytestmark = pytest.mark.asyncio
-
-
-def engram(server: Server, *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "app.cli", *args], env=server.env, cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
-def new_tenant(server: Server) -> str:
-    tenant = f"hooks-{uuid.uuid4().hex[:10]}"
-    engram(server, "tenant", "create", tenant)
-    return tenant
-
-
-def session() -> str:
-    return str(uuid.uuid4())
-
-
-def common(sid: str, event: str, **fields: Any) -> dict[str, Any]:
-    """The fields every event carries, as documented, with the event's own."""
-    return {
-        "session_id": sid,
-        "transcript_path": f"/home/dev/.claude/projects/-home-dev-shop/{sid}.jsonl",
-        "cwd": "/home/dev/shop",
-        "permission_mode": "default",
-        "hook_event_name": event,
-        **fields,
-    }
-
-
-async def post(server: Server, token: str | None, body: Any, *, raw: bytes | None = None) -> httpx2.Response:
-    headers = {"Content-Type": "application/json"}
-    if token is not None:
-        headers["Authorization"] = f"Bearer {token}"
-    async with httpx2.AsyncClient(timeout=30) as http:
-        return await http.post(
-            f"{server.base}/hooks/claude-code", content=raw if raw is not None else orjson.dumps(body), headers=headers
-        )
-
-
-def context(response: httpx2.Response) -> str | None:
-    assert response.status_code == 200, response.text
-    data = response.json()
-    if data == {}:
-        return None
-    out = data["hookSpecificOutput"]
-    assert set(out) == {"hookEventName", "additionalContext"}
-    return str(out["additionalContext"])
-
-
-async def kept(server: Server, tenant: str) -> list[dict[str, Any]]:
-    """Every episode the tenant holds (through the tools, as a person would read them)."""
-    async with server.client(tenant) as c:
-        page = record(await c.call_tool("list_episodes", {"limit": 200, "max_tokens": 20000, "detail": "full"}))
-    return list(page["episodes"])
-
-
-async def seed(server: Server, tenant: str) -> None:
-    """What other sessions left: a few facts and an earlier conversation."""
-    async with server.client(tenant) as c:
-        r = await c.call_tool(
-            "upsert_entities",
-            {
-                "entities": [
-                    {
-                        "name": "Shop checkout",
-                        "type": "service",
-                        "observations": [
-                            "the checkout service retries card payments three times with exponential backoff",
-                            "checkout reads prices from the pricing cache, refreshed every 5 minutes",
-                        ],
-                    }
-                ]
-            },
-        )
-        assert not r.is_error, r.content
-        r = await c.call_tool(
-            "add_episodes",
-            {"episodes": [{"text": "We decided to move the shop's payments from Stripe to Adyen in March."}]},
-        )
-        assert not r.is_error, r.content
 
 
 async def test_every_event_as_documented(server: Server) -> None:
@@ -137,7 +52,7 @@ async def test_every_event_as_documented(server: Server) -> None:
     assert context(await post(server, token, compact)) is None
     assert context(await post(server, token, common(sid, "SessionEnd", reason="prompt_input_exit"))) is None
 
-    ours = {e["source"]: e["text"] for e in await kept(server, tenant) if sid in (e.get("source") or "")}
+    ours = {e["source"]: e["text"] for e in await kept(server, tenant, 4) if sid in (e.get("source") or "")}
     assert ours == {
         f"claude-code:{sid}:1:user": "How many times does checkout retry a card payment?",
         f"claude-code:{sid}:1:assistant": "Checkout retries a card payment three times.",
@@ -180,7 +95,7 @@ async def test_each_turn_is_kept_once_across_retries_and_resumes(server: Server)
     await post(server, token, {**stop, "hook_event_name": "SessionEnd", "reason": "other"})  # the helper's copy
     nxt = common(sid, "UserPromptSubmit", prompt="Rename the pricing cache to price-store.")  # asked again, later
     await post(server, token, nxt)
-    sources = sorted(e["source"] for e in await kept(server, tenant))
+    sources = sorted(e["source"] for e in await kept(server, tenant, 3))
     assert sources == [
         f"claude-code:{sid}:1:assistant",
         f"claude-code:{sid}:1:user",
@@ -233,7 +148,7 @@ async def test_unknown_events_and_fields_are_ignored(server: Server) -> None:
         assert r.status_code == 200 and r.json() == {}
     extra = common(sid, "UserPromptSubmit", prompt="note this down", future_field={"x": [1, 2]}, effort="high")
     assert (await post(server, token, extra)).status_code == 200
-    assert [e["text"] for e in await kept(server, tenant)] == ["note this down"]
+    assert [e["text"] for e in await kept(server, tenant, 1)] == ["note this down"]
 
 
 async def test_secrets_are_redacted_before_storing(server: Server) -> None:
@@ -249,7 +164,7 @@ async def test_secrets_are_redacted_before_storing(server: Server) -> None:
     await post(server, token, common(sid, "UserPromptSubmit", prompt=prompt))
     pem = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----"
     await post(server, token, common(sid, "Stop", last_assistant_message=f"Use this key:\n{pem}\nthen retry."))
-    texts = " ".join(e["text"] for e in await kept(server, tenant))
+    texts = " ".join(e["text"] for e in await kept(server, tenant, 2))
     for secret in ("sk-ant-api03", "AKIAIOSFODNN7EXAMPLE", "s3cretpass", "abcdef123456789", "ACME-4411", "hunter2",
                    "b3BlbnNzaC1rZXkt"):  # fmt: skip
         assert secret not in texts
@@ -283,7 +198,7 @@ async def test_a_read_only_key_injects_but_never_stores(server: Server) -> None:
     writer = server.token(tenant, (WRITE,))
     asked = common(sid, "UserPromptSubmit", prompt="What does checkout retry?")
     assert context(await post(server, writer, asked)) is None
-    assert len([e for e in await kept(server, tenant) if (e.get("source") or "").startswith("claude-code:")]) == 1
+    assert len([e for e in await kept(server, tenant, 2) if (e.get("source") or "").startswith("claude-code:")]) == 1
 
 
 async def test_a_session_id_from_another_tenant_reaches_only_the_callers_tenant(server: Server) -> None:
@@ -293,8 +208,8 @@ async def test_a_session_id_from_another_tenant_reaches_only_the_callers_tenant(
     r = await post(server, server.token(ours), common(sid, "UserPromptSubmit", prompt="what is the plan?"))
     assert context(r) is None  # nothing of theirs
     await post(server, server.token(ours), common(sid, "Stop", last_assistant_message="No plan is known."))
-    assert sorted(e["text"] for e in await kept(server, theirs)) == ["their secret plan"]
-    assert sorted(e["text"] for e in await kept(server, ours)) == ["No plan is known.", "what is the plan?"]
+    assert sorted(e["text"] for e in await kept(server, theirs, 1)) == ["their secret plan"]
+    assert sorted(e["text"] for e in await kept(server, ours, 2)) == ["No plan is known.", "what is the plan?"]
 
 
 def run_helper(server: Server, key: str, event: dict[str, Any], url: str | None = None) -> Any:
@@ -335,7 +250,9 @@ async def test_the_local_helper_keeps_the_last_answer_from_the_transcript(server
     for _ in range(2):  # sent twice (PreCompact, then SessionEnd): kept once
         done = run_helper(server, key, event)
         assert done.returncode == 0 and done.stdout == "", done.stderr
-    assert [e["text"] for e in await kept(server, tenant)] == ["The test raced the clock; it now waits for the event."]
+    assert [e["text"] for e in await kept(server, tenant, 1)] == [
+        "The test raced the clock; it now waits for the event."
+    ]
     # Another session's start through the helper prints what Claude Code reads (the brief).
     start = run_helper(server, key, common(session(), "SessionStart", source="startup"))
     assert start.returncode == 0 and orjson.loads(start.stdout)["hookSpecificOutput"]["hookEventName"] == "SessionStart"
@@ -351,7 +268,7 @@ async def test_long_answers_and_ids_at_their_bounds_are_kept_clipped(server: Ser
     answer = "word " * 5000  # 25,000 characters: more than an episode keeps
     sub = common(sid, "SubagentStop", agent_type="A" * 200, last_assistant_message=answer)
     assert (await post(server, token, sub)).status_code == 200
-    (e,) = await kept(server, tenant)
+    (e,) = await kept(server, tenant, 1)
     assert len(e["text"]) <= 8000 and e["text"].startswith("word word") and e["text"].endswith("chars]")
     assert e["source"] == f"claude-code:{sid}:0:subagent-{'a' * 30}" and len(e["source"]) <= 200
     assert (await post(server, token, {**sub, "session_id": "s" * 129})).status_code == 400

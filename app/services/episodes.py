@@ -35,6 +35,9 @@ from app.store.episodes import EpisodeRow, NewEpisode
 
 MENTIONED_MAX = 50  # entities one episode links by mention
 MENTION_KEYS_MAX = 100_000  # name keys looked up for one call
+# The source of every turn a hook keeps (hooks.py): reserved to hooks, so that no other writer can
+# pass its words off as a captured turn.
+HOOK_SOURCE = "claude-code:"
 
 
 def episode_model(row: EpisodeRow) -> EpisodeModel:
@@ -55,6 +58,10 @@ def episode_model(row: EpisodeRow) -> EpisodeModel:
 class Episodes(Service):
     async def add(self, who: Principal, items: Sequence[EpisodeIn], source: str | None) -> EpisodesWritten:
         self.check_batch(len(items))
+        for i, item in enumerate(items):
+            field = f"episodes.{i}.source" if item.source else "source"
+            if (item.source or source or who.client_id).startswith(HOOK_SOURCE):
+                raise EngramError("invalid", f"`{field}`: sources starting `{HOOK_SOURCE}` are kept for hooks' turns")
         # Embedded before the transaction as the documents will read, when the speakers are given by name.
         texts = [index.episode_text(i.text, sorted(i.speakers)) for i in items]
         async with self.tx(who, texts=texts) as tx:

@@ -17,43 +17,60 @@ key from the session, the turn and (for an answer) its text, unique per tenant: 
 a Stop fired again for the same answer or a session resumed keeps each turn once. A session's turn
 count is a row of `hook_sessions`, locked while a turn is kept, so every replica agrees on it.
 Secrets are taken out before anything is stored (redaction.py).
+
+A session's state (turns, what it was given) is keyed by the client's session id and the principal
+posting it (`session_key`): another principal of the tenant reusing the id has a session of its
+own. Only hooks write `claude-code:` sources (episodes.py refuses them elsewhere), and what hooks
+inject trusts the capture key, never the source string. A turn is kept by a task that outlives the
+answer (hook_tasks.py), so a database too slow for the deadline still keeps it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import re
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
 
 from app.auth.principal import ADMIN, READ, WRITE, Principal
 from app.config import Settings
 from app.errors import EngramError
 from app.services.base import Service
 from app.services.budget import Budget, clip
+from app.services.calls import GRACE, retrying, within
+from app.services.episodes import HOOK_SOURCE as PREFIX
 from app.services.episodes import Episodes, episode_model
 from app.services.filters import Scope
 from app.services.hook_models import Brief, HookInput, HookOutcome, HookPolicy, HookTurn
+from app.services.hook_tasks import Detached
 from app.services.recall import Recall, RecallQuery
 from app.services.recall_models import EPISODE_MAX_CHARS, Episode, EpisodeIn, Fact
 from app.services.redaction import redact_off_loop as redact
 from app.store import episodes as episode_store
 from app.store import hooks as store
 from app.store import index
+from app.store.database import Tx
+from app.store.errors import Unavailable
 
 logger = logging.getLogger(__name__)
 
-PREFIX = "claude-code:"  # the source of every episode a hook keeps
 QUERY_CHARS = 1000  # of a prompt, what recall reads (as a tool's query)
 CANDIDATES = 20  # facts recall ranks for a prompt, before the filters and the budget
 RECENT = 8  # episodes a brief considers
 FORGET_BATCH = 100  # idle sessions dropped per session start
 ECHO_SIMILARITY = 0.95  # cosine at which an episode restates the prompt
+CAPTURE_BACKOFF = 0.25  # seconds before a capture is tried again, doubling to CAPTURE_BACKOFF_MAX
+CAPTURE_BACKOFF_MAX = 2.0
+CAPTURE_SECONDS_MIN = 30.0  # a capture is tried for 3 calls' deadlines, and at least this long
+CAPTURE_PENDING_MAX = 200  # captures (and tenant creations) still running after their answers
+CALL_SECONDS_MAX = 60.0  # one try's bound, even where calls are unbounded
 
 Sizes = Callable[[Sequence[Any]], Sequence[int]]
+T = TypeVar("T")
 
 
 def policy_from_settings(settings: Settings) -> HookPolicy:
@@ -79,15 +96,6 @@ DEFAULT_POLICY = HookPolicy(
     start_tokens=_default("start_tokens"),
     min_score=_default("min_score"),
 )
-
-
-def fact_key(f: Fact) -> int:
-    """A fact's identity within a session's `hook_shown` (63 bits of a digest)."""
-    if f.episode_id is not None:
-        ident = f"episode:{f.episode_id}"
-    else:
-        ident = f"{f.kind}:{f.entity.id if f.entity else ''}:{f.to.id if f.to else ''}:{f.text}"
-    return int.from_bytes(hashlib.sha256(ident.encode()).digest()[:8], "big", signed=True)
 
 
 # Words that carry no question on their own: what "thanks!", "ok, go on" or "yes please" are made of.
@@ -125,6 +133,13 @@ def project_words(cwd: str | None) -> str | None:
     return words or None
 
 
+class Capture(NamedTuple):
+    """A turn being kept (None: the event keeps nothing), and the prompt's vector made (set)."""
+
+    task: asyncio.Task[Any] | None
+    embedded: asyncio.Event
+
+
 class Hooks(Service):
     def __init__(
         self, recall: Recall, episodes: Episodes, defaults: HookPolicy, *, cache_seconds: float, session_days: float
@@ -136,6 +151,10 @@ class Hooks(Service):
         self._cache_seconds = cache_seconds
         self._session_days = session_days
         self._policies: dict[str, tuple[float, HookPolicy]] = {}
+        self._call_seconds = min(recall.db.control.call_deadline, CALL_SECONDS_MAX)
+        bound = max(3 * (self._call_seconds + GRACE), CAPTURE_SECONDS_MIN)
+        self.detached = Detached(CAPTURE_PENDING_MAX, bound)
+        self._making: dict[str, asyncio.Task[Any]] = {}
 
     # --- settings
 
@@ -173,39 +192,92 @@ class Hooks(Service):
 
     # --- events
 
-    async def handle(self, who: Principal, event: HookInput, fact_sizes: Sizes, episode_sizes: Sizes) -> HookOutcome:
-        """What one event injects and keeps; an event the tenant does not answer does nothing."""
+    def capture(self, who: Principal, event: HookInput) -> Capture:
+        """Start keeping the event's turn now (its route calls this as soon as the input is read,
+        before its deadline can cut anything): the task, and the event recall waits for."""
+        embedded = asyncio.Event()
+        keeping = self._keeping(who, event, embedded)
+        if keeping is None:
+            embedded.set()
+        return Capture(keeping, embedded)
+
+    async def handle(
+        self, who: Principal, event: HookInput, fact_sizes: Sizes, episode_sizes: Sizes, capture: Capture | None = None
+    ) -> HookOutcome:
+        """What one event injects and keeps; an event the tenant does not answer does nothing.
+
+        A turn is kept by a task of its own (`_keeping`), started before anything asks the
+        database: past the deadline the answer goes, and the turn is still kept once the database
+        answers. For a prompt it embeds the text first, and recall waits for that (both read the
+        same vector): the answer waits for the longer, not the sum."""
+        keeping, embedded = capture or self.capture(who, event)
+        await self.resolve(who)
         policy = await self.policy(who)
         name = event.hook_event_name
-        if name not in policy.events:
+        if name not in policy.events or READ not in who.scopes:
+            brief = None
+        elif name == "SessionStart":
+            brief = await self.start(who, event, policy, fact_sizes, episode_sizes)
+        elif name == "UserPromptSubmit" and event.prompt and event.prompt.strip():
+            text, _ = await redact(event.prompt, policy.deny)
+            await embedded.wait()
+            brief = await self.prompt(who, event.session_id, text, policy, fact_sizes)
+        else:
+            brief = None
+        kept = await _kept(keeping)
+        return HookOutcome(brief=brief, kept=kept.kept, redacted=kept.redacted)
+
+    async def resolve(self, who: Principal) -> None:
+        """The caller's tenant, made if it is new, by a task the hook's deadline does not cancel: a
+        tenant whose first contact is a hook comes to exist even when the answer could not wait."""
+        if self.db.cached_tenant(who.tenant) is not None:
+            return
+        making = self._making.get(who.tenant)
+        if making is None:
+            making = self.detached.start("tenant creation", functools.partial(self.db.tenant, who.tenant))
+            self._making[who.tenant] = making
+            making.add_done_callback(lambda _: self._making.pop(who.tenant, None))
+        await asyncio.shield(making)
+
+    def _keeping(self, who: Principal, event: HookInput, embedded: asyncio.Event) -> asyncio.Task[Any] | None:
+        """The event's turn kept by a task that outlives the answer (hook_tasks.py), tried again
+        while the database does not answer (each try within a call's deadline), until the task's
+        bound; None when the event keeps nothing."""
+        said = _turn(event)
+        if said is None or WRITE not in who.scopes:
+            return None
+        speaker, raw = said
+
+        async def run() -> HookOutcome:
+            wait = CAPTURE_BACKOFF
+            tried: list[str] = []  # the capture keys of earlier tries, which may have committed
+            try:
+                while True:
+                    try:
+                        once = functools.partial(retrying, self._capture, who, event, (speaker, raw), embedded, tried)
+                        return await within(self._call_seconds, once, writes=True)
+                    except Unavailable:
+                        embedded.set()  # recall goes on without waiting for the next try
+                        await asyncio.sleep(wait)
+                        wait = min(2 * wait, CAPTURE_BACKOFF_MAX)
+            finally:
+                embedded.set()
+
+        return self.detached.start(f"capture of a {speaker} turn", run)
+
+    async def _capture(
+        self, who: Principal, event: HookInput, said: tuple[str, str], embedded: asyncio.Event, tried: list[str]
+    ) -> HookOutcome:
+        """Keep one turn if the tenant's settings keep it: redacted, the prompt's vector made first."""
+        speaker, raw = said
+        policy = await self.policy(who)
+        if event.hook_event_name not in policy.events or not policy.capture:
             return HookOutcome()
-        can_read, capture = READ in who.scopes, policy.capture and WRITE in who.scopes
-        if name == "SessionStart":
-            brief = await self.start(who, event, policy, fact_sizes, episode_sizes) if can_read else None
-            return HookOutcome(brief=brief)
-        if name == "UserPromptSubmit":
-            if not event.prompt or not event.prompt.strip():
-                return HookOutcome()
-            text, redacted = await redact(event.prompt, policy.deny)
-            if not (can_read and capture):
-                brief = await self.prompt(who, event.session_id, text, policy, fact_sizes) if can_read else None
-                kept = await self.keep(who, event.session_id, "user", text) if capture else 0
-                return HookOutcome(brief=brief, kept=kept, redacted=redacted)
-            # Recall and keeping the prompt at once, on two connections, once its vector is in the
-            # cache (both would embed the same text): the answer waits for the longer, not the sum.
+        text, redacted = await redact(raw, policy.deny)
+        if speaker == "user" and not embedded.is_set():
             await self._embedded(who, text)
-            async with asyncio.TaskGroup() as group:
-                recalled = group.create_task(self.prompt(who, event.session_id, text, policy, fact_sizes))
-                keeping = group.create_task(self.keep(who, event.session_id, "user", text))
-            return HookOutcome(brief=recalled.result(), kept=keeping.result(), redacted=redacted)
-        if name in ("Stop", "SubagentStop", "PreCompact", "SessionEnd"):
-            said = event.last_assistant_message
-            if not capture or not said or not said.strip():
-                return HookOutcome()
-            speaker = "assistant" if name != "SubagentStop" else f"subagent-{_slug(event.agent_type) or 'agent'}"
-            text, redacted = await redact(said, policy.deny)
-            return HookOutcome(kept=await self.keep(who, event.session_id, speaker, text), redacted=redacted)
-        return HookOutcome()
+            embedded.set()
+        return HookOutcome(kept=await self.keep(who, event.session_id, speaker, text, tried), redacted=redacted)
 
     async def _embedded(self, who: Principal, text: str) -> None:
         """The prompt's vector made once, as recall and the episode's write will ask for it."""
@@ -217,10 +289,21 @@ class Hooks(Service):
         if policy.prompt_tokens <= 0 or not asks_something(text):
             return None
         result = await self._recall.recall(who, RecallQuery(text=_query(text), limit=CANDIDATES))
-        wanted = [f for f in result.facts if f.scores.fused >= policy.min_score and not _echo(f, session, text)]
+        wanted = [f for f in result.facts if f.scores.fused >= policy.min_score and not _restates(f, text)]
         if not wanted:
             return None
-        facts = await self._unseen(who, session, wanted, Budget(policy.prompt_tokens, sizes))
+        ids = [f.episode_id for f in wanted if f.episode_id is not None]
+        key = session_key(who, session)
+        async with self.tx(who, primary=True) as tx:
+            hooked = await store.captured_ids(tx, ids) if ids else set()
+            wanted = [
+                f
+                for f in wanted
+                if f.kind != "episode" or not _withheld(f.source, f.episode_id in hooked, session, f.text)
+            ]
+            shown = Shown(tx, key, await store.shown(tx, key, _keys(facts=wanted)))
+            facts = shown.take(wanted, fact_keys, Budget(policy.prompt_tokens, sizes), _fact_text, _fact_shortened)
+            await shown.mark()
         return Brief(heading="Engram memory: facts this prompt may need (recalled, not said in this session).",
                      facts=facts) if facts else None  # fmt: skip
 
@@ -228,80 +311,71 @@ class Hooks(Service):
         self, who: Principal, event: HookInput, policy: HookPolicy, fact_sizes: Sizes, episode_sizes: Sizes
     ) -> Brief | None:
         """A session's brief: the latest episodes of other sessions and, for the project the working
-        directory names, the facts recall ranks first; each half of the budget at most."""
+        directory names, the facts recall ranks first; each half of the budget at most. What this
+        session was given before (a resumed session) is not given again; `clear` and `compact`
+        forget it (the client's history lost it)."""
         if policy.start_tokens <= 0:
             return None
-        session = event.session_id
-        if event.source in ("clear", "compact"):  # the client's history lost what it was shown
+        key = session_key(who, event.session_id)
+        if event.source in ("clear", "compact"):
             async with self.tx(who, primary=True) as tx:
-                await store.forget_shown(tx, session)
-        half = max(policy.start_tokens // 2, 100)
-        own = f"{PREFIX}{session}:"
+                await store.forget_shown(tx, key)
         async with self.tx(who, readonly=True) as tx:
             rows = await episode_store.listing(
                 tx, entity_id=None, sources=None, since=None, until=None, limit=RECENT + 20
             )
-        recent = [
-            episode_model(r)
-            for r in rows
-            if not (r.source or "").startswith(own) and not _prompt_source(r.source)  # answers, notes: not asks
-        ][:RECENT]
-        recent = Budget(half, episode_sizes).take(recent, _episode_text, _episode_shortened)
-        facts: list[Fact] = []
+            hooked = await store.captured_ids(tx, [r.id for r in rows]) if rows else set()
+        # answers and notes, not asks, nor this session's own turns
+        recent = [episode_model(r) for r in rows if not _withheld(r.source, r.id in hooked, event.session_id, None)]
         project = project_words(event.cwd)
+        wanted: list[Fact] = []
         if project is not None:
             result = await self._recall.recall(who, RecallQuery(text=project, limit=CANDIDATES, scope=Scope()))
-            shown_ids = {e.id for e in recent}
-            wanted = [
-                f
-                for f in result.facts
-                if f.scores.fused >= policy.min_score and f.episode_id not in shown_ids and f.kind != "episode"
-            ]
-            room = policy.start_tokens - half if recent else policy.start_tokens
-            facts = await self._unseen(who, session, wanted, Budget(room, fact_sizes))
-        if not recent and not facts:
-            return None
+            wanted = [f for f in result.facts if f.scores.fused >= policy.min_score and f.kind != "episode"]
+        half = max(policy.start_tokens // 2, 100)
         async with self.tx(who, primary=True) as tx:
-            await store.mark_shown(tx, session, [fact_key_of_episode(e) for e in recent])
+            shown = Shown(tx, key, await store.shown(tx, key, _keys(recent[: 2 * RECENT], wanted)))
+            episodes = shown.take(recent[:RECENT], episode_keys, Budget(half, episode_sizes), _episode_text,
+                                  _episode_shortened)  # fmt: skip
+            room = policy.start_tokens - half if episodes else policy.start_tokens
+            facts = shown.take(wanted, fact_keys, Budget(room, fact_sizes), _fact_text, _fact_shortened)
+            await shown.mark()
             await store.forget_old(tx, self._session_days, FORGET_BATCH)
+        if not episodes and not facts:
+            return None
         return Brief(
             heading="Engram memory: the latest from other sessions.",
-            episodes=recent,
+            episodes=episodes,
             facts=facts,
             facts_heading=f"About {project}:" if facts else None,
         )
 
-    async def _unseen(self, who: Principal, session: str, facts: list[Fact], budget: Budget) -> list[Fact]:
-        """Those of `facts` this session was not given, as many as fit `budget`; marked as given."""
-        keys = [fact_key(f) for f in facts]
-        async with self.tx(who, primary=True) as tx:
-            seen = await store.shown(tx, session, keys)
-            fresh = [f for f, k in zip(facts, keys, strict=True) if k not in seen]
-            fitting = budget.take(fresh, _fact_text, _fact_shortened)
-            if fitting:
-                await store.mark_shown(tx, session, [fact_key(f) for f in fitting])
-        return fitting
-
-    async def keep(self, who: Principal, session: str, speaker: str, text: str) -> int:
-        """Keep one turn as an episode, once: 1 if kept now, 0 if it was kept before."""
+    async def keep(self, who: Principal, session: str, speaker: str, text: str, tried: list[str]) -> int:
+        """Keep one turn as an episode, once: 1 if kept now, 0 if it was kept before — by another
+        delivery, or by an earlier try of this one whose COMMIT got no answer (`tried`: checked once
+        the session's row is locked, which that try held until it ended)."""
         body = clip(text.strip(), EPISODE_MAX_CHARS)  # bytes, so within the episode's bound in characters
         digest = hashlib.sha256(body.encode()).digest()[:16]
         user = speaker == "user"
+        key = session_key(who, session)
         async with self.tx(who, texts=[index.episode_text(body, [])], primary=True) as tx:
-            state = await store.session_turn(tx, session)
+            state = await store.session_turn(tx, key)
+            if tried and await store.captured(tx, tried):
+                return 0
             if user and state.last_user == digest and not state.answered:
                 return 0  # the same prompt again before any answer: a retried delivery
             turn = state.turns + 1 if user else state.turns
-            key = _capture_key(session, turn, speaker, None if user else digest)
-            if await store.captured(tx, [key]):
+            capture = _capture_key(key, turn, speaker, digest)  # a try's own key, whatever took the turn since
+            if await store.captured(tx, [capture]):
                 return 0
+            tried.append(capture)
             item = EpisodeIn(text=body, source=f"{PREFIX}{session}:{turn}:{speaker}")
             rows = await self._episodes.write(tx, who, [item], None)
-            await store.set_capture_keys(tx, [r.id for r in rows], [key])
+            await store.set_capture_keys(tx, [r.id for r in rows], [capture])
             if user:
-                await store.set_turn(tx, session, turn, digest, answered=False)
+                await store.set_turn(tx, key, turn, digest, answered=False)
             else:
-                await store.set_turn(tx, session, state.turns, state.last_user, answered=True)
+                await store.set_turn(tx, key, state.turns, state.last_user, answered=True)
         return 1
 
     async def turns(self, who: Principal, session: str | None, limit: int) -> list[HookTurn]:
@@ -320,21 +394,30 @@ def _query(prompt: str) -> str:
     return prompt[:QUERY_CHARS].strip()
 
 
-def _prompt_source(source: str | None) -> bool:
-    return source is not None and source.startswith(PREFIX) and source.endswith(":user")
+def session_key(who: Principal, session: str) -> str:
+    """A session as the server keeps its state: the client's id bound to the principal posting it
+    (its token's subject, or its API key). Another principal of the tenant posting the same id has
+    a session of its own: it can neither read nor change what this one was given."""
+    return f"{session}@{hashlib.sha256(who.subject.encode()).hexdigest()[:16]}"
 
 
-def _echo(f: Fact, session: str, prompt: str) -> bool:
-    """Whether injecting `f` would only say back what was said: a turn of this session (the client
-    shows it already), a text that restates the prompt, or a question asked before through a hook
-    (a question answers nothing; asked again, it would only come back)."""
-    if f.kind != "episode":
+def _withheld(source: str | None, hooked: bool, session: str, asked: str | None) -> bool:
+    """Whether an episode must not be injected: one whose source claims a hook kept it but no hook
+    did (no capture key: `claude-code:` sources are refused elsewhere, so only an import or an older
+    write has one), a turn of this session (the client shows it already), or a prompt — in a brief
+    any, for a prompt (`asked`) a question asked before through a hook (a question answers nothing;
+    asked again, it would only come back)."""
+    if not (source or "").startswith(PREFIX):
         return False
-    if (f.source or "").startswith(f"{PREFIX}{session}:"):
+    if not hooked or (source or "").startswith(f"{PREFIX}{session}:"):
         return True
-    if (f.scores.semantic or 0) >= ECHO_SIMILARITY or _words(f.text) == _words(prompt):
-        return True
-    return _prompt_source(f.source) and "?" in f.text
+    prompt = (source or "").endswith(":user")
+    return prompt and (asked is None or "?" in asked)
+
+
+def _restates(f: Fact, prompt: str) -> bool:
+    """Whether an episode only says the prompt back: cosine ≥ ECHO_SIMILARITY, or the same words."""
+    return f.kind == "episode" and ((f.scores.semantic or 0) >= ECHO_SIMILARITY or _words(f.text) == _words(prompt))
 
 
 def _capture_key(session: str, turn: int, speaker: str, digest: bytes | None) -> str:
@@ -342,8 +425,97 @@ def _capture_key(session: str, turn: int, speaker: str, digest: bytes | None) ->
     return "cc1:" + hashlib.sha256(ident.encode()).hexdigest()[:48]
 
 
-def fact_key_of_episode(e: Episode) -> int:
-    return int.from_bytes(hashlib.sha256(f"episode:{e.id}".encode()).digest()[:8], "big", signed=True)
+def _digest(ident: str) -> int:
+    """63 bits of a digest: an entry of a session's `hook_shown`."""
+    return int.from_bytes(hashlib.sha256(ident.encode()).digest()[:8], "big", signed=True)
+
+
+def fact_key(f: Fact) -> int:
+    """A fact's identity (an episode's is its id, shared with `episode_keys`)."""
+    if f.episode_id is not None:
+        return _digest(f"episode:{f.episode_id}")
+    return _digest(f"{f.kind}:{f.entity.id if f.entity else ''}:{f.to.id if f.to else ''}:{f.text}")
+
+
+def text_key(text: str) -> int:
+    """What a text says, whoever wrote it: its words, lowercased."""
+    return _digest("text:" + _words(text))
+
+
+def _said(f: Fact, text: str) -> str:
+    """A text as the brief shows it: an observation or a description under its entity's name."""
+    return f"{f.entity.name}: {text}" if f.kind in ("observation", "entity") and f.entity else text
+
+
+def fact_keys(f: Fact) -> list[int]:
+    """Every key a fact is known by: its identity, its text, and the texts of the near-identical
+    facts folded into it (`also`), so the group is given once whichever member leads it."""
+    return [fact_key(f), text_key(_said(f, f.text)), *(text_key(_said(f, r.text)) for r in f.also)]
+
+
+def episode_keys(e: Episode) -> list[int]:
+    return [_digest(f"episode:{e.id}"), text_key(e.text)]
+
+
+def _keys(episodes: Sequence[Episode] = (), facts: Sequence[Fact] = ()) -> list[int]:
+    return [k for e in episodes for k in episode_keys(e)] + [k for f in facts for k in fact_keys(f)]
+
+
+class Shown:
+    """What one session was given before (`seen`) and what one brief gives: nothing twice, by any
+    of its keys; what a brief gives is marked in the same transaction."""
+
+    def __init__(self, tx: Tx, session: str, seen: set[int]) -> None:
+        self.tx, self.session, self.seen = tx, session, seen
+        self.new: list[int] = []
+
+    def take(
+        self,
+        items: Sequence[T],
+        keys_of: Callable[[T], list[int]],
+        budget: Budget,
+        text: Callable[[T], str],
+        shorten: Callable[[T, str], T],
+    ) -> list[T]:
+        """Those of `items` not given yet, once each, as many as fit `budget`."""
+        fresh: list[tuple[T, list[int]]] = []
+        here: set[int] = set()
+        for item in items:
+            keys = keys_of(item)
+            if self.seen.isdisjoint(keys) and here.isdisjoint(keys):
+                here.update(keys)
+                fresh.append((item, keys))
+        taken = budget.take([item for item, _ in fresh], text, shorten)
+        for _, keys in fresh[: len(taken)]:
+            self.seen.update(keys)
+            self.new.extend(keys)
+        return taken
+
+    async def mark(self) -> None:
+        if self.new:
+            await store.mark_shown(self.tx, self.session, self.new)
+
+
+async def _kept(keeping: asyncio.Task[Any] | None) -> HookOutcome:
+    """What a capture kept, once its task ends; the hook's deadline ends the wait, not the task."""
+    if keeping is None:
+        return HookOutcome()
+    await asyncio.wait({keeping})
+    return keeping.result() or HookOutcome()
+
+
+def _turn(event: HookInput) -> tuple[str, str] | None:
+    """The speaker and text of the turn an event carries: a prompt, or the end of a turn (Stop,
+    SubagentStop; PreCompact and SessionEnd when the input carries the assistant's last message)."""
+    name = event.hook_event_name
+    if name == "UserPromptSubmit":
+        said, speaker = event.prompt, "user"
+    elif name in ("Stop", "SubagentStop", "PreCompact", "SessionEnd"):
+        said = event.last_assistant_message
+        speaker = "assistant" if name != "SubagentStop" else f"subagent-{_slug(event.agent_type) or 'agent'}"
+    else:
+        return None
+    return (speaker, said) if said and said.strip() else None
 
 
 def _slug(text: str | None) -> str:

@@ -177,3 +177,12 @@ async def episodes(tx: Tx, prefix: str, session: str | None, limit: int) -> list
         limit,
     )
     return [HookEpisode(*r) for r in rows]
+
+
+@timed
+async def captured_ids(tx: Tx, ids: Sequence[int]) -> set[int]:
+    """Those of these episodes a hook kept (they have a capture key, which only hooks set)."""
+    rows = await tx.fetch(
+        "SELECT id FROM {s}.episodes WHERE id = ANY($1::bigint[]) AND capture_key IS NOT NULL", list(ids)
+    )
+    return {r[0] for r in rows}

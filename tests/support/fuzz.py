@@ -338,6 +338,16 @@ class Harness:
         self.seconds["digest"] += time.perf_counter() - started
         return {r[0]: (r[1], r[2]) for r in rows}
 
+    async def _settled(self, endpoint: str) -> dict[str, tuple[int, str]]:
+        """The digest once the indexer has caught up with earlier writes (search documents are kept
+        after the write that asks for them), so its work is not taken for a refused call's."""
+        deadline = time.monotonic() + 30
+        while True:
+            digest = await self._digest(endpoint)
+            if digest.get("index_pending", (0, ""))[0] == 0 or time.monotonic() > deadline:
+                return digest
+            await asyncio.sleep(0.02)
+
     def call(self, endpoint: str, tool: Tool, args: dict[str, Any]) -> CallToolResult | None:
         """One call, checked: a stable code when refused, nothing changed by a refused write."""
         return self.run(self._call(endpoint, tool, args))
@@ -348,7 +358,7 @@ class Harness:
 
     async def _checked(self, endpoint: str, tool: Tool, args: dict[str, Any]) -> CallToolResult | None:
         writes = not (tool.annotations and tool.annotations.read_only_hint)
-        before = await self._digest(endpoint) if writes else None
+        before = await self._settled(endpoint) if writes else None
         seen = len(self.statuses)
         started = time.perf_counter()
         try:

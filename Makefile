@@ -99,9 +99,10 @@ system-deps:
 # Then the tests of every tool of every tool set, tenant isolation and live memory again, with every
 # server reaching PostgreSQL through PgBouncer in transaction mode (docs/scaling.md, "Connections"):
 # a selection, not the whole suite twice.
-PGBOUNCER_TESTS := tests/test_native_tools.py tests/test_memory_dialect.py tests/test_neo4j_dialect.py \
-  tests/test_graph_tools.py tests/test_query_graph.py tests/test_search.py tests/test_recall.py \
-  tests/test_merges.py tests/test_validity.py tests/test_isolation.py tests/test_live.py
+# The dialects, merges and validity reach the same store paths as the native tools, so they are not
+# run twice.
+PGBOUNCER_TESTS := tests/test_native_tools.py tests/test_query_graph.py tests/test_search.py \
+  tests/test_recall.py tests/test_isolation.py tests/test_live.py
 
 # The real MCP clients the suite drives (Claude Code, Codex CLI, the MCP Inspector), pinned with their
 # hashes by tests/clients/package-lock.json; Claude Code's native binary comes from its own
@@ -114,8 +115,8 @@ $(TEST_CLIENTS)/node_modules/.installed: $(TEST_CLIENTS)/package-lock.json
 	touch $@
 
 test: system-deps install-dev db lint test-clients
-	$(BIN)/pytest  # the whole suite, the benchmarks in quick mode among it (tests/test_bench.py)
-	ENGRAM_TEST_PGBOUNCER=1 $(BIN)/pytest -p no:cacheprovider $(PGBOUNCER_TESTS)
+	$(BIN)/pytest --durations=30  # the whole suite, the benchmarks in quick mode among it (tests/test_bench.py)
+	ENGRAM_TEST_PGBOUNCER=1 $(BIN)/pytest -p no:cacheprovider --durations=10 $(PGBOUNCER_TESTS)
 
 # Every tool of every endpoint fuzzed from its own input schema at length (tests/test_fuzz.py; `make
 # test` runs a quick profile): FUZZ_CALLS generated calls, figures printed for docs/benchmarks.md.

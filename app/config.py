@@ -298,7 +298,7 @@ class Settings(BaseSettings):
         600, gt=0, le=86400, description="Database work of one /admin/export or /admin/import request."
     )
 
-    # hooks: memory in an assistant's loop (docs/clients.md); a tenant may override the last five
+    # hooks: memory in an assistant's loop (docs/clients.md); a tenant may override six of them
     hooks: bool = Field(True, description="Serve /hooks/claude-code (recall on each prompt, turns kept as episodes).")
     hook_deadline_seconds: float = Field(
         0.8, gt=0, le=30, description="A hook answers by then; past it, an empty answer that blocks nothing."
@@ -307,6 +307,9 @@ class Settings(BaseSettings):
         256 * 1024, ge=1024, le=16 * 1024 * 1024, description="Largest hook input taken (larger: 413)."
     )
     hook_capture: bool = Field(True, description="Keep prompts and answers that hooks post as episodes.")
+    hook_private: bool = Field(
+        True, description="Keep captured turns in the posting user's private memory (false: the tenant's shared one)."
+    )
     hook_events: CommaList = Field(
         default_factory=lambda: list(HOOK_EVENTS), description="Hook events answered; others get an empty answer."
     )

@@ -282,6 +282,7 @@ def _fact(found: dict[int, recall.Fact], c: _Candidate, question: str) -> Fact:
         entities=[Involved(id=e.id, name=e.name, type=e.type, role=role) for e, role in f.involved]
         if f.kind == "episode"
         else None,
+        private=f.private if f.kind == "episode" else None,
         source=f.source,
         created_by=f.created_by,
         created_at=f.created_at,

@@ -32,6 +32,11 @@ class EpisodeIn(Strict):
     )
     valid_from: ValidFrom = None
     valid_until: ValidUntil = None
+    private: bool = Field(
+        False,
+        strict=True,  # true or false: a privacy flag is never guessed from "yes" or 1
+        description="True: only you will see it (your private memory); default: the whole tenant (shared).",
+    )
 
     @model_validator(mode="after")
     def _interval(self) -> EpisodeIn:
@@ -60,6 +65,7 @@ class Episode(BaseModel):
     valid_until: datetime | None = None
     ended_why: str | None = Field(None, description="Why it stopped being true, as its ender said.")
     entities: list[Involved] = Field(default_factory=list, description="The live entities it involves.")
+    private: bool = Field(False, description="True: in your private memory, which only you see.")
 
 
 class EpisodesWritten(BaseModel):
@@ -109,6 +115,7 @@ class Fact(BaseModel):
     episode_id: int | None = None
     at: datetime | None = Field(None, description="When an episode happened.")
     entities: list[Involved] | None = Field(None, description="An episode's entities.")
+    private: bool | None = Field(None, description="An episode's: true when in your private memory (only you see it).")
     source: str | None = None
     created_by: str | None = None
     created_at: datetime | None = Field(None, description="When it was written.")

@@ -18,7 +18,7 @@ import orjson
 from app.mcp.answers.text import block, day, lines, more, note, sizes
 from app.services import models
 from app.services.budget import clip
-from app.services.purges import PurgeResult
+from app.services.purges import PrivateErased, PurgeResult
 
 DESCRIPTION_BYTES = 240  # of a description in a listing; get_entity shows it whole
 
@@ -212,3 +212,8 @@ def purged(r: PurgeResult) -> str:
     more = r.counts.entities - len(r.names)
     names = ", ".join(block(n) for n in r.names) + (f" and {more} more" if more > 0 else "")
     return f"{r.summary}\nEntities: {names}."
+
+
+def private_erased(r: PrivateErased) -> str:
+    """How many episodes of a private memory were (or would be) erased."""
+    return r.summary

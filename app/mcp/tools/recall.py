@@ -67,7 +67,8 @@ def register(tool: ToolSet, services: Services) -> None:
         source: Annotated[models.Source | None, Field(description="Default: your client id.")] = None,
     ) -> EpisodesWritten:
         """Keep raw memories that are not one entity's fact (a message, note, chat, document chunk) with
-        when, who spoke, who took part; entities it names are linked.
+        when, who spoke, who took part; entities it names are linked. Shared with the tenant unless
+        `private` (then only you see it).
         """
         return await services.episodes.add(who, episodes, source)
 

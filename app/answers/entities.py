@@ -1,8 +1,14 @@
-"""Concise answers about entities: the one-line summary every listing uses, an entity read whole,
-its history, and what the entity writes changed.
+"""The answers of the entity tools (app/mcp/tools/entities.py): an entity read whole, its history,
+listings, and what the entity writes changed.
 
-    Ada Lovelace (person; science/mathematics; certainty 90): Wrote the first program …[+812 chars]
-    Ada Lovelace works at Analytical Engines Ltd: since the founding (strength 0.8; 2023-05-08, hr)
+    Ada Lovelace (person; science/mathematics; certainty 90)
+    Also called: Countess of Lovelace
+    Wrote the first program for the Analytical Engine.
+    v3, updated 2023-05-08 by hr
+    Facts (2 of 40):
+    - was a mathematician (2023-05-08, hr)
+    Relations:
+    Ada Lovelace works at Analytical Engines Ltd (strength 0.8)
 
 An entity's name is its handle: every tool takes a name where it takes an id.
 """
@@ -10,42 +16,16 @@ An entity's name is its handle: every tool takes a name where it takes an id.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 import orjson
 
-from app.mcp.answers.text import block, day, lines, more, note, sizes
+from app.answers.form import Form
+from app.answers.summaries import entity_line, relation_line
+from app.answers.text import block, day, lines, more, note
 from app.services import models
 from app.services.budget import clip
-from app.services.purges import PurgeResult
-
-DESCRIPTION_BYTES = 240  # of a description in a listing; get_entity shows it whole
-
-
-def entity_line(e: models.EntitySummary) -> str:
-    tags = [block(e.type)]
-    if path := "/".join(x for x in (e.area, e.topic, e.subtopic) if x):
-        tags.append(block(path))
-    if e.certainty is not None:
-        tags.append(f"certainty {e.certainty}")
-    head = f"{block(e.name)} ({'; '.join(tags)})"
-    return f"{head}: {block(clip(e.description, DESCRIPTION_BYTES))}" if e.description else head
-
-
-def relation_line(r: models.Relation) -> str:
-    text = f"{block(r.from_)} {block(r.type)} {block(r.to)}"
-    if r.notes:
-        text += f": {block(r.notes)}"
-    extra = f"strength {r.strength:g}; " if r.strength is not None else ""
-    meta = note(_at(r.valid_from or r.created_at), r.source, until=_at(r.valid_until))
-    if extra:
-        meta = f" ({extra}{meta[2:-1]})" if meta else f" ({extra[:-2]})"
-    return text + meta
-
-
-def _at(value: str | datetime | None) -> datetime | None:
-    return datetime.fromisoformat(value) if isinstance(value, str) else value
+from app.services.parts import EntityPart, entity_parts
 
 
 def properties(values: dict[str, Any]) -> str:
@@ -54,30 +34,24 @@ def properties(values: dict[str, Any]) -> str:
 
 # --- get_entity ---------------------------------------------------------------------------------------
 
-
-def observation_chunks(records: Sequence[models.ObservationRecord]) -> list[str]:
-    return [f"- {block(o.text)}{note(o.valid_from or o.created_at, o.source, until=o.valid_until)}\n" for o in records]
-
-
-def relation_chunks(relations: Sequence[models.Relation]) -> list[str]:
-    return [f"{relation_line(r)}\n" for r in relations]
+# The facts' heading counts the facts shown, known only once cut: the frame keeps room for it at its widest.
+FACTS_HEADING = len("Facts (1000 of 1000):\n")
 
 
-def entity_sizes(parts: Sequence[Any]) -> list[int]:
-    """Bytes of an entity's parts as get_entity prints them: the entity's own lines, then each
-    fact, relation and change (with the heading each kind starts with)."""
-    out = []
-    for part in parts:
-        if isinstance(part, models.Entity):
-            size = len(_head(part).encode()) + len("Facts (1000 of 1000):\n")
-        elif isinstance(part, models.ObservationRecord):
-            size = sizes(observation_chunks([part]))[0]
-        elif isinstance(part, models.Relation):
-            size = len(relation_line(part).encode()) + 1
-        else:
-            size = len(change_line(part).encode()) + 3
-        out.append(size)
-    return out  # the headings of relations and changes fit in the budget's frame
+def _part(part: EntityPart) -> str:
+    """A part's lines: the entity's own fields, a fact, a relation or a change (their headings are
+    the frame's)."""
+    if isinstance(part, models.Entity):
+        return _head(part)
+    if isinstance(part, models.ObservationRecord):
+        return f"- {block(part.text)}{note(part.valid_from or part.created_at, part.source, until=part.valid_until)}\n"
+    if isinstance(part, models.Relation):
+        return f"{relation_line(part)}\n"
+    return f"- {change_line(part)}\n"
+
+
+def _parts(parts: Sequence[EntityPart]) -> list[str]:
+    return [_part(p) for p in parts]
 
 
 def _head(e: models.Entity) -> str:
@@ -92,20 +66,23 @@ def _head(e: models.Entity) -> str:
     return "".join(f"{line}\n" for line in head)
 
 
-def entity(e: models.Entity) -> str:
-    chunks = [_head(e)]
-    shown = len(e.observation_records)
+def _entity(e: models.Entity, chunks: list[str]) -> str:
+    """The entity's lines, then its facts, relations and changes, each kind under its heading."""
+    shown, related = len(e.observation_records), len(e.relations or [])
+    facts, rels, changes = chunks[1 : 1 + shown], chunks[1 + shown : 1 + shown + related], chunks[1 + shown + related :]
+    out = [chunks[0]]
     if e.observations_total:
-        chunks.append(f"Facts ({shown} of {e.observations_total}):\n" if shown < e.observations_total else "Facts:\n")
-        chunks += observation_chunks(e.observation_records)
+        out.append(f"Facts ({shown} of {e.observations_total}):\n" if shown < e.observations_total else "Facts:\n")
+        out += facts
     if e.relations:
         cut = " (more exist: neighbors lists them)" if e.relations_truncated else ""
-        chunks.append(f"Relations{cut}:\n")
-        chunks += relation_chunks(e.relations)
+        out += [f"Relations{cut}:\n", *rels]
     if e.history:
-        chunks.append("Latest changes:\n")
-        chunks += [f"- {change_line(h)}\n" for h in e.history]
-    return lines(chunks)
+        out += ["Latest changes:\n", *changes]
+    return lines(out)
+
+
+ENTITY = Form[models.Entity, EntityPart](entity_parts, _parts, _entity, reserve=FACTS_HEADING)
 
 
 # --- history ------------------------------------------------------------------------------------------
@@ -181,34 +158,3 @@ def removed(r: models.ChangeResult) -> str:
     """Deleted entities with their ids: restore_entities takes ids."""
     done = ", ".join(f"{block(c.name)} (id {c.id})" for c in r.changed)
     return f"Deleted: {done}." if done else "Deleted: none."
-
-
-# --- relation writes ----------------------------------------------------------------------------------
-
-
-def connected(r: models.ConnectResult) -> str:
-    by: dict[str, list[str]] = {}
-    for item in r.results:
-        by.setdefault(item.status, []).append(relation_line(item.relation))
-    return "\n".join(f"{'Created' if s == 'created' else 'Existed'}: {'; '.join(x)}." for s, x in by.items())
-
-
-def disconnected(r: models.DisconnectResult) -> str:
-    done = "; ".join(relation_line(x) for x in r.removed)
-    out = f"Deleted: {done}." if done else "Deleted: none."
-    return out + (f" {r.not_found} not found." if r.not_found else "")
-
-
-def relations_ended(r: models.InvalidatedRelations) -> str:
-    done = "; ".join(relation_line(x) for x in r.invalidated)
-    out = f"Ended: {done}." if done else "Ended: none."
-    return out + (f" {r.unchanged} unknown or already ended." if r.unchanged else "")
-
-
-def purged(r: PurgeResult) -> str:
-    """What a purge erased, or (a preview) would erase and how to confirm it."""
-    if r.erased or not r.names:
-        return r.summary
-    more = r.counts.entities - len(r.names)
-    names = ", ".join(block(n) for n in r.names) + (f" and {more} more" if more > 0 else "")
-    return f"{r.summary}\nEntities: {names}."

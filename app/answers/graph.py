@@ -1,5 +1,5 @@
-"""Concise answers of the graph tools: walks, paths, slices, overviews, queries, duplicates, merges,
-aliases and the audit log.
+"""The answers of the graph tools (app/mcp/tools/graph.py): walks, paths, subgraphs, and the
+overviews (the category tree, statistics, the server's status).
 
     Ada Lovelace:
       -wrote programs for→ Analytical Engine (machine): Babbage's design
@@ -17,16 +17,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
-import orjson
-
-from app.mcp.answers.entities import entity_line, relation_line
-from app.mcp.answers.text import block, day, lines, moment, more, sizes
+from app.answers.form import Form
+from app.answers.summaries import entity_line, relation_line
+from app.answers.text import block, day, lines, moment
 from app.services import models
-from app.services.audit import AuditEntry, AuditPage
 from app.services.budget import clip
-from app.services.graph_query import QueryResult
+from app.services.parts import SubgraphItem, WalkItem, subgraph_items, walk_items
 
 NOTES_BYTES = 120  # of a relation's notes on an arrow; get_entity shows them whole
 
@@ -50,12 +47,15 @@ def _item(text: str) -> str:
 # --- neighbors, relation_chain ------------------------------------------------------------------------
 
 
-def neighbor_chunks(items: Sequence[models.Neighbor]) -> list[str]:
+def neighbor_chunks(items: Sequence[WalkItem]) -> list[str]:
     """Each neighbour's line, in order; the name of the entity it was reached from as a heading
-    wherever that changes."""
+    wherever that changes. The start prints nothing of its own: its name heads the first line."""
     out = []
     parent: str | None = None
     for n in items:
+        if not isinstance(n, models.Neighbor):
+            out.append("")
+            continue
         forward = n.via.to_id == n.entity.id
         pid, name = (n.via.from_id, n.via.from_) if forward else (n.via.to_id, n.via.to)
         chunk = ""
@@ -64,13 +64,6 @@ def neighbor_chunks(items: Sequence[models.Neighbor]) -> list[str]:
             chunk = f"{block(name)}:\n"
         out.append(chunk + _item(f"{arrow(n.via, forward)} {entity_line(n.entity)}"))
     return out
-
-
-def neighbor_sizes(items: Sequence[models.EntitySummary | models.Neighbor]) -> list[int]:
-    """Bytes of a walk's start (its name heads the first neighbour's line) and of each neighbour."""
-    start = [0] if items and not isinstance(items[0], models.Neighbor) else []
-    walked = [n for n in items if isinstance(n, models.Neighbor)]
-    return start + sizes(neighbor_chunks(walked))
 
 
 def left_out(omitted: int, what: str, narrow: str) -> str | None:
@@ -85,18 +78,22 @@ def stopped(truncated: bool, narrow: str, told: bool) -> str | None:
     return "The walk stopped at a bound: more lie beyond" + ("." if told else f" (narrow {narrow}).")
 
 
-def neighbors(r: models.NeighborsResult, narrow: str = "depth, direction, relation_types or limit") -> str:
-    """`narrow`: the arguments that make the walk smaller."""
-    left = left_out(r.omitted, "neighbours", narrow)
-    cut = stopped(r.truncated, narrow, told=left is not None)
-    if not r.neighbors:
-        none = f"{block(r.start.name)}: no neighbours found." if not r.omitted else None
-        return lines([], none, left, cut)
-    return lines(neighbor_chunks(r.neighbors), left, cut)
+def _walk(narrow: str) -> Form[models.NeighborsResult, WalkItem]:
+    """The form of a walk; `narrow`: the arguments that make it smaller."""
+
+    def frame(r: models.NeighborsResult, chunks: list[str]) -> str:
+        left = left_out(r.omitted, "neighbours", narrow)
+        cut = stopped(r.truncated, narrow, told=left is not None)
+        if not r.neighbors:
+            none = f"{block(r.start.name)}: no neighbours found." if not r.omitted else None
+            return lines([], none, left, cut)
+        return lines(chunks, left, cut)
+
+    return Form(walk_items, neighbor_chunks, frame)
 
 
-def chain(r: models.NeighborsResult) -> str:
-    return neighbors(r, narrow="depth or direction")
+NEIGHBORS = _walk("depth, direction, relation_types or limit")
+CHAIN = _walk("depth or direction")
 
 
 # --- shortest_path ------------------------------------------------------------------------------------
@@ -118,7 +115,7 @@ def path(r: models.PathResult) -> str:
 # --- subgraph -----------------------------------------------------------------------------------------
 
 
-def subgraph_chunks(items: Sequence[models.EntitySummary | models.Relation]) -> list[str]:
+def subgraph_chunks(items: Sequence[SubgraphItem]) -> list[str]:
     """Entities' lines, then relations' under one heading, in order."""
     out = []
     heading = False
@@ -131,17 +128,15 @@ def subgraph_chunks(items: Sequence[models.EntitySummary | models.Relation]) -> 
     return out
 
 
-def subgraph_sizes(items: Sequence[models.EntitySummary | models.Relation]) -> list[int]:
-    return sizes(subgraph_chunks(items))
-
-
-def subgraph(r: models.SubgraphResult) -> str:
+def _subgraph(r: models.SubgraphResult, chunks: list[str]) -> str:
     narrow = "depth, max_nodes or max_relations"
     left = left_out(r.omitted, "entities and relations", narrow)
     cut = stopped(r.truncated, narrow, told=left is not None)
-    chunks = subgraph_chunks([*r.entities, *r.relations])
     alone = "No relations among them." if len(r.entities) > 1 and not r.relations and not r.omitted else None
     return lines(chunks, alone, left, cut) or "Nothing found."
+
+
+SUBGRAPH = Form[models.SubgraphResult, SubgraphItem](subgraph_items, subgraph_chunks, _subgraph)
 
 
 # --- hierarchy, graph_stats, server_status ------------------------------------------------------------
@@ -202,148 +197,3 @@ def status(r: models.StatusResult) -> str:
     )
     usable = f"{len(r.tools)} tools usable." if works else f"Usable now: {', '.join(r.tools) or 'none'}."
     return f"{head}\n{usable}"
-
-
-# --- query_graph --------------------------------------------------------------------------------------
-
-SEPARATOR = " | "
-
-
-def query_rows(r: QueryResult) -> str:
-    """A table: the columns' names, then a line per row; strings bare where that is unambiguous,
-    other values as compact JSON, an entity or relation as its properties, null as nothing."""
-    cut = "… more rows than the bounds: narrow the query or add LIMIT." if r.truncated else None
-    if not r.rows:
-        return lines([], "No rows.", cut)
-    head = SEPARATOR.join(block(c) for c in r.columns)
-    rows = [SEPARATOR.join(_cell(v) for v in row) + "\n" for row in r.rows]
-    return lines([f"{head}\n", *rows], cut)
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, str) and _bare(value):
-        return value
-    return orjson.dumps(_plain(value)).decode()
-
-
-def _bare(text: str) -> bool:
-    """Whether a string reads as itself in a cell: not empty, on one line, without the separator,
-    and not to be taken for a number, a literal or JSON."""
-    if not text or text != text.strip() or "\n" in text or "\r" in text or SEPARATOR.strip() in text:
-        return False
-    if text[0] in '"[{' or text in ("true", "false", "null"):
-        return False
-    try:
-        float(text)
-    except ValueError:
-        return True
-    return False
-
-
-_GRAPH_KEYS = {"id", "label", "properties"}
-_RECORD_KEYS = {"id", "created_at", "created_by"}  # get_entity and detail="full" have them
-
-
-def _plain(value: Any) -> Any:
-    """A value without what only the graph store uses: an entity or relation (a map of `id`, `label`,
-    `properties` and its ends' internal ids) becomes its properties, without its id and who wrote it
-    when; nulls go."""
-    if isinstance(value, dict):
-        if value.keys() >= _GRAPH_KEYS and isinstance(value["properties"], dict):
-            props = value["properties"].items()
-            return {k: _plain(v) for k, v in props if k not in _RECORD_KEYS and v is not None}
-        return {k: _plain(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
-
-
-# --- duplicates, merges, aliases ----------------------------------------------------------------------
-
-
-def _reason(x: models.DuplicateReason) -> str:
-    if x.kind == "shared_neighbors":
-        some = f" ({', '.join(block(e) for e in x.examples)})" if x.examples else ""
-        return f"{x.count or 0} shared neighbours{some}"
-    alike = f" {x.similarity:.0%} alike" if x.similarity is not None else " alike"
-    return ("names" if x.kind == "name" else "meanings") + alike
-
-
-def _pair(p: models.DuplicatePair) -> str:
-    if p.a.type == p.b.type:
-        both = f"{block(p.a.name)} ~ {block(p.b.name)} ({block(p.a.type)})"
-    else:
-        both = f"{block(p.a.name)} ({block(p.a.type)}) ~ {block(p.b.name)} ({block(p.b.type)})"
-    return f"{both}: {'; '.join(_reason(x) for x in p.reasons)}"
-
-
-def duplicates(page: models.DuplicatesPage) -> str:
-    """Likely pairs, best first; the last line says where the next slice starts."""
-    if not page.pairs:
-        head = f"No likely duplicates among the {page.scanned} entities scanned."
-        return lines([f"{head}\n"], more(page.next_cursor))
-    chunks = [f"{_pair(p)}\n" for p in page.pairs]
-    return lines(chunks, f"Scanned {page.scanned} entities.", more(page.next_cursor))
-
-
-def merged(r: models.MergeResult) -> str:
-    names = ", ".join(block(e.name) for e in r.merged)
-    moved = [
-        f"{n} {what}"
-        for n, what in (
-            (r.observations_added, "facts moved"),
-            (r.relations_moved, "relations moved"),
-            (r.relations_folded, "relations folded into copies"),
-            (r.self_loops_dropped, "self-loops dropped"),
-        )
-        if n
-    ]
-    out = [
-        f"Merged {names} into {block(r.entity.name)} v{r.entity.version}" + (f": {', '.join(moved)}." if moved else ".")
-    ]
-    if r.aliases_added:
-        out.append(f"New aliases: {', '.join(block(a) for a in r.aliases_added)}.")
-    if r.aliases_not_kept:
-        out.append(
-            f"Not kept as aliases (another entity holds them): {', '.join(block(a) for a in r.aliases_not_kept)}."
-        )
-    if r.property_conflicts:
-        out.append(f"Properties that differed (the rule chose): {', '.join(block(k) for k in r.property_conflicts)}.")
-    if r.embeddings_pending:
-        out.append(f"{r.embeddings_pending} texts are found by meaning once embedded.")
-    return "\n".join(out)
-
-
-def aliases(r: models.AliasesResult, added: bool) -> str:
-    verb, held = ("Added", "already held") if added else ("Removed", "not held")
-    done = f"{verb} {', '.join(block(a) for a in r.changed)}" if r.changed else f"{verb} none"
-    if r.unchanged:
-        done += f"; {held}: {', '.join(block(a) for a in r.unchanged)}"
-    now = f"Aliases now: {', '.join(block(a) for a in r.aliases)}." if r.aliases else "No aliases now."
-    return f"{block(r.entity.name)} v{r.entity.version}: {done}. {now}"
-
-
-# --- audit_log ----------------------------------------------------------------------------------------
-
-
-def audit_chunks(entries: Sequence[AuditEntry]) -> list[str]:
-    """A call a line, newest first; who made it (subject and client) as a heading where that changes."""
-    out = []
-    caller: tuple[str, str] | None = None
-    for e in entries:
-        chunk = ""
-        if (e.subject, e.client_id) != caller:
-            caller = (e.subject, e.client_id)
-            chunk = f"{block(e.subject)} via {block(e.client_id)}:\n"
-        outcome = f" {block(e.outcome)}" if e.outcome != "ok" else ""
-        affected = f", {len(e.affected)} changed" if e.affected else ""
-        out.append(chunk + f"- {moment(e.at)} {block(e.tool)}{outcome}{affected}\n")
-    return out
-
-
-def audit(page: AuditPage) -> str:
-    if not page.entries:
-        return "No calls recorded."
-    return lines(audit_chunks(page.entries), more(page.next_cursor))

@@ -5,8 +5,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from app.answers import purge as shown
 from app.auth.principal import ADMIN, Principal
-from app.mcp.answers import entities as shown
 from app.mcp.toolset import DESTRUCTIVE, ToolSet
 from app.services import Services, models
 from app.services.purges import PurgeResult
@@ -15,7 +15,7 @@ from app.services.purges import PurgeResult
 def register(tool: ToolSet, services: Services) -> None:
     batch = services.limits.max_batch
 
-    @tool(ADMIN, DESTRUCTIVE, title="Purge entities", render=shown.purged)
+    @tool(ADMIN, DESTRUCTIVE, title="Purge entities", answer=shown.purged)
     async def purge_entities(
         who: Principal,
         entities: Annotated[

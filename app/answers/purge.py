@@ -1,0 +1,15 @@
+"""The answer of `purge_entities` (app/mcp/tools/purge.py)."""
+
+from __future__ import annotations
+
+from app.answers.text import block
+from app.services.purges import PurgeResult
+
+
+def purged(r: PurgeResult) -> str:
+    """What a purge erased, or (a preview) would erase and how to confirm it."""
+    if r.erased or not r.names:
+        return r.summary
+    more = r.counts.entities - len(r.names)
+    names = ", ".join(block(n) for n in r.names) + (f" and {more} more" if more > 0 else "")
+    return f"{r.summary}\nEntities: {names}."

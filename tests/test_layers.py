@@ -444,6 +444,70 @@ def test_only_the_ranking_module_fuses() -> None:
     assert "app.services.recall" not in graph["app.services.search"]
 
 
+# --- what a model reads: app/answers/ -------------------------------------------------------------
+
+# Modules of app/answers/ that hold no tools module's answers: the form, the pieces every answer
+# uses, and the hooks' brief.
+ANSWER_PIECES = {"form", "text", "summaries", "brief"}
+
+
+def test_answers_are_printed_apart_from_the_transports_and_the_store() -> None:
+    """app/answers/ prints what a model reads for every transport (the MCP tools, the hook endpoint):
+    it imports neither of them, nor the store, nor MCP's types; the services do not print."""
+    assert not _violations("app.answers", ("app.mcp", "app.hook_routes", "app.store", "mcp", "starlette"))
+    assert not _violations("app.services", ("app.answers",)), "the services decide what is left out, not how it prints"
+    assert "app.answers.brief" in import_graph()["app.hook_routes"]
+    assert not _imports("app.hook_routes", "app.mcp"), "the hook endpoint prints its brief from app/answers/"
+
+
+def _tools_modules() -> dict[str, ast.Module]:
+    return {m.rpartition(".")[2]: t for m, t in _sources().items() if m.startswith("app.mcp.tools.")}
+
+
+def test_each_tools_module_answers_from_its_namesake() -> None:
+    """One answers module per tools module, of the same name: the answers of app/mcp/tools/graph.py
+    are in app/answers/graph.py, and only there."""
+    answers = {m.rpartition(".")[2] for m in _sources() if m.startswith("app.answers.")} - ANSWER_PIECES
+    taken = {}
+    for name, tree in _tools_modules().items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "app.answers":
+                taken[name] = {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("app.answers."):
+                assert node.module == "app.answers.form", f"{name} imports {node.module}"
+    assert all(found == {name} for name, found in taken.items()), taken
+    assert answers == set(taken), f"answers modules without their tools module: {answers ^ set(taken)}"
+
+
+def _budgeted_tools() -> list[tuple[str, ast.AsyncFunctionDef, str]]:
+    """Each tool that takes `max_tokens`, with the answer it registers (as written)."""
+    out = []
+    for name, tree in _tools_modules().items():
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.AsyncFunctionDef) or "max_tokens" not in {a.arg for a in fn.args.args}:
+                continue
+            answer = [ast.unparse(k.value) for d in fn.decorator_list if isinstance(d, ast.Call) for k in d.keywords
+                      if k.arg == "answer"]  # fmt: skip
+            assert answer, f"{name}.{fn.name} takes max_tokens but registers no answer"
+            out.append((name, fn, answer[0]))
+    return out
+
+
+def test_every_budgeted_tool_is_cut_by_the_form_it_prints_in() -> None:
+    """A tool that takes `max_tokens` registers a Form (an upper-case name in its answers module) and
+    passes on that same form's budget: the measure its items are cut by is its printer's."""
+    budgeted = _budgeted_tools()
+    assert len(budgeted) >= 6, budgeted
+    for name, fn, answer in budgeted:
+        assert re.fullmatch(r"shown\.[A-Z_]+", answer), f"{name}.{fn.name} answers in {answer}, not a Form"
+        budgets = {
+            ast.unparse(call.func.value)
+            for call in ast.walk(fn)
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "budget"
+        }
+        assert budgets == {answer}, f"{name}.{fn.name} prints in {answer} but is cut by {budgets}"
+
+
 # --- the tests' own house: shared helpers live in tests/support/ ------------------------------------
 
 

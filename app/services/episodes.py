@@ -119,7 +119,7 @@ class Episodes(Service):
         include_invalid: bool,
         limit: int,
         cursor: str | None,
-        budget: Budget | None = None,
+        budget: Budget[EpisodeModel] | None = None,
     ) -> EpisodePage:
         """Newest first by when they happened; as many as fit `budget`, the rest from the cursor."""
         when = moment(as_of, include_invalid)
@@ -144,7 +144,7 @@ class Episodes(Service):
                 before=before,
             )
         page = [episode_model(r) for r in rows[:limit]]
-        shown = budget.take(page, _text, _shortened) if budget else page
+        shown = budget.take(page) if budget else page
         next_cursor = None
         if len(rows) > len(shown):
             last = shown[-1]
@@ -168,11 +168,3 @@ class Episodes(Service):
         async with self.tx(who) as tx:
             gone = await episodes.delete(tx, list(dict.fromkeys(ids)))
         return EpisodesChanged(ids=gone, unchanged=[i for i in dict.fromkeys(ids) if i not in gone])
-
-
-def _text(episode: EpisodeModel) -> str:
-    return episode.text
-
-
-def _shortened(episode: EpisodeModel, text: str) -> EpisodeModel:
-    return episode.model_copy(update={"text": text})

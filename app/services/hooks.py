@@ -308,7 +308,7 @@ class Hooks(Service):
                 if f.kind != "episode" or not _withheld(f.source, f.episode_id in hooked, session, f.text)
             ]
             shown = Shown(tx, key, await store.shown(tx, key, _keys(facts=wanted)))
-            facts = shown.take(wanted, fact_keys, Budget(policy.prompt_tokens, sizes), _fact_text, _fact_shortened)
+            facts = shown.take(wanted, fact_keys, Budget(policy.prompt_tokens, sizes))
             await shown.mark()
         return Brief(heading="Engram memory: facts this prompt may need (recalled, not said in this session).",
                      facts=facts) if facts else None  # fmt: skip
@@ -341,10 +341,9 @@ class Hooks(Service):
         half = max(policy.start_tokens // 2, 100)
         async with self.tx(who, primary=True) as tx:
             shown = Shown(tx, key, await store.shown(tx, key, _keys(recent[: 2 * RECENT], wanted)))
-            episodes = shown.take(recent[:RECENT], episode_keys, Budget(half, episode_sizes), _episode_text,
-                                  _episode_shortened)  # fmt: skip
+            episodes = shown.take(recent[:RECENT], episode_keys, Budget(half, episode_sizes))
             room = policy.start_tokens - half if episodes else policy.start_tokens
-            facts = shown.take(wanted, fact_keys, Budget(room, fact_sizes), _fact_text, _fact_shortened)
+            facts = shown.take(wanted, fact_keys, Budget(room, fact_sizes))
             await shown.mark()
             await store.forget_old(tx, self._session_days, FORGET_BATCH)
         if not episodes and not facts:
@@ -482,9 +481,7 @@ class Shown:
         self,
         items: Sequence[T],
         keys_of: Callable[[T], list[int]],
-        budget: Budget,
-        text: Callable[[T], str],
-        shorten: Callable[[T, str], T],
+        budget: Budget[Any],
     ) -> list[T]:
         """Those of `items` not given yet, once each, as many as fit `budget`."""
         fresh: list[tuple[T, list[int]]] = []
@@ -494,7 +491,7 @@ class Shown:
             if self.seen.isdisjoint(keys) and here.isdisjoint(keys):
                 here.update(keys)
                 fresh.append((item, keys))
-        taken = budget.take([item for item, _ in fresh], text, shorten)
+        taken = budget.take([item for item, _ in fresh])
         for _, keys in fresh[: len(taken)]:
             self.seen.update(keys)
             self.new.extend(keys)
@@ -529,19 +526,3 @@ def _turn(event: HookInput) -> tuple[str, str] | None:
 
 def _slug(text: str | None) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", (text or "").lower()).strip("-")[:30]  # a source stays within 200
-
-
-def _fact_text(f: Fact) -> str:
-    return f.text
-
-
-def _fact_shortened(f: Fact, text: str) -> Fact:
-    return f.model_copy(update={"text": text})
-
-
-def _episode_text(e: Episode) -> str:
-    return e.text
-
-
-def _episode_shortened(e: Episode, text: str) -> Episode:
-    return e.model_copy(update={"text": text})

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, StringConstraints, model_validator
 
+from app.services.budget import Clipped
 from app.services.models import Clean, Ref, Source, Strict, ValidFrom, ValidUntil, check_interval
 from app.services.search_models import Mode
 
@@ -54,7 +55,8 @@ class Involved(EntityRef):
     role: Role = Field(description="speaker, participant, or mentioned (its name or an alias is in the text).")
 
 
-class Episode(BaseModel):
+class Episode(Clipped):
+    clip_field: ClassVar[str] = "text"
     id: int
     text: str
     at: datetime = Field(description="When it happened.")
@@ -106,7 +108,8 @@ class FactRecord(BaseModel):
     valid_until: datetime | None = None
 
 
-class Fact(BaseModel):
+class Fact(Clipped):
+    clip_field: ClassVar[str] = "text"
     kind: FactKind = Field(description="observation, relation, episode, or entity (its description).")
     text: str = Field(description="The fact: an observation, a relation as a sentence, an episode, a description.")
     entity: EntityRef | None = Field(None, description="Whose observation or description; a relation's `from`.")

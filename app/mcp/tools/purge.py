@@ -5,8 +5,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints
 
+from app.answers import purge as shown
 from app.auth.principal import ADMIN, Principal
-from app.mcp.answers import entities as shown
 from app.mcp.toolset import DESTRUCTIVE, ToolSet
 from app.services import Services, models
 from app.services.purges import PrivateErased, PurgeResult
@@ -17,7 +17,7 @@ Subject = Annotated[str, StringConstraints(min_length=1, max_length=300), models
 def register(tool: ToolSet, services: Services) -> None:
     batch = services.limits.max_batch
 
-    @tool(ADMIN, DESTRUCTIVE, title="Purge entities", render=shown.purged)
+    @tool(ADMIN, DESTRUCTIVE, title="Purge entities", answer=shown.purged)
     async def purge_entities(
         who: Principal,
         entities: Annotated[
@@ -38,7 +38,7 @@ def register(tool: ToolSet, services: Services) -> None:
         """
         return await services.purges.purge(who, entities, confirm=confirm, episodes=episodes)
 
-    @tool(ADMIN, DESTRUCTIVE, title="Erase a private memory", render=shown.private_erased)
+    @tool(ADMIN, DESTRUCTIVE, title="Erase a private memory", answer=shown.private_erased)
     async def erase_private_memory(
         who: Principal,
         subject: Annotated[Subject, Field(description="The member's token subject (as the audit log names callers).")],

@@ -390,7 +390,7 @@ class Settings(BaseSettings):
         description="A cross-encoder's model directory (engram-model.json): recall reorders its first facts by it; "
         "unset: no reranking.",
     )
-    rerank_depth: int = Field(30, ge=1, le=200, description="Facts at the top of recall's ranking the reranker reads.")
+    rerank_depth: int = Field(20, ge=1, le=200, description="Facts at the top of recall's ranking the reranker reads.")
 
     # observability
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

@@ -54,7 +54,7 @@ class Indexer:
         sync_texts: int = 128,
         write_budget_seconds: float = 0.05,
         reranker: CrossEncoder | None = None,
-        rerank_depth: int = 30,
+        rerank_depth: int = 20,
     ) -> None:
         self._db = db
         self.embedder = embedder

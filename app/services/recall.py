@@ -56,7 +56,7 @@ SPREAD = 0.05  # how much a fact yields to a better one it is like (maximal marg
 SPREAD_FLOOR = 0.6  # likeness below which two facts do not count as alike
 # With a reranker (ENGRAM_RERANK_MODEL): the first facts are ordered again by reciprocal ranks, the
 # reranker's counting RERANK_WEIGHT times the ranking's own (which holds the time and context lifts).
-RERANK_WEIGHT = 1.0
+RERANK_WEIGHT = 2.0
 RERANK_K = 10
 
 

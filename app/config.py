@@ -386,6 +386,14 @@ class Settings(BaseSettings):
         4096, ge=0, le=1_000_000, description="Texts of writes that may wait for the pool; past it they stay pending."
     )
     search_ef_search: int = Field(200, ge=10, le=1000)
+    rerank_model: str | None = Field(
+        None,
+        min_length=1,
+        max_length=300,
+        description="A cross-encoder's model directory (engram-model.json): recall reorders its first facts by it; "
+        "unset: no reranking.",
+    )
+    rerank_depth: int = Field(20, ge=1, le=200, description="Facts at the top of recall's ranking the reranker reads.")
 
     # observability
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

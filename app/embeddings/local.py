@@ -26,7 +26,7 @@ import struct
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from app.embeddings.provider import BUNDLED_NAMES, DEFAULT_LOCAL_MODEL, EmbeddingError, Provider, Vector
 
@@ -78,6 +78,30 @@ def map_weights(path: Path, mapped: mmap.mmap | None = None) -> dict[str, Any]:
     }
 
 
+class Encoder(Protocol):
+    """A loaded model as the provider runs it: token ids in, unit vectors out, on the calling thread."""
+
+    dimensions: int
+
+    def token_ids(self, texts: list[str], query: bool = False) -> list[list[int]]: ...
+
+    def run(self, ids: list[list[int]]) -> Any: ...
+
+
+def session_options(threads: int) -> Any:
+    """ONNX Runtime's options for a model of the server: `threads` threads that sleep when idle (on
+    cores shared with PostgreSQL, spinning threads take what others need), one op at a time."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # idle threads sleep
+    options.log_severity_level = 3
+    return options
+
+
 class Session:
     """The loaded model: texts in, unit vectors out (numpy), on the calling thread."""
 
@@ -85,12 +109,7 @@ class Session:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # idle threads sleep
-        options.log_severity_level = 3
+        options = session_options(threads)
         with (files / "model.safetensors").open("rb") as f:
             self._mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         weights = map_weights(files / "model.safetensors", self._mapped)
@@ -106,7 +125,8 @@ class Session:
         self._tokenizer.enable_truncation(MAX_TOKENS)
         self._tokenizer.no_padding()
 
-    def token_ids(self, texts: list[str]) -> list[list[int]]:
+    def token_ids(self, texts: list[str], query: bool = False) -> list[list[int]]:
+        """Each text's tokens (a query's the same: this model embeds both alike)."""
         return [e.ids for e in self._tokenizer.encode_batch(texts)]
 
     def run(self, ids: list[list[int]]) -> Any:
@@ -159,8 +179,8 @@ class LocalModel(Provider):
         self._threads = threads
         self._batch_size = batch_size
         self._executor = ThreadPoolExecutor(max_workers=2 * workers, thread_name_prefix="embed")
-        self._loading: Future[Session] | None = None
-        self._session: Session | None = None
+        self._loading: Future[Encoder] | None = None
+        self._session: Encoder | None = None
 
     def preload(self) -> None:
         if self._loading is None:
@@ -186,12 +206,15 @@ class LocalModel(Provider):
             )
         return given
 
-    def _load(self) -> Session:
+    def _open(self, files: Path) -> Encoder:
+        return Session(files, self._threads)
+
+    def _load(self) -> Encoder:
         files = self._files()
         # The tokenizer's own thread pool would take every core; the model's threads are the bound.
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         try:
-            session = Session(files, self._threads)
+            session = self._open(files)
         except Exception as exc:  # a missing, damaged or different model: refuse to serve, saying why
             raise EmbeddingError(f"cannot load embedding model {self.model!r}: {exc}") from exc
         if self._expected_dimensions and session.dimensions != self._expected_dimensions:
@@ -203,11 +226,17 @@ class LocalModel(Provider):
         return session
 
     async def embed(self, texts: Sequence[str], *, attempts: int | None = None) -> list[Vector]:
+        return await self._embed(texts, query=False)
+
+    async def embed_queries(self, texts: Sequence[str], *, attempts: int | None = None) -> list[Vector]:
+        return await self._embed(texts, query=True)
+
+    async def _embed(self, texts: Sequence[str], *, query: bool) -> list[Vector]:
         session = self._session
         if session is None:
             raise EmbeddingError("the local embedding model is not loaded")
         loop = asyncio.get_running_loop()
-        ids = await loop.run_in_executor(self._executor, session.token_ids, list(texts))
+        ids = await loop.run_in_executor(self._executor, session.token_ids, list(texts), query)
         out: list[Vector] = [[] for _ in texts]
         for run in batches([len(i) for i in ids], self._batch_size):
             vectors = await loop.run_in_executor(self._executor, session.run, [ids[i] for i in run])

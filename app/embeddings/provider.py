@@ -36,6 +36,9 @@ class Provider(ABC):
     dimensions: int
     # Texts per job of the embedding pool (queue.py): a query waits at most for one job per worker.
     job_texts: int = 64
+    # Whether a query is embedded unlike a stored text (a model trained with a prefix for each):
+    # then queries go through `embed_queries`, and their vectors are cached apart.
+    asymmetric: bool = False
 
     def preload(self) -> None:  # noqa: B027 (optional hook)
         """Begin what `start` does on a thread of its own, before an event loop runs (a local model)."""
@@ -46,6 +49,10 @@ class Provider(ABC):
     @abstractmethod
     async def embed(self, texts: Sequence[str], *, attempts: int | None = None) -> list[Vector]:
         """One vector per text. `attempts` bounds tries of a remote call (default: the settings')."""
+
+    async def embed_queries(self, texts: Sequence[str], *, attempts: int | None = None) -> list[Vector]:
+        """One vector per query: the same as `embed` but for an `asymmetric` model."""
+        return await self.embed(texts, attempts=attempts)
 
     async def close(self) -> None:  # noqa: B027 (optional hook)
         """Release what `start` took."""

@@ -17,6 +17,7 @@ from app.embeddings.embedder import Embedder, ProviderDown
 from app.embeddings.factory import create_provider
 from app.embeddings.provider import EmbeddingError, InputRejected, Vector
 from app.embeddings.queue import Priority
+from app.embeddings.rerank import CrossEncoder, reranker
 from app.errors import EngramError
 from app.observability import metrics
 from app.observability.context import deadline
@@ -52,9 +53,13 @@ class Indexer:
         batch_size: int,
         sync_texts: int = 128,
         write_budget_seconds: float = 0.05,
+        reranker: CrossEncoder | None = None,
+        rerank_depth: int = 20,
     ) -> None:
         self._db = db
         self.embedder = embedder
+        self.reranker = reranker  # recall's second reading of its first `rerank_depth` facts (off: None)
+        self.rerank_depth = rerank_depth
         self._batch = batch_size
         self._sync_texts = sync_texts  # texts a write embeds before its transaction; the filler does the rest
         self._write_budget = write_budget_seconds  # ... and how long it waits for them
@@ -82,6 +87,8 @@ class Indexer:
             batch_size=settings.embedding_batch_size,
             sync_texts=settings.embed_sync_texts,
             write_budget_seconds=settings.embed_write_budget_ms / 1000,
+            reranker=reranker(settings.rerank_model, settings.embedding_threads),
+            rerank_depth=settings.rerank_depth,
         )
 
     # --- life cycle ---------------------------------------------------------------------------
@@ -95,6 +102,8 @@ class Indexer:
         """Load the model, register it, and (in a server) start the filler. Model errors are fatal."""
         if self.embedder is not None:
             await self.embedder.provider.start()
+        if self.reranker is not None:
+            await self.reranker.start()
         try:
             await self.register()
         except ModelRefused as exc:
@@ -113,6 +122,8 @@ class Indexer:
         if self.embedder is not None:
             await self.embedder.close()
             await self.embedder.provider.close()
+        if self.reranker is not None:
+            await self.reranker.close()
 
     async def register(self) -> None:
         """Record this server's model; warn when the stored vectors were made by another one."""

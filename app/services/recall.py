@@ -26,6 +26,7 @@ from datetime import UTC, datetime, timedelta
 import orjson
 
 from app.auth.principal import Principal
+from app.embeddings.provider import EmbeddingError
 from app.services import timespans
 from app.services.budget import Budget
 from app.services.excerpts import excerpt
@@ -53,6 +54,10 @@ FOLD_DISTANCE = 0.05  # cosine distance under which two facts say the same
 FOLD_WINDOW = 100  # facts compared for folding, from the top of the ranking
 SPREAD = 0.05  # how much a fact yields to a better one it is like (maximal marginal relevance)
 SPREAD_FLOOR = 0.6  # likeness below which two facts do not count as alike
+# With a reranker (ENGRAM_RERANK_MODEL): the first facts are ordered again by reciprocal ranks, the
+# reranker's counting RERANK_WEIGHT times the ranking's own (which holds the time and context lifts).
+RERANK_WEIGHT = 2.0
+RERANK_K = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +117,7 @@ class Recall(Ranker):
                         legs["named"] = await within
                 ranked = _candidates(fuse(legs, WEIGHTS, _doc))
                 ranked = await self._adjusted(tx, q.text, ranked, scope, vector is not None, texts, depth)
+                ranked = await self._reranked(tx, q.text, ranked, notices)
                 page = ranked[offset:depth]
                 shown = await recall.facts(tx, [d for c in page for d in (c.doc_id, *c.also)])
                 facts = [_fact(shown, c, q.text) for c in page if c.doc_id in shown]
@@ -145,6 +151,25 @@ class Recall(Ranker):
         if meant and self.indexer.model is not None:
             await self._fold(tx, ranked, depth)
         return ranked
+
+    async def _reranked(self, tx: Tx, question: str, ranked: list[_Candidate], notices: list[str]) -> list[_Candidate]:
+        """The first facts ordered again with a cross-encoder's reading of each beside the question
+        (docs/search.md, "Stronger models: candidates"); unchanged without one, or when it fails."""
+        reader, top = self.indexer.reranker, ranked[: self.indexer.rerank_depth]
+        if reader is None or len(top) < 2:
+            return ranked
+        texts = await recall.bodies(tx, [c.doc_id for c in top])
+        try:
+            scores = await reader.scores(question, [texts.get(c.doc_id, "") for c in top])
+        except EmbeddingError:
+            notices.append("the reranker is not answering: facts are in the ranking's own order")
+            return ranked
+        by_reader = sorted(range(len(top)), key=lambda i: -scores[i])
+        second = {top[i].doc_id: place for place, i in enumerate(by_reader)}
+        blend = {
+            c.doc_id: 1 / (RERANK_K + p) + RERANK_WEIGHT / (RERANK_K + second[c.doc_id]) for p, c in enumerate(top)
+        }
+        return sorted(top, key=lambda c: -blend[c.doc_id]) + ranked[len(top) :]
 
     @staticmethod
     async def _lift_in_time(

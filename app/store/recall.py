@@ -203,6 +203,13 @@ async def by_word_weight(
 
 
 @timed
+async def bodies(tx: Tx, doc_ids: Sequence[int]) -> dict[int, str]:
+    """The indexed text of these documents (a fact with its subject's name), by document id."""
+    rows = await tx.fetch("SELECT id, body FROM {s}.search_docs WHERE id = ANY($1::bigint[])", list(doc_ids))
+    return {r[0]: r[1] for r in rows}
+
+
+@timed
 async def times(tx: Tx, doc_ids: Sequence[int]) -> dict[int, datetime]:
     """When each fact happened, as far as memory says: an episode's `at`; an observation's or a
     relation's `valid_from`, else when it was written. Descriptions have no time."""

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from app.auth.scopes import ADMIN, READ, WRITE
+from app.scopes import ADMIN, READ, WRITE
 
 _DEFAULT_MIGRATIONS = Path(__file__).resolve().parent / "sql" / "migrations"  # shipped in the package
 # Each tool set is served at its own MCP endpoint (ENGRAM_TOOL_SETS picks which), with its own audience.

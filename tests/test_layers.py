@@ -306,13 +306,13 @@ def test_no_database_is_built_inside_the_database() -> None:
 
 def test_the_tenant_key_and_id_patterns_have_one_home() -> None:
     """The tenant key's and the canonical id's regular expressions are written once, in
-    `app/store/database.py` (the tokens' tenant claim, the console and the tools check with them)."""
+    `app/ids.py` (the tokens' tenant claim, the store, the console and the tools check with them)."""
     patterns = (r"[A-Za-z0-9._:@|-]{0,199}", r"[0-9a-f]{8}-[0-9a-f]{4}")
     written = {
         pattern: sorted(m for m, tree in _sources().items() if any(pattern in text for text in _strings(tree)))
         for pattern in patterns
     }
-    assert written == {pattern: ["app.store.database"] for pattern in patterns}, written
+    assert written == {pattern: ["app.ids"] for pattern in patterns}, written
 
 
 def _strings(tree: ast.Module) -> list[str]:
@@ -344,6 +344,43 @@ def test_audit_rows_are_built_in_one_place() -> None:
 
 def _names(node: ast.expr, name: str) -> bool:
     return isinstance(node, ast.Name) and node.id == name
+
+
+# The ground floor of app/: what every floor may name (scope names, id patterns, error codes), importing
+# nothing of Engram's, so that naming them never draws an arrow back up.
+GROUND_FLOOR = ("app.scopes", "app.ids", "app.errors")
+
+
+def _room(module: str) -> str:
+    """The room of app/ a module is in: its top-level package or module (`app.store.cypher.age` →
+    `app.store`)."""
+    return ".".join(module.split(".")[:2])
+
+
+def _rooms() -> dict[str, set[str]]:
+    """The rooms of app/ and the rooms each imports (an arrow between rooms, whichever modules draw it)."""
+    graph: dict[str, set[str]] = {}
+    for module, imported in import_graph().items():
+        if module == "app":
+            continue
+        arrows = graph.setdefault(_room(module), set())
+        arrows.update(_room(m) for m in imported if _in(m, "app") and m != "app" and _room(m) != _room(module))
+    return graph
+
+
+def test_no_arrow_runs_back_up_between_the_rooms_of_app() -> None:
+    """The folders and top-level modules of app/ stand on floors, every arrow pointing down: no two
+    rooms import each other, however far round (`auth/ → config → auth/` was one, when the settings
+    took the scope names from app/auth/ and app/auth/ took the tenant key from the store)."""
+    rooms = _rooms()
+    back_up = sorted(room for room in rooms if room in _reached(rooms, room))
+    assert not back_up, f"rooms that reach themselves: {back_up}"
+
+
+def test_the_ground_floor_imports_nothing_of_engrams() -> None:
+    found = {m: sorted(i for i in import_graph()[m] if _in(i, "app")) for m in GROUND_FLOOR}
+    assert found == {m: [] for m in GROUND_FLOOR}, found
+    assert "app.scopes" in _rooms()["app.config"] and "app.ids" in _rooms()["app.auth"]  # the check sees arrows
 
 
 def _circles(package: str) -> list[set[str]]:
@@ -385,11 +422,11 @@ def test_the_services_have_no_import_circle() -> None:
 
 
 def test_the_scope_names_are_spelled_once() -> None:
-    """Engram's scope names are written in app/auth/scopes.py only; everything else names them."""
+    """Engram's scope names are written in app/scopes.py only; everything else names them."""
     spelled = {
         module
         for module, tree in _sources().items()
-        if module != "app.auth.scopes"
+        if module != "app.scopes"
         for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and node.value in ("memory:read", "memory:write", "memory:admin")
     }

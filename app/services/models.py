@@ -19,8 +19,8 @@ from pydantic import (
     model_validator,
 )
 
-from app.auth.scopes import Scope
-from app.store.database import UUID_PATTERN as UUID_PATTERN  # the console checks ids with it too
+from app.ids import UUID_PATTERN as UUID_PATTERN  # the console checks ids with it too
+from app.scopes import Scope
 
 MAX_JSON_DEPTH = 32
 _INT64 = (-(2**63), 2**63 - 1)

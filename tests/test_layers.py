@@ -262,6 +262,23 @@ def test_only_the_emitter_writes_age_text() -> None:
     assert not any(_imports(m, "app.store.cypher_read") for m in import_graph())
 
 
+# Cypher's own syntax: a MATCH clause, or a pattern's edge (`)-[`, `]->(`).
+CYPHER = re.compile(r"\bMATCH\s*\(|\)<?-\[|\]->?\(")
+
+
+def test_the_store_spells_no_cypher_of_its_own() -> None:
+    """The store's own Cypher (an entity's edges, `relations.touching`) is built as a tree and written
+    by the emitter like query_graph's: no store module outside app/store/cypher/ spells a pattern."""
+    found = {
+        module: [text[:60] for text in _strings(tree) if CYPHER.search(text)]
+        for module, tree in _sources().items()
+        if _in(module, "app.store") and not _in(module, "app.store.cypher")
+    }
+    assert not {m: texts for m, texts in found.items() if texts}, found
+    assert CYPHER.search("MATCH (a:Entity)-[r:REL]->(b:Entity)") and not CYPHER.search("RETURNING id, (x)")
+    assert "app.store.cypher" in import_graph()["app.store.relations"]
+
+
 def _calls(tree: ast.Module, owner: str, attribute: str) -> list[int]:
     """Lines where `owner.attribute` is read (`asyncpg.create_pool`, `settings.cells`)."""
     return [
@@ -279,6 +296,19 @@ def test_only_the_pool_module_opens_pools() -> None:
     everything else asks it (`Pool`) for a connection."""
     found = {m: lines for m, tree in _sources().items() if (lines := _calls(tree, "asyncpg", "create_pool"))}
     assert set(found) == {"app.store.pool"}, found
+
+
+def test_owner_connections_are_opened_one_way() -> None:
+    """A connection outside the pools is opened by `owner(url)` (app/store/connect.py: its codecs and
+    its connect timeout), the migrations runner's included; the change feed's listener, which holds
+    the run-time role's connection for LISTEN and reconnects by itself, is the only other."""
+    found = {
+        m: lines
+        for m, tree in _sources().items()
+        if _in(m, "app.store") and (lines := _calls(tree, "asyncpg", "connect"))
+    }
+    assert set(found) == {"app.store.connect", "app.store.changes"}, found
+    assert "app.store.connect" in import_graph()["app.store.migrate"]
 
 
 def test_the_cells_are_listed_only_by_the_settings() -> None:

@@ -13,8 +13,9 @@ from pydantic import BaseModel, Field, SecretStr, field_validator, model_validat
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.scopes import ADMIN, READ, WRITE
+from app.shipped import migrations_dir
 
-_DEFAULT_MIGRATIONS = Path(__file__).resolve().parent / "sql" / "migrations"  # shipped in the package
+_DEFAULT_MIGRATIONS = migrations_dir()  # sql/migrations in a checkout, app/sql/migrations in the wheel
 # Each tool set is served at its own MCP endpoint (ENGRAM_TOOL_SETS picks which), with its own audience.
 # The hook events /hooks/claude-code answers (docs/clients.md); the rest are answered empty.
 HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "Stop", "SubagentStop", "PreCompact", "SessionEnd")

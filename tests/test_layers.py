@@ -376,9 +376,9 @@ def _names(node: ast.expr, name: str) -> bool:
     return isinstance(node, ast.Name) and node.id == name
 
 
-# The ground floor of app/: what every floor may name (scope names, id patterns, error codes), importing
-# nothing of Engram's, so that naming them never draws an arrow back up.
-GROUND_FLOOR = ("app.scopes", "app.ids", "app.errors")
+# The ground floor of app/: what every floor may name (scope names, id patterns, error codes, where the
+# SQL files are), importing nothing of Engram's, so that naming them never draws an arrow back up.
+GROUND_FLOOR = ("app.scopes", "app.ids", "app.errors", "app.shipped")
 
 
 def _room(module: str) -> str:

@@ -407,6 +407,19 @@ def test_no_arrow_runs_back_up_between_the_rooms_of_app() -> None:
     assert not back_up, f"rooms that reach themselves: {back_up}"
 
 
+# A module a reader takes in whole: past this, it holds more than one concept (docs/architecture.md).
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_is_over_600_lines() -> None:
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in APP.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, long
+
+
 def test_the_ground_floor_imports_nothing_of_engrams() -> None:
     found = {m: sorted(i for i in import_graph()[m] if _in(i, "app")) for m in GROUND_FLOOR}
     assert found == {m: [] for m in GROUND_FLOOR}, found

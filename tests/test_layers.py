@@ -262,6 +262,23 @@ def test_only_the_emitter_writes_age_text() -> None:
     assert not any(_imports(m, "app.store.cypher_read") for m in import_graph())
 
 
+# Cypher's own syntax: a MATCH clause, or a pattern's edge (`)-[`, `]->(`).
+CYPHER = re.compile(r"\bMATCH\s*\(|\)<?-\[|\]->?\(")
+
+
+def test_the_store_spells_no_cypher_of_its_own() -> None:
+    """The store's own Cypher (an entity's edges, `relations.touching`) is built as a tree and written
+    by the emitter like query_graph's: no store module outside app/store/cypher/ spells a pattern."""
+    found = {
+        module: [text[:60] for text in _strings(tree) if CYPHER.search(text)]
+        for module, tree in _sources().items()
+        if _in(module, "app.store") and not _in(module, "app.store.cypher")
+    }
+    assert not {m: texts for m, texts in found.items() if texts}, found
+    assert CYPHER.search("MATCH (a:Entity)-[r:REL]->(b:Entity)") and not CYPHER.search("RETURNING id, (x)")
+    assert "app.store.cypher" in import_graph()["app.store.relations"]
+
+
 def _calls(tree: ast.Module, owner: str, attribute: str) -> list[int]:
     """Lines where `owner.attribute` is read (`asyncpg.create_pool`, `settings.cells`)."""
     return [
@@ -279,6 +296,19 @@ def test_only_the_pool_module_opens_pools() -> None:
     everything else asks it (`Pool`) for a connection."""
     found = {m: lines for m, tree in _sources().items() if (lines := _calls(tree, "asyncpg", "create_pool"))}
     assert set(found) == {"app.store.pool"}, found
+
+
+def test_owner_connections_are_opened_one_way() -> None:
+    """A connection outside the pools is opened by `owner(url)` (app/store/connect.py: its codecs and
+    its connect timeout), the migrations runner's included; the change feed's listener, which holds
+    the run-time role's connection for LISTEN and reconnects by itself, is the only other."""
+    found = {
+        m: lines
+        for m, tree in _sources().items()
+        if _in(m, "app.store") and (lines := _calls(tree, "asyncpg", "connect"))
+    }
+    assert set(found) == {"app.store.connect", "app.store.changes"}, found
+    assert "app.store.connect" in import_graph()["app.store.migrate"]
 
 
 def test_the_cells_are_listed_only_by_the_settings() -> None:
@@ -306,13 +336,13 @@ def test_no_database_is_built_inside_the_database() -> None:
 
 def test_the_tenant_key_and_id_patterns_have_one_home() -> None:
     """The tenant key's and the canonical id's regular expressions are written once, in
-    `app/store/database.py` (the tokens' tenant claim, the console and the tools check with them)."""
+    `app/ids.py` (the tokens' tenant claim, the store, the console and the tools check with them)."""
     patterns = (r"[A-Za-z0-9._:@|-]{0,199}", r"[0-9a-f]{8}-[0-9a-f]{4}")
     written = {
         pattern: sorted(m for m, tree in _sources().items() if any(pattern in text for text in _strings(tree)))
         for pattern in patterns
     }
-    assert written == {pattern: ["app.store.database"] for pattern in patterns}, written
+    assert written == {pattern: ["app.ids"] for pattern in patterns}, written
 
 
 def _strings(tree: ast.Module) -> list[str]:
@@ -344,6 +374,56 @@ def test_audit_rows_are_built_in_one_place() -> None:
 
 def _names(node: ast.expr, name: str) -> bool:
     return isinstance(node, ast.Name) and node.id == name
+
+
+# The ground floor of app/: what every floor may name (scope names, id patterns, error codes, where the
+# SQL files are), importing nothing of Engram's, so that naming them never draws an arrow back up.
+GROUND_FLOOR = ("app.scopes", "app.ids", "app.errors", "app.shipped")
+
+
+def _room(module: str) -> str:
+    """The room of app/ a module is in: its top-level package or module (`app.store.cypher.age` →
+    `app.store`)."""
+    return ".".join(module.split(".")[:2])
+
+
+def _rooms() -> dict[str, set[str]]:
+    """The rooms of app/ and the rooms each imports (an arrow between rooms, whichever modules draw it)."""
+    graph: dict[str, set[str]] = {}
+    for module, imported in import_graph().items():
+        if module == "app":
+            continue
+        arrows = graph.setdefault(_room(module), set())
+        arrows.update(_room(m) for m in imported if _in(m, "app") and m != "app" and _room(m) != _room(module))
+    return graph
+
+
+def test_no_arrow_runs_back_up_between_the_rooms_of_app() -> None:
+    """The folders and top-level modules of app/ stand on floors, every arrow pointing down: no two
+    rooms import each other, however far round (`auth/ → config → auth/` was one, when the settings
+    took the scope names from app/auth/ and app/auth/ took the tenant key from the store)."""
+    rooms = _rooms()
+    back_up = sorted(room for room in rooms if room in _reached(rooms, room))
+    assert not back_up, f"rooms that reach themselves: {back_up}"
+
+
+# A module a reader takes in whole: past this, it holds more than one concept (docs/architecture.md).
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_is_over_600_lines() -> None:
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in APP.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, long
+
+
+def test_the_ground_floor_imports_nothing_of_engrams() -> None:
+    found = {m: sorted(i for i in import_graph()[m] if _in(i, "app")) for m in GROUND_FLOOR}
+    assert found == {m: [] for m in GROUND_FLOOR}, found
+    assert "app.scopes" in _rooms()["app.config"] and "app.ids" in _rooms()["app.auth"]  # the check sees arrows
 
 
 def _circles(package: str) -> list[set[str]]:
@@ -385,11 +465,11 @@ def test_the_services_have_no_import_circle() -> None:
 
 
 def test_the_scope_names_are_spelled_once() -> None:
-    """Engram's scope names are written in app/auth/scopes.py only; everything else names them."""
+    """Engram's scope names are written in app/scopes.py only; everything else names them."""
     spelled = {
         module
         for module, tree in _sources().items()
-        if module != "app.auth.scopes"
+        if module != "app.scopes"
         for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and node.value in ("memory:read", "memory:write", "memory:admin")
     }

@@ -9,11 +9,11 @@ from typing import Any
 
 from mcp.server.auth.provider import AccessToken
 
-from app.auth.scopes import ADMIN as ADMIN  # re-exported: most modules name the scopes from here
-from app.auth.scopes import READ as READ
-from app.auth.scopes import WRITE as WRITE
 from app.errors import EngramError
-from app.store.database import SYSTEM, TENANT_KEY
+from app.ids import SYSTEM, TENANT_KEY
+from app.scopes import ADMIN as ADMIN  # re-exported: most modules name the scopes from here
+from app.scopes import READ as READ
+from app.scopes import WRITE as WRITE
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,8 +9,8 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from app.auth.scopes import ADMIN, READ, WRITE
 from app.cli.common import UNSET, exiting, operator, read_settings, with_database
+from app.scopes import ADMIN, READ, WRITE
 
 if TYPE_CHECKING:
     from app.cli.common import Subparsers

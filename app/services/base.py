@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from app.auth.principal import ADMIN, Principal
 from app.config import Settings
 from app.errors import EngramError
+from app.ids import SYSTEM
 from app.observability.context import CALL
 from app.services import audit_rows
 from app.services.cursors import Cursors
@@ -16,7 +17,7 @@ from app.services.fairness import Fairness, refuse
 from app.services.indexing import Indexer
 from app.store import changes, index
 from app.store import limits as tenant_limits
-from app.store.database import SYSTEM, Database, Tx
+from app.store.database import Database, Tx
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,11 +19,12 @@ from app.embeddings.provider import EmbeddingError, InputRejected, Vector
 from app.embeddings.queue import Priority
 from app.embeddings.rerank import CrossEncoder, reranker
 from app.errors import EngramError
+from app.ids import SYSTEM
 from app.observability import metrics
 from app.observability.context import deadline
 from app.store import index, vectors
 from app.store.cell import Cell, each_cell
-from app.store.database import SYSTEM, Database, Tenant
+from app.store.database import Database, Tenant
 from app.store.errors import DATABASE_ERRORS
 from app.store.vectors import Doc, ModelRefused
 

@@ -19,9 +19,9 @@ from pydantic import (
     model_validator,
 )
 
-from app.auth.scopes import Scope
+from app.ids import UUID_PATTERN as UUID_PATTERN  # the console checks ids with it too
+from app.scopes import Scope
 from app.services.budget import Clipped
-from app.store.database import UUID_PATTERN as UUID_PATTERN  # the console checks ids with it too
 
 MAX_JSON_DEPTH = 32
 _INT64 = (-(2**63), 2**63 - 1)

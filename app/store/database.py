@@ -17,6 +17,7 @@ from cachetools import TTLCache
 
 from app.config import MAIN_CELL, Settings
 from app.errors import EngramError
+from app.ids import NOBODY, TENANT_KEY, UUID, VIEWER
 from app.observability import metrics, tracing
 from app.store.cell import Cell
 from app.store.errors import Moving, RoleRefused, Unavailable, is_outage
@@ -29,25 +30,12 @@ R = TypeVar("R")
 _SCHEMA = re.compile(r"^t_[0-9a-f]{32}$")
 # The cursor signing keys among the server secrets: the first, and those `engram cursor-key rotate` adds.
 CURSOR_KEY = "^cursor(-[0-9a-f]{8})?$"
-# A tenant's key, as the tenants table's CHECK has it (fullmatch: "$" would let a final newline through).
-TENANT_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@|-]{0,199}")
-# The canonical spelling of an id, the only one Engram accepts (and the one it returns).
-UUID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
-UUID = re.compile(UUID_PATTERN)
 # What Tx.set_local writes into statement text: a setting's name, and a plain word or number.
 _SETTING = re.compile(r"^[a-z_]+(\.[a-z_]+)?$")
 _SETTING_VALUE = re.compile(r"^[A-Za-z0-9_.]{1,64}$")
 # What a transaction's opening alone sets: a query may never name them (Tx.set_local refuses them).
 _OPENING_SETTINGS = frozenset({"role", "session_authorization", "engram.tenant_id", "engram.principal"})
 
-# Whose private memory a transaction sees besides the tenant's shared memory: row-level security on
-# episodes and their search documents reads `engram.principal` (migration 0035). A principal's key
-# (32 hex digits, `Principal.key`), SYSTEM for the server's own work (the embedding filler,
-# reindexing, retention, the operator's commands), or NOBODY: the shared memory only, which is what
-# a transaction that names no one gets.
-SYSTEM = "system"
-NOBODY = ""
-VIEWER = re.compile(r"[0-9a-f]{32}|system|")
 
 # Tenants resolved to their schema, per server: bounded, and read again after an hour, so a tenant
 # deleted and made again under the same id is found within that time (at once when the role is gone).

@@ -6,12 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from app.ids import SYSTEM
 from app.services.transfer.format import Format
 from app.services.transfer.records import EntityRecord, EpisodeRecord, HistoryRecord, RelationRecord
 from app.services.transfer.summary import Done
 from app.services.writer import OnExisting, Writer
 from app.store import episodes, transfer
-from app.store.database import SYSTEM, Tx
+from app.store.database import Tx
 from app.store.relations import NewRelation
 
 _OTHERS = "a private episode of another principal: only the operator's `engram import` keeps it"

@@ -22,6 +22,7 @@ from app.services.moves import STEP_NAMES, Interrupted, Mover, Timing
 from tests.support.cells import CellDatabase, cell_env, fetchval, set_states
 from tests.support.client import ok
 from tests.support.server import ROOT, Server, engram, serve, server_env
+from tests.support.terminal import at_a_terminal
 
 
 @pytest.fixture(scope="module")
@@ -401,8 +402,23 @@ def test_the_command_plans_reports_and_refuses(
     assert done.returncode == 0, done.stderr
     assert "continuing the move" in done.stdout and f"now lives on cell {target}" in done.stdout
     assert "  copy done in" in done.stdout and "  switch done in" in done.stdout
+    assert "\r" not in done.stderr + done.stdout and f"moving {key}" not in done.stderr  # no bar in a pipe
     finished = engram(env, "tenant", "move", key, "--finish")
     assert finished.returncode == 0, finished.stderr
     assert "dropped; move finished" in finished.stdout
     cleaned = engram(env, "cell", "cleanup")
     assert cleaned.returncode == 0 and "old copies dropped" in cleaned.stdout
+
+
+def test_a_move_at_a_terminal_draws_its_steps(
+    servers: tuple[Server, Server], db_settings: Settings, cells: dict[str, CellDatabase]
+) -> None:
+    """At a terminal (a pty), the move's steps are a bar (docs/operations.md, "Progress"); the line
+    each step ends with is printed above it all the same."""
+    writer, _ = servers
+    key, _, target = asyncio.run(_seeded(writer, db_settings, "tty", 3))
+    code, shown = at_a_terminal(server_env(db_settings, 8000) | cell_env(cells), "tenant", "move", key, target)
+    assert code == 0, shown.decode(errors="replace")[-2000:]
+    assert f"moving {key}".encode() in shown and f"{len(STEP_NAMES)}/{len(STEP_NAMES)}".encode() in shown
+    assert b"\r" in shown and b"  copy done in" in shown and f"now lives on cell {target}".encode() in shown
+    asyncio.run(_mover(db_settings, cells).finish(key))

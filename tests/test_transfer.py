@@ -25,14 +25,9 @@ import pytest
 from app.auth.principal import ADMIN, READ, WRITE
 from tests.support.client import ok, relate, upsert
 from tests.support.server import ROOT, Server
-from tests.support.transfer import cli, export, lines_of, summary
+from tests.support.transfer import export, lines_of, summary, write_lines
 
 pytestmark = pytest.mark.timeout(600)
-
-
-def write_lines(path: Path, rows: list[Any]) -> Path:
-    path.write_bytes(b"".join((r if isinstance(r, bytes) else orjson.dumps(r)) + b"\n" for r in rows))
-    return path
 
 
 async def owner(server: Server) -> asyncpg.Connection:
@@ -541,39 +536,6 @@ async def test_http_export_and_import_for_tenant_admins(server: Server, tenant: 
             f"{base}/admin/export", params={"format": "neo4j"}, headers={"Authorization": f"Bearer {admin}"}
         )
         assert neo.status_code == 200 and len(json.loads(neo.content)["entities"]) == 3
-
-
-def test_progress_is_a_bar_on_a_terminal_and_lines_otherwise(server: Server, tenant: str, tmp_path: Path) -> None:
-    import pty
-
-    rows = [{"type": "entity", "name": f"E{i}", "entityType": "t", "observations": [f"o{i}"]} for i in range(3000)]
-    path = write_lines(tmp_path / "a.jsonl", rows)
-    plain = cli(server, "import", "--tenant", tenant, str(path))
-    assert "entities: 3,000/3,000 lines (100%)" in plain.stderr and "lines/s, ETA" in plain.stderr
-    assert "\r" not in plain.stderr
-
-    leader, follower = pty.openpty()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "import", "--tenant", tenant + "-tty", str(path)],
-        cwd=ROOT,
-        env={**server.env, "ENGRAM_EMBEDDING_PROVIDER": "none"},
-        stdout=subprocess.PIPE,
-        stderr=follower,
-    )
-    os.close(follower)
-    shown = b""
-    while True:
-        try:
-            chunk = os.read(leader, 4096)
-        except OSError:  # the terminal closed with the process
-            break
-        if not chunk:
-            break
-        shown += chunk
-    process.wait(timeout=120)
-    os.close(leader)
-    assert process.returncode == 0
-    assert b"\rentities  [" in shown and b"] 3,000/3,000 lines" in shown and b"ETA" in shown
 
 
 # --- a server-memory file kept whole ------------------------------------------------------------

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.cli.common import read_settings, with_database
+from app.cli.progress import Progress
 
 if TYPE_CHECKING:
     from app.cli.common import Subparsers
@@ -37,8 +38,8 @@ def cmd_backup(args: argparse.Namespace) -> None:
     settings = with_database(read_settings())
 
     async def run() -> backup.Report:
-        with deadline(math.inf):  # a maintenance job: its snapshot lasts as long as the copy
-            return await backup.backup(settings.admin_dsn(), args.file, args.tenant)
+        with deadline(math.inf), Progress("tables") as progress:  # a maintenance job: as long as the copy
+            return await backup.backup(settings.admin_dsn(), args.file, args.tenant, progress)
 
     try:
         print(_summary(asyncio.run(run()), f"wrote {args.file} with"))
@@ -58,8 +59,8 @@ def cmd_restore(args: argparse.Namespace) -> None:
     settings = with_database(read_settings())
 
     async def run() -> backup.Report:
-        with deadline(math.inf):
-            return await backup.restore(settings.admin_dsn(), args.file)
+        with deadline(math.inf), Progress("tables") as progress:
+            return await backup.restore(settings.admin_dsn(), args.file, progress)
 
     try:
         checked = "; every table's rows and digest match the backup, and no row names another tenant"

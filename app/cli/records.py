@@ -67,6 +67,7 @@ def cmd_reindex(args: argparse.Namespace) -> None:
     import math
 
     from app.cli.database import pools
+    from app.cli.progress import Progress
     from app.embeddings.provider import EmbeddingError
     from app.errors import EngramError
     from app.observability.context import deadline
@@ -75,14 +76,10 @@ def cmd_reindex(args: argparse.Namespace) -> None:
     settings = with_database(read_settings())
     logging.basicConfig(level="WARNING", format="%(levelname)s %(name)s: %(message)s")
 
+    bar = Progress("texts")  # a bar per tenant
+
     def progress(tenant: _Keyed, done: int, total: int) -> None:
-        width = 30
-        filled = width * done // total if total else width
-        line = f"{tenant.key[:40]:<40} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} texts"
-        if sys.stderr.isatty():
-            print(f"\r{line}", end="" if done < total else "\n", file=sys.stderr, flush=True)
-        elif done in (0, total) or done % 1000 < settings.embedding_batch_size:
-            print(line, file=sys.stderr, flush=True)
+        bar(tenant.key, done, total)
 
     async def run() -> str:
         async with pools(settings) as db:
@@ -94,6 +91,7 @@ def cmd_reindex(args: argparse.Namespace) -> None:
                 with deadline(math.inf):  # a maintenance job: its transactions run as long as they need
                     report = await indexer.reindex(args.tenant or (), max_texts=args.max_texts, progress=progress)
             finally:
+                bar.close()
                 await indexer.stop()
         if not report.complete:
             return f"stopped after {report.texts} texts; run `engram reindex` again to go on"

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from app.cli.common import UNSET, exiting, operator, read_settings, with_database
+from app.cli.progress import Progress
 from app.scopes import ADMIN, READ, WRITE
 
 if TYPE_CHECKING:
@@ -17,22 +18,26 @@ if TYPE_CHECKING:
     from app.config import Settings
 
 
-def _mover(args: argparse.Namespace) -> Any:
-    """The tenant mover over every cell this configuration has an owner URL for."""
+def _mover(args: argparse.Namespace, bar: Progress | None = None) -> Any:
+    """The tenant mover over every cell this configuration has an owner URL for; `bar` shows its
+    steps (the line each step ends with stays above it)."""
     from app.services.moves import Mover, Timing
 
     settings = with_database(read_settings())
     grace = getattr(args, "grace", None)
     timing = Timing() if grace is None else Timing(grace_seconds=grace)
-    return Mover(
-        settings.admin_dsn(), settings.every_cell(), timing=timing, progress=lambda line: print(line, flush=True)
-    )
+    bar = bar or Progress("steps")
+    return Mover(settings.admin_dsn(), settings.every_cell(), timing=timing, progress=bar.say, steps=bar)
 
 
 def cmd_tenant_move(args: argparse.Namespace) -> None:
     """`engram tenant move KEY CELL` (again: continues), `--dry-run`, `--status`, `--finish KEY`,
     `--abort KEY`."""
-    mover = _mover(args)
+    with Progress("steps") as bar:
+        _tenant_move(args, _mover(args, bar))
+
+
+def _tenant_move(args: argparse.Namespace, mover: Any) -> None:
     if args.status:
         for m in exiting(mover.status):
             state = m.step if m.finished_at else ("switched" if m.switched_at else "running")

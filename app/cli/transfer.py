@@ -11,13 +11,13 @@ import getpass
 import math
 import os
 import sys
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from app.cli.common import read_settings, with_database
+from app.cli.progress import Progress
 
 if TYPE_CHECKING:
     from app.auth.principal import Principal
@@ -67,9 +67,13 @@ def cmd_export(args: argparse.Namespace) -> None:
     who = _principal("export", args.tenant)
 
     async def run(out: IO[bytes]) -> None:
-        async with _service(settings) as service:
-            async for chunk in service.export(who, args.format, deleted=args.include_deleted, history=args.history):
-                out.write(chunk)
+        written = 0
+        with Progress("B", scale=True) as progress:  # the size is known only at the end: bytes so far
+            async with _service(settings) as service:
+                async for chunk in service.export(who, args.format, deleted=args.include_deleted, history=args.history):
+                    out.write(chunk)
+                    written += len(chunk)
+                    progress(f"export {args.tenant}", written)
 
     try:
         if args.output is None:
@@ -85,46 +89,8 @@ def cmd_export(args: argparse.Namespace) -> None:
     print(f"exported tenant {args.tenant} ({args.format}) to {args.output}", file=sys.stderr)
 
 
-class Bar:
-    """Progress on standard error: a bar redrawn in place on a terminal, a plain line every few
-    seconds otherwise. Items are lines of the file; each pass reads them all."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self.stream = stream
-        self.tty = stream.isatty()
-        self.started = self.shown = time.monotonic()
-        self.name = ""
-        self.from_line = 0
-
-    def __call__(self, name: str, line: int, total: int) -> None:
-        now = time.monotonic()
-        if name != self.name:
-            if self.name and self.tty:
-                self.stream.write("\n")
-            self.name, self.started, self.from_line = name, now, line
-        done = line >= total
-        if not done and now - self.shown < (0.2 if self.tty else 5.0):
-            return
-        self.shown = now
-        elapsed = max(now - self.started, 1e-6)
-        rate = (line - self.from_line) / elapsed
-        eta = (total - line) / rate if rate > 0 else math.inf
-        eta_text = "--:--" if math.isinf(eta) else time.strftime("%M:%S", time.gmtime(eta))
-        share = line / total if total else 1.0
-        if self.tty:
-            width = 30
-            filled = int(width * share)
-            bar = "#" * filled + "." * (width - filled)
-            self.stream.write(
-                f"\r{name:<9} [{bar}] {line:,}/{total:,} lines  {rate:,.0f}/s  ETA {eta_text} " + ("\n" if done else "")
-            )
-        else:
-            self.stream.write(f"{name}: {line:,}/{total:,} lines ({share:.0%}), {rate:,.0f} lines/s, ETA {eta_text}\n")
-        self.stream.flush()
-
-
-def _refused(line: RefusedLine) -> None:
-    print(f"line {line.line}: {line.code}: {line.reason}", file=sys.stderr, flush=True)
+def _refused(line: RefusedLine, progress: Progress) -> None:
+    progress.say(f"line {line.line}: {line.code}: {line.reason}", stream=sys.stderr)
 
 
 def cmd_import(args: argparse.Namespace) -> None:
@@ -137,16 +103,18 @@ def cmd_import(args: argparse.Namespace) -> None:
     who = _principal("import", args.tenant)
 
     async def run() -> ImportSummary:
-        async with _service(settings) as service:
-            return await service.import_(
-                who,
-                Source(path=args.file),
-                args.format,
-                on_existing=args.on_existing,
-                dry_run=args.dry_run,
-                progress=Bar(sys.stderr),
-                refused=_refused,
-            )
+        # One bar per pass over the file (entities, then relations), in lines.
+        with Progress("lines") as progress:
+            async with _service(settings) as service:
+                return await service.import_(
+                    who,
+                    Source(path=args.file),
+                    args.format,
+                    on_existing=args.on_existing,
+                    dry_run=args.dry_run,
+                    progress=progress,
+                    refused=lambda line: _refused(line, progress),
+                )
 
     try:
         summary = asyncio.run(run())

@@ -45,6 +45,12 @@ FORMAT = "engram-backup"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 _CHUNK = 1 << 20
+# Told after each table written or loaded: (what is done, tables so far, tables in all).
+Progress = Callable[[str, int, int], None]
+
+
+def _quiet(stage: str, done: int, total: int) -> None:
+    """No one to tell."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +65,9 @@ class Report:
     seconds: float
 
 
-async def backup(owner_url: str, path: Path, tenant: str | None = None) -> Report:
-    """Write the cell's database (or tenant `tenant`) to `path`, which must not exist yet."""
+async def backup(owner_url: str, path: Path, tenant: str | None = None, progress: Progress = _quiet) -> Report:
+    """Write the cell's database (or tenant `tenant`) to `path`, which must not exist yet;
+    `progress` hears of each table written."""
     if _exists(path):
         raise EngramError("conflict", f"{path} exists: give a new file name")
     started = time.monotonic()
@@ -104,6 +111,7 @@ async def backup(owner_url: str, path: Path, tenant: str | None = None) -> Repor
                     rows, digest = await store.digest(conn, table)
                     await _add_table(conn, tar, table, name)
                     manifest["tables"].append({**asdict(table), "file": name, "rows": rows, "digest": digest})
+                    progress("tables written", number + 1, len(tables))
                 _add_bytes(tar, MANIFEST, json.dumps(manifest, indent=1).encode())
         except BaseException:
             partial.unlink(missing_ok=True)
@@ -244,9 +252,10 @@ def _check_manifest(manifest: dict[str, Any]) -> None:
             raise ValueError("a tenant backup sets no control sequence")
 
 
-async def restore(owner_url: str, path: Path) -> Report:
+async def restore(owner_url: str, path: Path, progress: Progress = _quiet) -> Report:
     """Load the backup at `path` into the database at `owner_url` (see the module's docstring).
-    The archive is read through one open file, checked before the database is touched."""
+    The archive is read through one open file, checked before the database is touched;
+    `progress` hears of each table loaded."""
     started = time.monotonic()
     try:
         tar = tarfile.open(path, mode="r:")  # noqa: SIM115 (closed by the `with` below)
@@ -261,7 +270,7 @@ async def restore(owner_url: str, path: Path) -> Report:
             await store.begin_restore(conn)
             try:
                 await _make_tenants(conn, manifest, tenants)
-                await _load(conn, manifest, tenants, tables, lambda name: _chunks(tar, members[name], name))
+                await _load(conn, manifest, tenants, tables, lambda name: _chunks(tar, members[name], name), progress)
                 if manifest["kind"] == "tenant":
                     await _register_models(conn, manifest, tenants[0])
                 await store.set_sequences(conn, [store.Sequence(**s) for s in manifest["sequences"]])
@@ -306,6 +315,7 @@ async def _load(
     tenants: list[store.TenantRow],
     tables: list[store.Table],
     data: Callable[[str], AsyncIterator[bytes]],
+    progress: Progress,
 ) -> None:
     """Every table's rows, each table's checked by themselves before they join anything: a
     tenant's rows of a control table (beside other tenants' rows) go through a table of their own."""
@@ -318,6 +328,7 @@ async def _load(
         await _check_rows(conn, rows, table, entry, tenants, whole)
         if rows is not table:
             staged.append((rows, table, entry))
+        progress("tables loaded", number + 1, len(tables))
     for rows, table, _ in staged:
         await store.adopt(conn, rows, table)
     await _verify(conn, [(table, entry) for _, table, entry in staged])  # as they stand among the others'

@@ -213,12 +213,16 @@ class Mover:
         *,
         timing: Timing | None = None,
         progress: Callable[[str], None] = lambda _: None,
+        steps: Callable[[str, int, int], None] = lambda *_: None,
         stop_after: Step | None = None,
     ) -> None:
+        """`progress` hears a line as each step ends; `steps` is told (the move, steps done, steps
+        in all) as the move goes, for a bar."""
         self.control = control
         self.cells = dict(cells)
         self.timing = timing or Timing()
         self.progress = progress
+        self.steps = steps
         self.stop_after = stop_after
 
     def _reach(self, cell: str) -> tuple[str, str]:
@@ -348,8 +352,10 @@ class Mover:
         (source_url, replication), (target_url, _) = self._reach(move.source), self._reach(move.target)
         async with owner(source_url) as source, owner(target_url) as target:
             m = MoveContext(control, source, target, tenant, move, replication, self.timing)
+            self.steps(f"moving {tenant.key}", done(move.step), len(STEPS))
             for number in range(done(move.step), len(STEPS)):
                 await self._step(m, number)
+                self.steps(f"moving {tenant.key}", number + 1, len(STEPS))
 
     async def _step(self, m: MoveContext, number: int) -> None:
         step, started = STEPS[number], time.monotonic()

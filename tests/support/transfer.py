@@ -41,3 +41,8 @@ def summary(server: Server, tenant: str, path: Path, *flags: str) -> dict[str, A
 
 def lines_of(data: bytes) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in data.splitlines() if line.strip()]
+
+
+def write_lines(path: Path, rows: list[Any]) -> Path:
+    path.write_bytes(b"".join((r if isinstance(r, bytes) else orjson.dumps(r)) + b"\n" for r in rows))
+    return path

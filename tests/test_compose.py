@@ -95,7 +95,7 @@ def test_every_setting_is_in_the_example_env_and_the_server_accepts_them() -> No
     for job in ("migrate", "first-account"):
         owner = _interpolate(services[job]["environment"]["ENGRAM_DATABASE_URL"], filled)
         assert urlsplit(owner).username == "postgres" and urlsplit(owner).hostname == "db"
-    assert "ENGRAM_APP_PASSWORD" in services["db"]["environment"]  # makes engram_app (app/sql/initdb)
+    assert "ENGRAM_APP_PASSWORD" in services["db"]["environment"]  # makes engram_app (sql/initdb)
 
 
 def test_first_account_job_makes_the_account_once(db_settings: Settings, tmp_path: Path) -> None:

@@ -175,6 +175,10 @@ async def test_the_hooks_page_shows_which_episodes_came_from_hooks_by_session(bu
     made = engram(builtin.env, "apikey", "create", "--tenant", t.id, "--scope", "memory:write", "--name", "hooks")
     assert made.returncode == 0, made.stderr
     key = made.stdout.strip()
+    # The key's turns would be its own private memory: this tenant shares its hooks' turns, so that
+    # its administrator's page lists them (docs/private-memory.md).
+    shared = engram(builtin.env, "hooks", "set", t.id, "--private", "off")
+    assert shared.returncode == 0, shared.stderr
     sid = f"s-{uuid.uuid4().hex[:12]}"
     async with httpx2.AsyncClient(base_url=builtin.base, timeout=30) as http:
         for body in (
@@ -212,6 +216,7 @@ async def test_the_hooks_page_shows_which_episodes_came_from_hooks_by_session(bu
         await page.get_by_role("button", name="Save hook settings").click()
         assert await page.locator("#flash").inner_text() == "Hook settings saved."
         assert await page.get_by_label("Keep prompts and answers as episodes").is_checked() is False
+        assert await page.get_by_label("Keep them in each user's private memory", exact=False).is_checked() is False
         assert await page.get_by_label("Words to redact before storing").input_value() == "ACME-*\nhunter?"
         async with httpx2.AsyncClient(base_url=builtin.base, timeout=30) as http:
             asked = {"session_id": sid, "hook_event_name": "UserPromptSubmit", "prompt": "Ada's notes on the Engine?"}

@@ -775,7 +775,7 @@ def test_chart_readme_is_generated() -> None:
 # --- Dockerfiles, alert rules, dashboard --------------------------------------------------
 
 
-@pytest.mark.parametrize("dockerfile", ["Dockerfile", "app/sql/Dockerfile"])
+@pytest.mark.parametrize("dockerfile", ["Dockerfile", "sql/Dockerfile"])
 def test_hadolint(dockerfile: str) -> None:
     hadolint = Path(sys.executable).parent / "hadolint"
     result = subprocess.run(

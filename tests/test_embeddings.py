@@ -109,7 +109,7 @@ async def test_local_model_gives_the_vectors_of_sentence_transformers(local_mode
 
 def test_the_graph_is_what_its_script_writes():
     if importlib.util.find_spec("onnx") is None:
-        pytest.skip("the `onnx` package is not installed (it comes with the dev extra)")
+        pytest.skip("the `onnx` package is not installed (it comes with the dev group)")
     check = subprocess.run(
         [sys.executable, str(ROOT / "scripts/minilm-graph.py"), "--check"], capture_output=True, text=True, cwd=ROOT
     )

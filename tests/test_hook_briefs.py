@@ -134,6 +134,7 @@ async def test_a_session_is_bound_to_the_principal_that_posts_it(server: Server)
         assert context(await post(server, other, common(sid, "SessionStart", source="clear"))) is not None
     again = context(await post(server, alice, {**ask, "prompt": "And which provider is that, once more?"}))
     assert again is None or "Adyen" not in again
-    # Each principal's turns in it are kept as their own.
-    texts = [e["text"] for e in await kept(server, tenant, 5)]
-    assert sum(ask["prompt"] in t for t in texts) == 3, texts
+    # Each principal's turns in it are kept as its own, in its private memory.
+    for token, held in ((alice, 3), (mallory, 2), (key.strip(), 2)):  # the shared note and its prompts
+        texts = [e["text"] for e in await kept(server, tenant, held, token=token)]
+        assert sum(ask["prompt"] in t for t in texts) == 1, texts

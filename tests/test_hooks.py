@@ -250,7 +250,7 @@ async def test_the_local_helper_keeps_the_last_answer_from_the_transcript(server
     for _ in range(2):  # sent twice (PreCompact, then SessionEnd): kept once
         done = run_helper(server, key, event)
         assert done.returncode == 0 and done.stdout == "", done.stderr
-    assert [e["text"] for e in await kept(server, tenant, 1)] == [
+    assert [e["text"] for e in await kept(server, tenant, 1, token=key)] == [  # the key's own, privately
         "The test raced the clock; it now waits for the event."
     ]
     # Another session's start through the helper prints what Claude Code reads (the brief).

@@ -279,7 +279,7 @@ def test_serves_health_and_readiness(served: Served) -> None:
 
 def test_image_carries_no_torch_and_stays_small(image: Image) -> None:
     site = next((image.rootfs / "opt/venv/lib").glob("python3*/site-packages"))
-    assert (site / "onnxruntime").is_dir() and (site / "app/embeddings/model/model.safetensors").is_file()
+    assert (site / "onnxruntime").is_dir() and (site / "engram_graph_model/files/model.safetensors").is_file()
     for heavy in ("torch", "transformers", "sentence_transformers", "scipy", "sklearn"):
         assert not (site / heavy).exists(), f"{heavy} is in the image"
     size = sum(p.lstat().st_size for p in image.rootfs.rglob("*") if p.is_file() and not p.is_symlink())

@@ -262,6 +262,23 @@ def test_only_the_emitter_writes_age_text() -> None:
     assert not any(_imports(m, "app.store.cypher_read") for m in import_graph())
 
 
+# Cypher's own syntax: a MATCH clause, or a pattern's edge (`)-[`, `]->(`).
+CYPHER = re.compile(r"\bMATCH\s*\(|\)<?-\[|\]->?\(")
+
+
+def test_the_store_spells_no_cypher_of_its_own() -> None:
+    """The store's own Cypher (an entity's edges, `relations.touching`) is built as a tree and written
+    by the emitter like query_graph's: no store module outside app/store/cypher/ spells a pattern."""
+    found = {
+        module: [text[:60] for text in _strings(tree) if CYPHER.search(text)]
+        for module, tree in _sources().items()
+        if _in(module, "app.store") and not _in(module, "app.store.cypher")
+    }
+    assert not {m: texts for m, texts in found.items() if texts}, found
+    assert CYPHER.search("MATCH (a:Entity)-[r:REL]->(b:Entity)") and not CYPHER.search("RETURNING id, (x)")
+    assert "app.store.cypher" in import_graph()["app.store.relations"]
+
+
 def _calls(tree: ast.Module, owner: str, attribute: str) -> list[int]:
     """Lines where `owner.attribute` is read (`asyncpg.create_pool`, `settings.cells`)."""
     return [
@@ -279,6 +296,19 @@ def test_only_the_pool_module_opens_pools() -> None:
     everything else asks it (`Pool`) for a connection."""
     found = {m: lines for m, tree in _sources().items() if (lines := _calls(tree, "asyncpg", "create_pool"))}
     assert set(found) == {"app.store.pool"}, found
+
+
+def test_owner_connections_are_opened_one_way() -> None:
+    """A connection outside the pools is opened by `owner(url)` (app/store/connect.py: its codecs and
+    its connect timeout), the migrations runner's included; the change feed's listener, which holds
+    the run-time role's connection for LISTEN and reconnects by itself, is the only other."""
+    found = {
+        m: lines
+        for m, tree in _sources().items()
+        if _in(m, "app.store") and (lines := _calls(tree, "asyncpg", "connect"))
+    }
+    assert set(found) == {"app.store.connect", "app.store.changes"}, found
+    assert "app.store.connect" in import_graph()["app.store.migrate"]
 
 
 def test_the_cells_are_listed_only_by_the_settings() -> None:
@@ -306,13 +336,13 @@ def test_no_database_is_built_inside_the_database() -> None:
 
 def test_the_tenant_key_and_id_patterns_have_one_home() -> None:
     """The tenant key's and the canonical id's regular expressions are written once, in
-    `app/store/database.py` (the tokens' tenant claim, the console and the tools check with them)."""
+    `app/ids.py` (the tokens' tenant claim, the store, the console and the tools check with them)."""
     patterns = (r"[A-Za-z0-9._:@|-]{0,199}", r"[0-9a-f]{8}-[0-9a-f]{4}")
     written = {
         pattern: sorted(m for m, tree in _sources().items() if any(pattern in text for text in _strings(tree)))
         for pattern in patterns
     }
-    assert written == {pattern: ["app.store.database"] for pattern in patterns}, written
+    assert written == {pattern: ["app.ids"] for pattern in patterns}, written
 
 
 def _strings(tree: ast.Module) -> list[str]:
@@ -344,6 +374,56 @@ def test_audit_rows_are_built_in_one_place() -> None:
 
 def _names(node: ast.expr, name: str) -> bool:
     return isinstance(node, ast.Name) and node.id == name
+
+
+# The ground floor of app/: what every floor may name (scope names, id patterns, error codes, where the
+# SQL files are), importing nothing of Engram's, so that naming them never draws an arrow back up.
+GROUND_FLOOR = ("app.scopes", "app.ids", "app.errors", "app.shipped")
+
+
+def _room(module: str) -> str:
+    """The room of app/ a module is in: its top-level package or module (`app.store.cypher.age` →
+    `app.store`)."""
+    return ".".join(module.split(".")[:2])
+
+
+def _rooms() -> dict[str, set[str]]:
+    """The rooms of app/ and the rooms each imports (an arrow between rooms, whichever modules draw it)."""
+    graph: dict[str, set[str]] = {}
+    for module, imported in import_graph().items():
+        if module == "app":
+            continue
+        arrows = graph.setdefault(_room(module), set())
+        arrows.update(_room(m) for m in imported if _in(m, "app") and m != "app" and _room(m) != _room(module))
+    return graph
+
+
+def test_no_arrow_runs_back_up_between_the_rooms_of_app() -> None:
+    """The folders and top-level modules of app/ stand on floors, every arrow pointing down: no two
+    rooms import each other, however far round (`auth/ → config → auth/` was one, when the settings
+    took the scope names from app/auth/ and app/auth/ took the tenant key from the store)."""
+    rooms = _rooms()
+    back_up = sorted(room for room in rooms if room in _reached(rooms, room))
+    assert not back_up, f"rooms that reach themselves: {back_up}"
+
+
+# A module a reader takes in whole: past this, it holds more than one concept (docs/architecture.md).
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_is_over_600_lines() -> None:
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in APP.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, long
+
+
+def test_the_ground_floor_imports_nothing_of_engrams() -> None:
+    found = {m: sorted(i for i in import_graph()[m] if _in(i, "app")) for m in GROUND_FLOOR}
+    assert found == {m: [] for m in GROUND_FLOOR}, found
+    assert "app.scopes" in _rooms()["app.config"] and "app.ids" in _rooms()["app.auth"]  # the check sees arrows
 
 
 def _circles(package: str) -> list[set[str]]:
@@ -385,11 +465,11 @@ def test_the_services_have_no_import_circle() -> None:
 
 
 def test_the_scope_names_are_spelled_once() -> None:
-    """Engram's scope names are written in app/auth/scopes.py only; everything else names them."""
+    """Engram's scope names are written in app/scopes.py only; everything else names them."""
     spelled = {
         module
         for module, tree in _sources().items()
-        if module != "app.auth.scopes"
+        if module != "app.scopes"
         for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and node.value in ("memory:read", "memory:write", "memory:admin")
     }
@@ -442,6 +522,70 @@ def test_only_the_ranking_module_fuses() -> None:
     assert "app.services.ranking" in graph["app.services.recall"]
     assert "app.services.search" not in graph["app.services.recall"], "recall must not reach into search"
     assert "app.services.recall" not in graph["app.services.search"]
+
+
+# --- what a model reads: app/answers/ -------------------------------------------------------------
+
+# Modules of app/answers/ that hold no tools module's answers: the form, the pieces every answer
+# uses, and the hooks' brief.
+ANSWER_PIECES = {"form", "text", "summaries", "brief"}
+
+
+def test_answers_are_printed_apart_from_the_transports_and_the_store() -> None:
+    """app/answers/ prints what a model reads for every transport (the MCP tools, the hook endpoint):
+    it imports neither of them, nor the store, nor MCP's types; the services do not print."""
+    assert not _violations("app.answers", ("app.mcp", "app.hook_routes", "app.store", "mcp", "starlette"))
+    assert not _violations("app.services", ("app.answers",)), "the services decide what is left out, not how it prints"
+    assert "app.answers.brief" in import_graph()["app.hook_routes"]
+    assert not _imports("app.hook_routes", "app.mcp"), "the hook endpoint prints its brief from app/answers/"
+
+
+def _tools_modules() -> dict[str, ast.Module]:
+    return {m.rpartition(".")[2]: t for m, t in _sources().items() if m.startswith("app.mcp.tools.")}
+
+
+def test_each_tools_module_answers_from_its_namesake() -> None:
+    """One answers module per tools module, of the same name: the answers of app/mcp/tools/graph.py
+    are in app/answers/graph.py, and only there."""
+    answers = {m.rpartition(".")[2] for m in _sources() if m.startswith("app.answers.")} - ANSWER_PIECES
+    taken = {}
+    for name, tree in _tools_modules().items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "app.answers":
+                taken[name] = {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("app.answers."):
+                assert node.module == "app.answers.form", f"{name} imports {node.module}"
+    assert all(found == {name} for name, found in taken.items()), taken
+    assert answers == set(taken), f"answers modules without their tools module: {answers ^ set(taken)}"
+
+
+def _budgeted_tools() -> list[tuple[str, ast.AsyncFunctionDef, str]]:
+    """Each tool that takes `max_tokens`, with the answer it registers (as written)."""
+    out = []
+    for name, tree in _tools_modules().items():
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.AsyncFunctionDef) or "max_tokens" not in {a.arg for a in fn.args.args}:
+                continue
+            answer = [ast.unparse(k.value) for d in fn.decorator_list if isinstance(d, ast.Call) for k in d.keywords
+                      if k.arg == "answer"]  # fmt: skip
+            assert answer, f"{name}.{fn.name} takes max_tokens but registers no answer"
+            out.append((name, fn, answer[0]))
+    return out
+
+
+def test_every_budgeted_tool_is_cut_by_the_form_it_prints_in() -> None:
+    """A tool that takes `max_tokens` registers a Form (an upper-case name in its answers module) and
+    passes on that same form's budget: the measure its items are cut by is its printer's."""
+    budgeted = _budgeted_tools()
+    assert len(budgeted) >= 6, budgeted
+    for name, fn, answer in budgeted:
+        assert re.fullmatch(r"shown\.[A-Z_]+", answer), f"{name}.{fn.name} answers in {answer}, not a Form"
+        budgets = {
+            ast.unparse(call.func.value)
+            for call in ast.walk(fn)
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "budget"
+        }
+        assert budgets == {answer}, f"{name}.{fn.name} prints in {answer} but is cut by {budgets}"
 
 
 # --- the tests' own house: shared helpers live in tests/support/ ------------------------------------

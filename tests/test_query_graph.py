@@ -262,7 +262,7 @@ async def test_a_query_past_its_time_bound_ends_with_limit(db_settings, tenant):
             try:
                 running = await conn.fetchval(
                     "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%engram_cypher%'"
-                    " AND pid <> pg_backend_pid()"
+                    " AND pid <> pg_backend_pid() AND datname = current_database()"
                 )
             finally:
                 await conn.close()

@@ -173,7 +173,7 @@ def test_the_database_image_is_built_signed_and_used() -> None:
     workflow = _workflow()
     jobs, db_image = workflow["jobs"], workflow["env"]["DB_IMAGE"]
     build = _uses(jobs["db-image"], "docker/build-push-action")["with"]
-    assert build["context"] == "app/sql" and (ROOT / "app/sql/Dockerfile").is_file()
+    assert build["context"] == "sql" and (ROOT / "sql/Dockerfile").is_file()
     assert set(build["platforms"].split(",")) == {"linux/amd64", "linux/arm64"}
     assert build["push"] is True and build["sbom"] is True
     assert 'cosign sign --yes "$DB_IMAGE@$DIGEST"' in _runs(jobs["db-image"])

@@ -14,8 +14,8 @@ import orjson
 from joserfc import jwt
 from joserfc.jwk import ECKey
 
-from app.auth.scopes import READ, WRITE
 from app.config import Settings
+from app.scopes import READ, WRITE
 
 ALGORITHM = "ES256"
 

@@ -9,11 +9,11 @@ from typing import Any
 
 from mcp.server.auth.provider import AccessToken
 
-from app.auth.scopes import ADMIN as ADMIN  # re-exported: most modules name the scopes from here
-from app.auth.scopes import READ as READ
-from app.auth.scopes import WRITE as WRITE
 from app.errors import EngramError
-from app.store.database import TENANT_KEY
+from app.ids import SYSTEM, TENANT_KEY
+from app.scopes import ADMIN as ADMIN  # re-exported: most modules name the scopes from here
+from app.scopes import READ as READ
+from app.scopes import WRITE as WRITE
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,11 +23,27 @@ class Principal:
     tenant: str
     scopes: frozenset[str]
     issuer: str
+    # The operator's own work (the CLI's commands, the retention sweep): it sees every principal's
+    # private memory. Never set from a token (principal_from_token leaves it False).
+    operator: bool = False
 
     @property
     def actor(self) -> str:
         """What history records as the author of a change."""
         return self.subject
+
+    @property
+    def key(self) -> str:
+        """Whose private memory this caller reads and writes (docs/private-memory.md): the
+        principal's key, or SYSTEM for the operator's work."""
+        return SYSTEM if self.operator else principal_key(self.issuer, self.subject)
+
+
+def principal_key(issuer: str, subject: str) -> str:
+    """A principal's private memory as the database names it: 32 hex digits of a digest of the
+    verified token's issuer and subject (the same person through the console, a connector or a
+    hook), a fixed form the transaction's opening can check."""
+    return hashlib.sha256(f"engram-private\x00{issuer}\x00{subject}".encode()).hexdigest()[:32]
 
 
 def personal_tenant(issuer: str, subject: str) -> str:

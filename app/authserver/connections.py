@@ -19,8 +19,9 @@ from app.authserver.accounts import user_key
 from app.authserver.clients import MAX_URL, Clients, EngramClient, public_view
 from app.authserver.events import Events
 from app.errors import EngramError
+from app.ids import TENANT_KEY
 from app.store import oauth
-from app.store.database import TENANT_KEY, Database
+from app.store.database import Database
 
 MAX_GRANTS = 200  # grants (and, apart, remembered consents) a listing shows
 NAME_SECONDS = 2.0  # how long a listing waits for clients' metadata documents before showing their ids

@@ -31,11 +31,11 @@ from mcp.server.auth.provider import (
 )
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
-from app.auth.scopes import ADMIN, READ, WRITE
 from app.authserver.clients import Clients, EngramClient
 from app.authserver.credentials import digest, new_secret
 from app.authserver.events import Events
 from app.authserver.signing import SigningKeys
+from app.scopes import ADMIN, READ, WRITE
 from app.store import oauth
 from app.store.accounts import Membership, User
 from app.store.database import Database

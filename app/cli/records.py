@@ -120,7 +120,7 @@ def cmd_purge(args: argparse.Namespace) -> None:
     settings = with_database(read_settings())
     who = Principal(
         subject=f"operator:{getpass.getuser()}", client_id="engram-cli", tenant=args.tenant,
-        scopes=frozenset({ADMIN}), issuer="",
+        scopes=frozenset({ADMIN}), issuer="", operator=True,
     )  # fmt: skip
 
     async def run() -> str:

@@ -7,8 +7,8 @@ import asyncio
 import sys
 from typing import TYPE_CHECKING
 
-from app.auth.scopes import ADMIN, READ, WRITE
 from app.cli.common import read_settings, with_database
+from app.scopes import ADMIN, READ, WRITE
 
 if TYPE_CHECKING:
     from app.cli.common import Subparsers

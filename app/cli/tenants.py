@@ -9,8 +9,8 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from app.auth.scopes import ADMIN, READ, WRITE
 from app.cli.common import UNSET, exiting, operator, read_settings, with_database
+from app.scopes import ADMIN, READ, WRITE
 
 if TYPE_CHECKING:
     from app.cli.common import Subparsers
@@ -121,7 +121,7 @@ def _hook_value(name: str) -> Callable[[str], object]:
         if text == "default":
             return None
         try:
-            if name == "capture":
+            if name in ("capture", "private"):
                 if text not in ("on", "off"):
                     raise ValueError("on, off or default")
                 return text == "on"
@@ -145,6 +145,7 @@ def _hook_value(name: str) -> Callable[[str], object]:
 
 _HOOK_FLAGS = {
     "capture": "keep prompts and answers as episodes: on, off",
+    "private": "keep captured turns in their user's private memory: on, off (off: the tenant's shared memory)",
     "events": "the events answered, comma-separated (SessionStart,UserPromptSubmit,Stop,...)",
     "deny": "globs of words to redact before storing, comma-separated (ACME-*,*.corp.example)",
     "prompt_tokens": "most tokens injected for one prompt (0: none)",

@@ -38,6 +38,7 @@ def _principal(kind: str, tenant: str) -> Principal:
         tenant=tenant,
         scopes=frozenset({READ, WRITE, ADMIN}),
         issuer="cli",
+        operator=True,  # the operator's export and import hold every principal's private memory
     )
 
 

@@ -39,6 +39,7 @@ class SettingsForm(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     capture: bool = False
+    private: bool = False
     events: list[str]
     deny: Annotated[str, StringConstraints(max_length=20_000)] = ""
     prompt_tokens: int = Field(ge=0, le=20_000)
@@ -56,11 +57,13 @@ class SettingsForm(BaseModel):
         data: dict[str, object] = {k: v for k, v in fields.items() if k in cls.model_fields and k != "events"}
         data["events"] = [e for e in HOOK_EVENTS if fields.get(f"event_{e}") == "on"]
         data["capture"] = fields.get("capture") == "on"
+        data["private"] = fields.get("private") == "on"
         return parse(cls, data)
 
     def values(self) -> dict[str, object]:
         return {
             "capture": self.capture,
+            "private": self.private,
             "events": self.events,
             "deny": [line.strip() for line in self.deny.splitlines() if line.strip()],
             "prompt_tokens": self.prompt_tokens,

@@ -12,10 +12,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app.auth.principal import Principal
-from app.auth.scopes import ADMIN, WRITE
 from app.console.calls import Runner
 from app.console.sessions import Session
 from app.errors import EngramError
+from app.scopes import ADMIN, WRITE
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
 Three ways, tried in order by `up()`:
 1. ``ENGRAM_DATABASE_URL`` is set: use that server, after checking it can host Engram.
-2. A Docker engine answers: run the image built from ``app/sql/Dockerfile``.
+2. A Docker engine answers: run the image built from ``sql/Dockerfile``.
 3. Debian/Ubuntu as root: a Debian trixie root made by debootstrap (trixie packages AGE and
    pgvector for PostgreSQL 17), cached under ``~/.cache/engram`` and reused; PostgreSQL runs from
    it on 127.0.0.1.
@@ -29,6 +29,7 @@ import asyncpg
 from pydantic import SecretStr
 
 from app.config import Settings, cache_dir
+from app.shipped import sql_dir
 
 APP_ROLE = "engram_app"
 DATABASE = "engram"
@@ -49,11 +50,6 @@ class ProvisionError(RuntimeError):
 
 def _say(message: str) -> None:
     print(f"[engram db] {message}", file=sys.stderr, flush=True)
-
-
-def sql_dir() -> Path:
-    """The database image's recipe (and the migrations), shipped in the package."""
-    return Path(__file__).resolve().parent.parent / "sql"
 
 
 @dataclass
@@ -275,7 +271,7 @@ class Chroot:
 
 
 class Docker:
-    """PostgreSQL in a container built from ``app/sql/Dockerfile``."""
+    """PostgreSQL in a container built from ``sql/Dockerfile`` (``app/sql/`` in the wheel)."""
 
     def __init__(self, say: Progress = _say) -> None:
         self.say = say
@@ -300,7 +296,7 @@ class Docker:
             self.say("starting the engram-postgres container ...")
             _run(["docker", "start", DOCKER_CONTAINER])
         else:
-            self.say(f"building {DOCKER_IMAGE} from app/sql/Dockerfile ...")
+            self.say(f"building {DOCKER_IMAGE} from {sql_dir() / 'Dockerfile'} ...")
             _run(["docker", "build", "-t", DOCKER_IMAGE, str(sql_dir())], quiet=False)
             self.say("starting the engram-postgres container ...")
             _run(

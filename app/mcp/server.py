@@ -40,7 +40,7 @@ from app.services.models import EntitySummary
 from app.version import VERSION
 
 ABOUT = """\
-Engram is a persistent knowledge-graph memory shared by everyone in your tenant.
+Engram is a persistent knowledge-graph memory for everyone in your tenant.
 Entities (people, projects, concepts) carry observations (atomic facts); relations link them
 with active-voice types ("works at", "depends on").
 """
@@ -57,6 +57,12 @@ USAGE = {
   invalidate_observations / invalidate_relations (reads can still see it with `as_of`); fix
   mistakes with update_entity and remove_observations; remove_entities is undone by
   restore_entities.
+- Private and shared: entities, observations and relations are shared with your whole tenant. An
+  episode is shared too unless you add it with `private: true`: then only you ever see it (no one
+  else, administrators included), and recall, list_episodes and the session briefs mark it
+  `private`. Turns your assistant's hooks keep are private to you unless your tenant shares them.
+  Keep personal notes, drafts and anything said to you alone private; what the team should know,
+  shared.
 - Duplicates: find_duplicates proposes pairs; merge_entities folds one into another, keeping its
   name as an alias; add_aliases records other names an entity answers to.
 - Answers are short lines: an entity by its name (which every tool takes as a handle), an episode

@@ -21,9 +21,10 @@ from mcp.types import Tool as Listed
 from pydantic import ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 from pydantic.fields import FieldInfo
 
+from app.answers.form import Form
 from app.auth.principal import Principal, principal_from_token
 from app.errors import EngramError
-from app.mcp.answers import Renderer, answer
+from app.mcp.answering import Renderer, answer
 from app.observability.context import CALL, Call
 from app.services import models
 from app.services.calls import retrying, within
@@ -79,18 +80,19 @@ class ToolSet:
         answers_offline: bool = False,
         one_of: Sequence[str] = (),
         any_of: Sequence[str] = (),
-        render: Renderer | None = None,
+        answer: Renderer | None = None,
     ) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
-        """Register a tool. `render`: the concise text of its answer (app/mcp/answers): the answer is
+        """Register a tool. `answer`: the concise text of its answer (app/answers/): the answer is
         then that text, or the complete record as JSON when the call asks for `detail="full"`; a
-        tool without one (the drop-in dialects) answers as it returns.
+        tool without one (the drop-in dialects) answers as it returns. A tool that takes
+        `max_tokens` answers in a `Form`, whose budget its body passes on.
         `answers_offline`: the tool answers without waiting for the database (it
         bounds its own database work), so its admission does not read the tenant's limits either.
         `one_of` / `any_of`: arguments of which the call must give exactly one / at least one. The
         description says it and the call is checked here, never the schema: the Anthropic and OpenAI
         tool APIs refuse an input schema with `oneOf`/`anyOf`/`allOf` at its root, and Claude Code
         drops such a tool (docs/tools.md, "Schemas every client accepts")."""
-        spec = _Spec(scope, annotations, name, title, answers_offline, tuple(one_of), tuple(any_of), render)
+        spec = _Spec(scope, annotations, name, title, answers_offline, tuple(one_of), tuple(any_of), answer)
         return functools.partial(self._register, spec)
 
     def _register(self, spec: _Spec, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -100,6 +102,8 @@ class ToolSet:
             return fn
         if self.compact and not spec.title:
             raise ValueError(f"tool {spec.name or fn.__name__} has no title")
+        if "max_tokens" in inspect.signature(fn).parameters and not isinstance(spec.answer, Form):
+            raise ValueError(f"tool {spec.name or fn.__name__} takes max_tokens: its answer must be a Form")
         tool_name = self.prefix + (spec.name or fn.__name__)
         doc = " ".join(filter(None, (inspect.getdoc(fn), _choice_rule(spec))))
         tool = self._tool(spec, self._runner(spec, fn, tool_name), doc, tool_name)
@@ -119,9 +123,9 @@ class ToolSet:
             if renamed:  # the SDK passes aliases ("from")
                 kwargs = {renamed.get(k, k): v for k, v in kwargs.items()}
             result = await self._called(spec, fn, tool_name, kwargs)
-            if spec.render is None:
+            if spec.answer is None:
                 return result
-            return answer(result, spec.render, kwargs.get("detail", "concise"), self.output_schemas)
+            return answer(result, spec.answer, kwargs.get("detail", "concise"), self.output_schemas)
 
         published = [p.replace(annotation=_as_text(p.annotation)) for p in list(signature.parameters.values())[1:]]
         # inspect.signature() honours __signature__; typeshed does not declare it on functions
@@ -188,7 +192,7 @@ class _Spec:
     answers_offline: bool
     one_of: tuple[str, ...]
     any_of: tuple[str, ...]
-    render: Renderer | None
+    answer: Renderer | None
 
 
 def _choice_rule(spec: _Spec) -> str:
@@ -328,7 +332,7 @@ class InvalidArguments(ValidationError):
 class _Arguments(FuncMetadata):
     """The SDK's argument validation, with its refusals reported as `invalid` (field and rule, never the
     input); and an answer without structured content passed as it is (the output schema, when one is
-    listed, is what structured content is checked against: app/mcp/answers)."""
+    listed, is what structured content is checked against: app/mcp/answering.py)."""
 
     known: frozenset[str] = frozenset()  # the argument names the tool takes, set at registration
 

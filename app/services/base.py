@@ -6,8 +6,10 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from app.auth.principal import Principal
+from app.auth.principal import ADMIN, Principal
 from app.config import Settings
+from app.errors import EngramError
+from app.ids import SYSTEM
 from app.observability.context import CALL
 from app.services import audit_rows
 from app.services.cursors import Cursors
@@ -75,7 +77,13 @@ class Service:
 
     @asynccontextmanager
     async def tx(
-        self, who: Principal, *, readonly: bool = False, texts: Sequence[str] = (), primary: bool = False
+        self,
+        who: Principal,
+        *,
+        readonly: bool = False,
+        texts: Sequence[str] = (),
+        primary: bool = False,
+        everyone: bool = False,
     ) -> AsyncIterator[Tx]:
         """One transaction in the caller's tenant; everything a tool call does happens inside it.
 
@@ -86,15 +94,26 @@ class Service:
         (app/store/changes.py). `texts` it is likely to index are embedded
         before the transaction opens, so it stays short; the rest wait for the background filler.
 
+        It sees the tenant's shared memory and the caller's own private memory, never another
+        principal's (row-level security, docs/private-memory.md); with `everyone`, an administrator's
+        erasure (a purge, a private memory erased) reaches every principal's rows — its callers
+        answer counts, never a row's text.
+
         A read may run on the tenant's cell's standby (unless `primary`), once the standby has
         replayed this caller's own last write (docs/scaling.md, "Reads from standbys").
         """
+        if everyone and ADMIN not in who.scopes:
+            raise EngramError("forbidden", "only the tenant's administrators erase what others keep privately")
         tenant = await self.db.tenant(who.tenant)
         await self.cursors.load(self.db.cursor_keys)
         policy = await self.fairness.policy(tenant) if self.fairness and not readonly else None
         vectors = await self.indexer.vectors_for(tenant, texts) if texts else index.Vectors(self.indexer.model)
         async with self.db.transaction(
-            tenant, readonly=readonly, principal=who.subject, standby=readonly and not primary
+            tenant,
+            readonly=readonly,
+            principal=who.subject,
+            standby=readonly and not primary,
+            viewer=SYSTEM if everyone else who.key,
         ) as tx:
             yield tx
             if not readonly:

@@ -19,6 +19,7 @@ from app.services import models
 from app.services.base import Service
 from app.services.budget import Budget
 from app.services.filters import EntityFilters
+from app.services.parts import EntityPart, entity_parts
 from app.services.refs import choose, resolve
 from app.services.shapes import entity, found, history_entry, relation, summary
 from app.services.writer import EntityIn, FactIn, OnExisting, Writer, apply
@@ -87,7 +88,7 @@ class Entities(Service):
         when: When = NOW,
         newest_first: bool = False,
         query: str | None = None,
-        budget: Budget | None = None,
+        budget: Budget[EntityPart] | None = None,
     ) -> models.Entity:
         """One entity with the observations and relations that hold as `when` sees them; its
         observations oldest first, or `newest_first`, or nearest to `query` first (by meaning when
@@ -391,14 +392,10 @@ def hash_filters(filters: EntityFilters) -> str:
     return hashlib.sha256(orjson.dumps(filters, default=str)).hexdigest()[:16]
 
 
-_Part = models.Entity | models.ObservationRecord | models.Relation | models.HistoryEntry
-
-
-def _fitted(whole: models.Entity, budget: Budget) -> models.Entity:
+def _fitted(whole: models.Entity, budget: Budget[EntityPart]) -> models.Entity:
     """The entity with as many of its facts, then relations, then changes as fit `budget` (its own
     fields first: a description too long for the budget is shortened)."""
-    parts: list[_Part] = [whole, *whole.observation_records, *(whole.relations or []), *(whole.history or [])]
-    kept = budget.take(parts, _part_text, _part_shortened)
+    kept = budget.take(entity_parts(whole))
     head = kept[0]
     assert isinstance(head, models.Entity)
     records = [p for p in kept if isinstance(p, models.ObservationRecord)]
@@ -412,19 +409,3 @@ def _fitted(whole: models.Entity, budget: Budget) -> models.Entity:
             "history": None if whole.history is None else [p for p in kept if isinstance(p, models.HistoryEntry)],
         }
     )
-
-
-def _part_text(part: _Part) -> str:
-    if isinstance(part, models.Entity):
-        return part.description
-    if isinstance(part, models.ObservationRecord):
-        return part.text
-    return part.notes or "" if isinstance(part, models.Relation) else ""
-
-
-def _part_shortened(part: _Part, text: str) -> _Part:
-    if isinstance(part, models.Entity):
-        return part.model_copy(update={"description": text})
-    if isinstance(part, models.ObservationRecord):
-        return part.model_copy(update={"text": text})
-    return part.model_copy(update={"notes": text}) if isinstance(part, models.Relation) else part

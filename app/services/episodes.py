@@ -52,6 +52,7 @@ def episode_model(row: EpisodeRow) -> EpisodeModel:
         valid_until=row.valid_until,
         ended_why=row.ended_why,
         entities=[InvolvedModel(id=e.id, name=e.name, type=e.type, role=role) for e, role in row.involved],
+        private=row.owner is not None,
     )
 
 
@@ -62,6 +63,8 @@ class Episodes(Service):
             field = f"episodes.{i}.source" if item.source else "source"
             if (item.source or source or who.client_id).startswith(HOOK_SOURCE):
                 raise EngramError("invalid", f"`{field}`: sources starting `{HOOK_SOURCE}` are kept for hooks' turns")
+            if item.private and who.operator:
+                raise EngramError("invalid", f"`episodes.{i}.private`: the operator has no private memory")
         # Embedded before the transaction as the documents will read, when the speakers are given by name.
         texts = [index.episode_text(i.text, sorted(i.speakers)) for i in items]
         async with self.tx(who, texts=texts) as tx:
@@ -98,6 +101,7 @@ class Episodes(Service):
                     valid_from=item.valid_from,
                     valid_until=item.valid_until,
                     involved=tuple(involved.items()),
+                    owner=who.key if item.private else None,
                 )
             )
         ids = await Writer(tx, who.actor).episodes(new)
@@ -115,7 +119,7 @@ class Episodes(Service):
         include_invalid: bool,
         limit: int,
         cursor: str | None,
-        budget: Budget | None = None,
+        budget: Budget[EpisodeModel] | None = None,
     ) -> EpisodePage:
         """Newest first by when they happened; as many as fit `budget`, the rest from the cursor."""
         when = moment(as_of, include_invalid)
@@ -140,7 +144,7 @@ class Episodes(Service):
                 before=before,
             )
         page = [episode_model(r) for r in rows[:limit]]
-        shown = budget.take(page, _text, _shortened) if budget else page
+        shown = budget.take(page) if budget else page
         next_cursor = None
         if len(rows) > len(shown):
             last = shown[-1]
@@ -164,11 +168,3 @@ class Episodes(Service):
         async with self.tx(who) as tx:
             gone = await episodes.delete(tx, list(dict.fromkeys(ids)))
         return EpisodesChanged(ids=gone, unchanged=[i for i in dict.fromkeys(ids) if i not in gone])
-
-
-def _text(episode: EpisodeModel) -> str:
-    return episode.text
-
-
-def _shortened(episode: EpisodeModel, text: str) -> EpisodeModel:
-    return episode.model_copy(update={"text": text})

@@ -17,6 +17,7 @@ from app.observability import metrics
 from app.services import models
 from app.services.base import Service
 from app.services.budget import Budget, clip
+from app.services.parts import SubgraphItem, WalkItem
 from app.services.refs import resolve
 from app.services.shapes import relation, summary
 from app.store import entities, history, overview, relations, traversal
@@ -265,7 +266,7 @@ class Graph(Service):
         types: list[str] | None,
         limit: int,
         when: When = NOW,
-        budget: Budget | None = None,
+        budget: Budget[WalkItem] | None = None,
     ) -> models.NeighborsResult:
         """Nearest first; as many as fit `budget` (`omitted` counts the rest)."""
         async with self.tx(who, readonly=True) as tx:
@@ -283,12 +284,10 @@ class Graph(Service):
         ]
         shown = found
         if budget:  # the start counts too: the complete record carries it whole
-            walked: list[models.EntitySummary | models.Neighbor] = [head, *found]
-            fit = budget.take(walked, _walk_text, _walk_shortened)
+            walked: list[WalkItem] = [head, *found]
+            fit = budget.take(walked)
             first = fit[0] if fit else None
-            head = (
-                first if isinstance(first, models.EntitySummary) else _entity_shortened(head, clip(head.description, 0))
-            )
+            head = first if isinstance(first, models.EntitySummary) else head.clipped(clip(head.description, 0))
             shown = [n for n in fit if isinstance(n, models.Neighbor)]
         return models.NeighborsResult(
             start=head,
@@ -345,7 +344,7 @@ class Graph(Service):
         max_nodes: int,
         max_relations: int,
         when: When = NOW,
-        budget: Budget | None = None,
+        budget: Budget[SubgraphItem] | None = None,
     ) -> models.SubgraphResult:
         """The entities, then the relations among them; as many as fit `budget`, the relations only
         among the entities kept (`omitted` counts the rest)."""
@@ -361,7 +360,7 @@ class Graph(Service):
         links = [relation(r) for r in rels[:max_relations]]
         kept, among = found, links
         if budget:
-            kept = budget.take(found, _entity_text, _entity_shortened)
+            kept = [e for e in budget.take(found) if isinstance(e, models.EntitySummary)]
             ids = {e.id for e in kept}
             among = [r for r in links if r.from_id in ids and r.to_id in ids]
             among = among[: budget.fit([*kept, *among]) - len(kept)]
@@ -471,26 +470,6 @@ class Graph(Service):
             ],
             relations=[relation(r) for r in rels],
         )
-
-
-def _entity_text(e: models.EntitySummary) -> str:
-    return e.description
-
-
-def _entity_shortened(e: models.EntitySummary, description: str) -> models.EntitySummary:
-    return e.model_copy(update={"description": description})
-
-
-def _walk_text(item: models.EntitySummary | models.Neighbor) -> str:
-    return item.entity.description if isinstance(item, models.Neighbor) else item.description
-
-
-def _walk_shortened(
-    item: models.EntitySummary | models.Neighbor, description: str
-) -> models.EntitySummary | models.Neighbor:
-    if isinstance(item, models.Neighbor):
-        return item.model_copy(update={"entity": _entity_shortened(item.entity, description)})
-    return _entity_shortened(item, description)
 
 
 def _truncated(what: str, cut: bool) -> bool:

@@ -59,6 +59,7 @@ class HookPolicy(BaseModel):
     prompt_tokens: int = Field(ge=0)
     start_tokens: int = Field(ge=0)
     min_score: float = Field(ge=0, le=1)
+    private: bool = True  # captured turns go to the posting principal's private memory (False: shared)
 
 
 class Brief(BaseModel):

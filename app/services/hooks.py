@@ -2,8 +2,9 @@
 Stop, SubagentStop, PreCompact, SessionEnd) gives and keeps, so the assistant remembers without
 deciding to call a tool (docs/clients.md).
 
-- A session's start gets a short brief: the tenant's latest episodes from other sessions, and the
-  facts recall finds for the project the working directory names (its last path part, as words).
+- A session's start gets a short brief: the latest episodes of other sessions that the caller may
+  see, and the facts recall finds for the project the working directory names (its last path
+  part, as words).
 - A prompt gets the facts recall finds for it that score at least the tenant's threshold, within
   its token budget — never this session's own turns (the client shows them already), never a prompt
   that only repeats this one, never a fact this session was given before (`hook_shown`: clients
@@ -16,7 +17,9 @@ Each kept turn is an episode with source `claude-code:<session>:<turn>:<speaker>
 key from the session, the turn and (for an answer) its text, unique per tenant: a delivery retried,
 a Stop fired again for the same answer or a session resumed keeps each turn once. A session's turn
 count is a row of `hook_sessions`, locked while a turn is kept, so every replica agrees on it.
-Secrets are taken out before anything is stored (redaction.py).
+Secrets are taken out before anything is stored (redaction.py). A kept turn is private to the
+principal that posted it unless the tenant's settings share them (docs/private-memory.md): every
+read here runs in the caller's transaction, which sees the shared memory and its own only.
 
 A session's state (turns, what it was given) is keyed by the client's session id and the principal
 posting it (`session_key`): another principal of the tenant reusing the id has a session of its
@@ -80,6 +83,7 @@ def policy_from_settings(settings: Settings) -> HookPolicy:
         prompt_tokens=settings.hook_prompt_tokens,
         start_tokens=settings.hook_start_tokens,
         min_score=settings.hook_min_score,
+        private=settings.hook_private,
     )
 
 
@@ -95,6 +99,7 @@ DEFAULT_POLICY = HookPolicy(
     prompt_tokens=_default("prompt_tokens"),
     start_tokens=_default("start_tokens"),
     min_score=_default("min_score"),
+    private=_default("private"),
 )
 
 
@@ -277,7 +282,8 @@ class Hooks(Service):
         if speaker == "user" and not embedded.is_set():
             await self._embedded(who, text)
             embedded.set()
-        return HookOutcome(kept=await self.keep(who, event.session_id, speaker, text, tried), redacted=redacted)
+        kept = await self.keep(who, event.session_id, speaker, text, tried, private=policy.private)
+        return HookOutcome(kept=kept, redacted=redacted)
 
     async def _embedded(self, who: Principal, text: str) -> None:
         """The prompt's vector made once, as recall and the episode's write will ask for it."""
@@ -302,7 +308,7 @@ class Hooks(Service):
                 if f.kind != "episode" or not _withheld(f.source, f.episode_id in hooked, session, f.text)
             ]
             shown = Shown(tx, key, await store.shown(tx, key, _keys(facts=wanted)))
-            facts = shown.take(wanted, fact_keys, Budget(policy.prompt_tokens, sizes), _fact_text, _fact_shortened)
+            facts = shown.take(wanted, fact_keys, Budget(policy.prompt_tokens, sizes))
             await shown.mark()
         return Brief(heading="Engram memory: facts this prompt may need (recalled, not said in this session).",
                      facts=facts) if facts else None  # fmt: skip
@@ -335,10 +341,9 @@ class Hooks(Service):
         half = max(policy.start_tokens // 2, 100)
         async with self.tx(who, primary=True) as tx:
             shown = Shown(tx, key, await store.shown(tx, key, _keys(recent[: 2 * RECENT], wanted)))
-            episodes = shown.take(recent[:RECENT], episode_keys, Budget(half, episode_sizes), _episode_text,
-                                  _episode_shortened)  # fmt: skip
+            episodes = shown.take(recent[:RECENT], episode_keys, Budget(half, episode_sizes))
             room = policy.start_tokens - half if episodes else policy.start_tokens
-            facts = shown.take(wanted, fact_keys, Budget(room, fact_sizes), _fact_text, _fact_shortened)
+            facts = shown.take(wanted, fact_keys, Budget(room, fact_sizes))
             await shown.mark()
             await store.forget_old(tx, self._session_days, FORGET_BATCH)
         if not episodes and not facts:
@@ -350,10 +355,13 @@ class Hooks(Service):
             facts_heading=f"About {project}:" if facts else None,
         )
 
-    async def keep(self, who: Principal, session: str, speaker: str, text: str, tried: list[str]) -> int:
+    async def keep(
+        self, who: Principal, session: str, speaker: str, text: str, tried: list[str], *, private: bool = True
+    ) -> int:
         """Keep one turn as an episode, once: 1 if kept now, 0 if it was kept before — by another
         delivery, or by an earlier try of this one whose COMMIT got no answer (`tried`: checked once
-        the session's row is locked, which that try held until it ended)."""
+        the session's row is locked, which that try held until it ended). `private`: in the posting
+        principal's private memory (the default), else in the tenant's shared memory."""
         body = clip(text.strip(), EPISODE_MAX_CHARS)  # bytes, so within the episode's bound in characters
         digest = hashlib.sha256(body.encode()).digest()[:16]
         user = speaker == "user"
@@ -369,7 +377,7 @@ class Hooks(Service):
             if await store.captured(tx, [capture]):
                 return 0
             tried.append(capture)
-            item = EpisodeIn(text=body, source=f"{PREFIX}{session}:{turn}:{speaker}")
+            item = EpisodeIn(text=body, source=f"{PREFIX}{session}:{turn}:{speaker}", private=private)
             rows = await self._episodes.write(tx, who, [item], None)
             await store.set_capture_keys(tx, [r.id for r in rows], [capture])
             if user:
@@ -473,9 +481,7 @@ class Shown:
         self,
         items: Sequence[T],
         keys_of: Callable[[T], list[int]],
-        budget: Budget,
-        text: Callable[[T], str],
-        shorten: Callable[[T, str], T],
+        budget: Budget[Any],
     ) -> list[T]:
         """Those of `items` not given yet, once each, as many as fit `budget`."""
         fresh: list[tuple[T, list[int]]] = []
@@ -485,7 +491,7 @@ class Shown:
             if self.seen.isdisjoint(keys) and here.isdisjoint(keys):
                 here.update(keys)
                 fresh.append((item, keys))
-        taken = budget.take([item for item, _ in fresh], text, shorten)
+        taken = budget.take([item for item, _ in fresh])
         for _, keys in fresh[: len(taken)]:
             self.seen.update(keys)
             self.new.extend(keys)
@@ -520,19 +526,3 @@ def _turn(event: HookInput) -> tuple[str, str] | None:
 
 def _slug(text: str | None) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", (text or "").lower()).strip("-")[:30]  # a source stays within 200
-
-
-def _fact_text(f: Fact) -> str:
-    return f.text
-
-
-def _fact_shortened(f: Fact, text: str) -> Fact:
-    return f.model_copy(update={"text": text})
-
-
-def _episode_text(e: Episode) -> str:
-    return e.text
-
-
-def _episode_shortened(e: Episode, text: str) -> Episode:
-    return e.model_copy(update={"text": text})

@@ -19,6 +19,7 @@ from app.embeddings.provider import EmbeddingError, InputRejected, Vector
 from app.embeddings.queue import Priority
 from app.embeddings.rerank import CrossEncoder, reranker
 from app.errors import EngramError
+from app.ids import SYSTEM
 from app.observability import metrics
 from app.observability.context import deadline
 from app.store import index, vectors
@@ -235,26 +236,26 @@ class Indexer:
         model = self.model
         generation = None
         if not replace:
-            async with self._db.transaction(tenant, readonly=True) as tx:
+            async with self._db.transaction(tenant, readonly=True, viewer=SYSTEM) as tx:
                 generation = await vectors.pending_generation(tx)
         done, after = 0, 0
         while True:
             if max_texts is not None and done >= max_texts:
                 return done  # stopped early: the marker stays
             size = self._batch if max_texts is None else min(self._batch, max_texts - done)
-            async with self._db.transaction(tenant, readonly=True) as tx:
+            async with self._db.transaction(tenant, readonly=True, viewer=SYSTEM) as tx:
                 docs = await vectors.docs_to_embed(tx, model if replace else None, after, size)
             if not docs:
                 break
             embedded = await self._embed_docs(tenant, docs)
-            async with self._db.transaction(tenant) as tx:
+            async with self._db.transaction(tenant, viewer=SYSTEM) as tx:
                 await vectors.store_vectors(tx, model, [(d.id, d.body_hash, v) for d, v in embedded])
             after = docs[-1].id
             done += len(docs)
             if progress is not None:
                 progress(done)
         if generation is not None:
-            async with self._db.transaction(tenant) as tx:
+            async with self._db.transaction(tenant, viewer=SYSTEM) as tx:
                 await vectors.clear_pending(tx, generation)
         return done
 
@@ -309,7 +310,7 @@ class Indexer:
         """Texts waiting for an embedding, over all tenants that have some."""
         total = 0
         for tenant in await self._tenants(pending_only=True):
-            async with self._db.transaction(tenant, readonly=True) as tx:
+            async with self._db.transaction(tenant, readonly=True, viewer=SYSTEM) as tx:
                 total += await vectors.count_to_embed(tx, self.model)
         return total
 
@@ -330,7 +331,7 @@ class Indexer:
         texts = 0
         for n, tenant in enumerate(chosen):
             await self._rebuild_documents(tenant)
-            async with self._db.transaction(tenant, readonly=True) as tx:
+            async with self._db.transaction(tenant, readonly=True, viewer=SYSTEM) as tx:
                 total = await vectors.count_to_embed(tx, self.model)
             if progress is not None:
                 progress(tenant, 0, total)
@@ -344,7 +345,7 @@ class Indexer:
             if done < total:
                 return ReindexReport(n, texts, complete=False, current=False)
             with deadline(math.inf):  # minutes for a large tenant, by design
-                async with self._db.transaction(tenant) as tx:
+                async with self._db.transaction(tenant, viewer=SYSTEM) as tx:
                     await vectors.build_vector_index(tx, self.model)
             if budget is not None:
                 budget -= done
@@ -364,7 +365,7 @@ class Indexer:
         (fixes missing ones)."""
         after: str | None = None
         while True:
-            async with self._db.transaction(tenant) as tx:
+            async with self._db.transaction(tenant, viewer=SYSTEM) as tx:
                 ids = await vectors.entity_ids_after(tx, after, _REBUILD_PAGE)
                 if not ids:
                     break
@@ -372,7 +373,7 @@ class Indexer:
             after = ids[-1]
         last: int | None = None
         while True:
-            async with self._db.transaction(tenant) as tx:
+            async with self._db.transaction(tenant, viewer=SYSTEM) as tx:
                 episode_ids = await vectors.episode_ids_after(tx, last, _REBUILD_PAGE)
                 if not episode_ids:
                     return

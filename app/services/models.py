@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import orjson
 from pydantic import (
@@ -19,8 +19,9 @@ from pydantic import (
     model_validator,
 )
 
-from app.auth.scopes import Scope
-from app.store.database import UUID_PATTERN as UUID_PATTERN  # the console checks ids with it too
+from app.ids import UUID_PATTERN as UUID_PATTERN  # the console checks ids with it too
+from app.scopes import Scope
+from app.services.budget import Clipped
 
 MAX_JSON_DEPTH = 32
 _INT64 = (-(2**63), 2**63 - 1)
@@ -271,7 +272,8 @@ class EntityPatch(Strict):
 # --- outputs --------------------------------------------------------------------------------
 
 
-class EntitySummary(BaseModel):
+class EntitySummary(Clipped):
+    clip_field: ClassVar[str] = "description"
     id: str
     name: str
     type: str
@@ -282,8 +284,9 @@ class EntitySummary(BaseModel):
     certainty: int | None = None
 
 
-class Relation(BaseModel):
+class Relation(Clipped):
     model_config = ConfigDict(populate_by_name=True)
+    clip_field: ClassVar[str] = "notes"
 
     id: str
     type: str
@@ -301,9 +304,10 @@ class Relation(BaseModel):
     valid_until: str | None = Field(None, description="When it stopped (or stops) being true; absent: no end.")
 
 
-class ObservationRecord(BaseModel):
+class ObservationRecord(Clipped):
     """One observation with its record: where it came from, who wrote it when, and when it holds."""
 
+    clip_field: ClassVar[str] = "text"
     text: str
     source: str | None = Field(None, description="Where it came from, as its writer said (absent for old facts).")
     created_by: str
@@ -312,7 +316,7 @@ class ObservationRecord(BaseModel):
     valid_until: datetime | None = Field(None, description="When it stopped (or stops) being true; absent: no end.")
 
 
-class HistoryEntry(BaseModel):
+class HistoryEntry(Clipped):
     id: int
     at: datetime
     actor: str
@@ -416,7 +420,8 @@ class EntityPage(BaseModel):
     next_cursor: str | None = None
 
 
-class Neighbor(BaseModel):
+class Neighbor(Clipped):
+    clip_field: ClassVar[str] = "entity"
     entity: EntitySummary
     depth: int = Field(description="Relations between the start and this entity.")
     via: Relation = Field(description="The relation that first reached this entity.")

@@ -10,11 +10,12 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from app.auth.principal import ADMIN, Principal
+from app.auth.principal import ADMIN, Principal, principal_key
 from app.errors import EngramError
 from app.observability.context import CALL
 from app.services import audit_rows
 from app.services.base import Service
+from app.store import episodes as episode_store
 from app.store import purge
 from app.store.cell import Cell, each_cell
 from app.store.database import Tx
@@ -48,6 +49,12 @@ class PurgeResult(BaseModel):
     summary: str = Field(description="What was (or would be) erased, in one line.")
 
 
+class PrivateErased(BaseModel):
+    erased: bool = Field(description="False: a preview; nothing was erased.")
+    episodes: int = Field(description="Episodes of that principal's private memory (with their search documents).")
+    summary: str = Field(description="What was (or would be) erased, in one line.")
+
+
 def _summary(counts: PurgeCounts, erased: bool, more: bool) -> str:
     """One line: what goes, what stays that still names them (and the option that erases it too)."""
     plus = "+" if more else ""  # more episodes name them than a preview reads
@@ -75,11 +82,40 @@ class Purges(Service):
         """Erase the entities `refs` name (ids, names, aliases; deleted ones too) when `confirm`
         is their number; without it, answer what would be erased."""
         self.check_batch(len(refs))
-        async with self.tx(who) as tx:
+        async with self.tx(who, everyone=True) as tx:  # private episodes naming them go too
             ids, unknown = await purge.matching(tx, list(dict.fromkeys(refs)))
             if unknown:
                 raise EngramError("not_found", "no entities by these names or ids", refs=unknown[:SHOWN_NAMES])
             return await self._purge(tx, who, ids, confirm, episodes)
+
+    async def erase_private(
+        self, who: Principal, subject: str, issuer: str | None, *, confirm: int | None
+    ) -> PrivateErased:
+        """Erase one principal's private memory wholesale (its episodes, by the token subject and
+        issuer — the caller's issuer if not given) when `confirm` is their number; without it, how
+        many there are. An administrator's power over what it may not read: only counts come back."""
+        owner = principal_key(who.issuer if issuer is None else issuer, subject)
+        async with self.tx(who, everyone=True) as tx:
+            held = await episode_store.private_count(tx, owner)
+            if confirm is None:
+                what = f"{held} episode{'s' if held != 1 else ''} of {subject}'s private memory"
+                return PrivateErased(
+                    erased=False, episodes=held, summary=f"Would erase {what}. Call again with confirm={held}."
+                )
+            if confirm != held:
+                raise EngramError(
+                    "conflict",
+                    f"confirm names {confirm} episodes but {held} would be erased; call without confirm to count them",
+                    episodes=held,
+                )
+            gone = await episode_store.erase_private(tx, owner)
+            tx.affected = [f"private memory erased: {gone} episodes"]  # the audit row: never whose text
+            if CALL.get() is None:
+                await audit_rows.write(tx, audit_rows.fields(who, "erase_private"), tx.affected)
+        self.indexer.forget(tx.tenant.id)
+        return PrivateErased(
+            erased=True, episodes=gone, summary=f"Erased for good: {gone} episodes of {subject}'s private memory."
+        )
 
     async def sweep(self, days: float, per_tenant: int = SWEEP_BATCH) -> int:
         """Erase, in every tenant this database serves, the entities soft-deleted longer ago than the
@@ -92,7 +128,9 @@ class Purges(Service):
         keys = await each_cell(self.db.cells, past_retention, on_error="skip")
         erased = 0
         for key in (key for found in keys.values() for key in found):
-            who = Principal(subject="retention", client_id="engram", tenant=key, scopes=frozenset({ADMIN}), issuer="")
+            who = Principal(
+                subject="retention", client_id="engram", tenant=key, scopes=frozenset({ADMIN}), issuer="", operator=True
+            )
             try:
                 erased += await self.purge_expired(who, days, per_tenant)
             except Exception as exc:  # one tenant's failure (moving, fenced) never starves the others
@@ -102,7 +140,7 @@ class Purges(Service):
     async def purge_expired(self, who: Principal, days: float, limit: int) -> int:
         """The retention sweep of one tenant: entities soft-deleted more than `days` ago, at most
         `limit` of them (with those merged into them), erased; their number."""
-        async with self.tx(who) as tx:
+        async with self.tx(who, everyone=True) as tx:  # private episodes naming them go too
             ids = await purge.deleted_before(tx, days, limit)
             if not ids:
                 return 0

@@ -67,7 +67,7 @@ class RecallQuery:
     scope: Scope = field(default_factory=Scope)
     limit: int = 10
     cursor: str | None = None
-    budget: Budget | None = None  # the facts that fit the caller's tokens; the rest from `next_cursor`
+    budget: Budget[Fact] | None = None  # the facts that fit the caller's tokens; the rest from `next_cursor`
 
     def fingerprint(self) -> str:
         s = self.scope
@@ -121,7 +121,7 @@ class Recall(Ranker):
                 page = ranked[offset:depth]
                 shown = await recall.facts(tx, [d for c in page for d in (c.doc_id, *c.also)])
                 facts = [_fact(shown, c, q.text) for c in page if c.doc_id in shown]
-                fitting = q.budget.take(facts, _text, _shortened) if q.budget else facts
+                fitting = q.budget.take(facts) if q.budget else facts
                 if vector is not None and (note := await pending_note(tx)):
                     notices.append(note)
         mode: Mode = q.mode if vector is not None or q.mode == "keyword" else "keyword"
@@ -279,14 +279,6 @@ def _candidates(fused: list[Fused[int]]) -> list[_Candidate]:
     return out
 
 
-def _text(fact: Fact) -> str:
-    return fact.text
-
-
-def _shortened(fact: Fact, text: str) -> Fact:
-    return fact.model_copy(update={"text": text})
-
-
 def _ref(end: recall.End | None) -> EntityRef | None:
     return None if end is None else EntityRef(id=end.id, name=end.name, type=end.type)
 
@@ -307,6 +299,7 @@ def _fact(found: dict[int, recall.Fact], c: _Candidate, question: str) -> Fact:
         entities=[Involved(id=e.id, name=e.name, type=e.type, role=role) for e, role in f.involved]
         if f.kind == "episode"
         else None,
+        private=f.private if f.kind == "episode" else None,
         source=f.source,
         created_by=f.created_by,
         created_at=f.created_at,

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, StringConstraints, model_validator
 
+from app.services.budget import Clipped
 from app.services.models import Clean, Ref, Source, Strict, ValidFrom, ValidUntil, check_interval
 from app.services.search_models import Mode
 
@@ -32,6 +33,11 @@ class EpisodeIn(Strict):
     )
     valid_from: ValidFrom = None
     valid_until: ValidUntil = None
+    private: bool = Field(
+        False,
+        strict=True,  # true or false: a privacy flag is never guessed from "yes" or 1
+        description="True: only you will see it (your private memory); default: the whole tenant (shared).",
+    )
 
     @model_validator(mode="after")
     def _interval(self) -> EpisodeIn:
@@ -49,7 +55,8 @@ class Involved(EntityRef):
     role: Role = Field(description="speaker, participant, or mentioned (its name or an alias is in the text).")
 
 
-class Episode(BaseModel):
+class Episode(Clipped):
+    clip_field: ClassVar[str] = "text"
     id: int
     text: str
     at: datetime = Field(description="When it happened.")
@@ -60,6 +67,7 @@ class Episode(BaseModel):
     valid_until: datetime | None = None
     ended_why: str | None = Field(None, description="Why it stopped being true, as its ender said.")
     entities: list[Involved] = Field(default_factory=list, description="The live entities it involves.")
+    private: bool = Field(False, description="True: in your private memory, which only you see.")
 
 
 class EpisodesWritten(BaseModel):
@@ -100,7 +108,8 @@ class FactRecord(BaseModel):
     valid_until: datetime | None = None
 
 
-class Fact(BaseModel):
+class Fact(Clipped):
+    clip_field: ClassVar[str] = "text"
     kind: FactKind = Field(description="observation, relation, episode, or entity (its description).")
     text: str = Field(description="The fact: an observation, a relation as a sentence, an episode, a description.")
     entity: EntityRef | None = Field(None, description="Whose observation or description; a relation's `from`.")
@@ -109,6 +118,7 @@ class Fact(BaseModel):
     episode_id: int | None = None
     at: datetime | None = Field(None, description="When an episode happened.")
     entities: list[Involved] | None = Field(None, description="An episode's entities.")
+    private: bool | None = Field(None, description="An episode's: true when in your private memory (only you see it).")
     source: str | None = None
     created_by: str | None = None
     created_at: datetime | None = Field(None, description="When it was written.")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from app.auth.principal import Principal
-from app.services.budget import Budget, clip
+from app.services.budget import Budget
 from app.services.filters import Scope
 from app.services.ranking import CANDIDATES, Fused, QueryVector, Ranker, fuse, pending_note, rounded, strict
 from app.services.search_models import Match, Mode, Scores, SearchHit, SearchResult
@@ -38,7 +38,7 @@ class Query:
     min_score: float | None = None
     limit: int = 10
     cursor: str | None = None
-    budget: Budget | None = None  # the hits that fit the caller's tokens; the rest from `next_cursor`
+    budget: Budget[SearchHit] | None = None  # the hits that fit the caller's tokens; the rest from `next_cursor`
 
     def fingerprint(self) -> str:
         s = self.scope
@@ -46,18 +46,6 @@ class Query:
         facts = [list(s.sources) if s.sources else None, s.since, s.until, *s.when.params()]
         key = orjson.dumps([self.text, self.mode, *kinds, *facts, self.min_score])
         return hashlib.sha256(key).hexdigest()[:16]
-
-
-def _match_text(hit: SearchHit) -> str:
-    return hit.match.text
-
-
-def _shortened(hit: SearchHit, text: str) -> SearchHit:
-    """A hit too large for its budget: its matched text shortened, and its entity's description to as
-    many bytes (a hit is the two)."""
-    entity = hit.entity.model_copy(update={"description": clip(hit.entity.description, len(text.encode()))})
-    match = hit.match.model_copy(update={"text": text, "snippet": None})
-    return hit.model_copy(update={"entity": entity, "match": match})
 
 
 def _best_per_entity(rows: Sequence[Ranked]) -> list[Ranked]:
@@ -106,7 +94,7 @@ class Search(Ranker):
                 "and names only"
             )
         mode: Mode = q.mode if vector is not None or q.mode == "keyword" else "keyword"
-        shown = q.budget.take(hits, _match_text, _shortened) if q.budget else hits
+        shown = q.budget.take(hits) if q.budget else hits
         end = offset + len(shown) if len(shown) < len(hits) else depth
         next_cursor = self.pager.next_cursor(tenant.id, listing, len(ranked), end)
         return SearchResult(

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import BaseModel, Field
 
+from app.services.budget import Clipped, clip
 from app.services.models import EntitySummary
 
 Mode = Literal["hybrid", "semantic", "keyword"]
@@ -33,10 +34,19 @@ class Match(BaseModel):
     valid_until: datetime | None = Field(None, description="When it stopped (or stops) being true; absent: no end.")
 
 
-class SearchHit(BaseModel):
+class SearchHit(Clipped):
     entity: EntitySummary
     match: Match
     scores: Scores
+
+    def clip_text(self) -> str:
+        return self.match.text
+
+    def clipped(self, text: str) -> Self:
+        """Its matched text shortened, and its entity's description to as many bytes (a hit is the two)."""
+        entity = self.entity.model_copy(update={"description": clip(self.entity.description, len(text.encode()))})
+        match = self.match.model_copy(update={"text": text, "snippet": None})
+        return self.model_copy(update={"entity": entity, "match": match})
 
 
 class SearchResult(BaseModel):

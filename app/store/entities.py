@@ -14,7 +14,8 @@ from typing import Any
 
 import asyncpg
 
-from app.store.database import UUID, Tx, timed
+from app.ids import UUID
+from app.store.database import Tx, timed
 from app.store.validity import NOW, When, holds, valid_at
 
 

@@ -28,6 +28,7 @@ class NewEpisode:
     created_by: str | None = None
     created_at: datetime | None = None
     ended_why: str | None = None
+    owner: str | None = None  # a principal's key: its private memory; None: the tenant's shared memory
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,9 +45,11 @@ class EpisodeRow:
     valid_until: datetime | None
     ended_why: str | None
     involved: list[tuple[End, str]]
+    owner: str | None = None  # whose private memory it is (None: shared); only its owner (or the server) sees it
 
 
 _COLUMNS = """p.id, p.content, p.at, p.source, p.created_by, p.created_at, p.valid_from, p.valid_until, p.ended_why,
+    p.owner,
     (SELECT json_agg(json_build_array(x.id::text, x.name, x.type, pe.role) ORDER BY pe.role DESC, x.name)
      FROM {s}.episode_entities pe JOIN {s}.entities x ON x.id = pe.entity_id AND x.deleted_at IS NULL
      WHERE pe.episode_id = p.id)::text AS involved"""
@@ -56,7 +59,7 @@ def _row(r: asyncpg.Record) -> EpisodeRow:
     involved = [(End(i, n, t), role) for i, n, t, role in orjson.loads(str(r["involved"] or "[]"))]
     return EpisodeRow(
         r["id"], r["content"], r["at"], r["source"], r["created_by"], r["created_at"],
-        r["valid_from"], r["valid_until"], r["ended_why"], involved,
+        r["valid_from"], r["valid_until"], r["ended_why"], involved, r["owner"],
     )  # fmt: skip
 
 
@@ -65,12 +68,13 @@ async def insert(tx: Tx, items: Sequence[NewEpisode], actor: str) -> list[int]:
     """Store episodes and their entities; returns their ids in the items' order."""
     rows = await tx.fetch(
         """
-        INSERT INTO {s}.episodes (content, at, source, valid_from, valid_until, created_by, created_at, ended_why)
+        INSERT INTO {s}.episodes (content, at, source, valid_from, valid_until, created_by, created_at, ended_why,
+                                  owner)
         SELECT u.content, coalesce(u.at, now()), u.source, u.vf, u.vu, coalesce(u.by, $6), coalesce(u.made, now()),
-               u.why
+               u.why, u.owner
         FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::timestamptz[], $5::timestamptz[], $7::text[],
-                    $8::timestamptz[], $9::text[])
-            WITH ORDINALITY AS u(content, at, source, vf, vu, by, made, why, n)
+                    $8::timestamptz[], $9::text[], $10::text[])
+            WITH ORDINALITY AS u(content, at, source, vf, vu, by, made, why, owner, n)
         ORDER BY u.n
         RETURNING id
         """,
@@ -83,6 +87,7 @@ async def insert(tx: Tx, items: Sequence[NewEpisode], actor: str) -> list[int]:
         [i.created_by for i in items],
         [i.created_at for i in items],
         [i.ended_why for i in items],
+        [i.owner for i in items],
     )
     ids = sorted(r[0] for r in rows)  # identity values follow the insert's order
     links = [(episode, entity, role) for episode, i in zip(ids, items, strict=True) for entity, role in i.involved]
@@ -204,6 +209,22 @@ async def end(tx: Tx, ids: Sequence[int], at: datetime | None, why: str | None) 
     ended = [] if early else [r[0] for r in rows]
     tx.affected += [f"episode:{i}" for i in ended]
     return Ended(ended, early)
+
+
+@timed
+async def private_count(tx: Tx, owner: str) -> int:
+    """How many episodes `owner`'s private memory holds (in a transaction that sees them all)."""
+    return await tx.fetchval("SELECT count(*) FROM {s}.episodes WHERE owner = $1", owner)
+
+
+@timed
+async def erase_private(tx: Tx, owner: str) -> int:
+    """Delete every episode of `owner`'s private memory (their documents and links go with them),
+    reading none of them: how many went."""
+    rows = await tx.fetch("DELETE FROM {s}.episodes WHERE owner = $1 RETURNING octet_length(content)", owner)
+    tx.growth.observations -= len(rows)
+    tx.growth.text_bytes -= sum(r[0] for r in rows)
+    return len(rows)
 
 
 @timed

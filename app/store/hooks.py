@@ -22,6 +22,7 @@ class HookOverrides:
     prompt_tokens: int | None
     start_tokens: int | None
     min_score: float | None
+    private: bool | None
 
 
 # The overridable settings, by column; the only identifiers set_overrides builds into its query.

@@ -13,10 +13,13 @@ import asyncio
 import hashlib
 import re
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
+
+from app.store.connect import OwnerConnection, owner
 
 _LOCK_KEY = 0x656E6772616D  # "engram"
 _FILE = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
@@ -79,8 +82,7 @@ async def migrate(
     applied (empty when up to date). `on_tenant(done, waiting)` is told after each tenant brought
     up to date."""
     migrations = load(directory)
-    conn = await asyncpg.connect(dsn)
-    try:
+    async with owner(dsn) as conn:
         await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)
         try:
             await conn.execute(_BOOKKEEPING)
@@ -107,8 +109,6 @@ async def migrate(
             return done
         finally:
             await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_KEY)
-    finally:
-        await conn.close()
 
 
 # The tenants of this database: in the control database, the directory also lists tenants that
@@ -121,7 +121,7 @@ ORDER BY schema_name
 
 
 async def apply_tenant_steps(
-    conn: asyncpg.Connection,
+    conn: OwnerConnection,
     on_tenant: Callable[[int, int], None] | None = None,
     *,
     dsn: str | None = None,
@@ -133,10 +133,20 @@ async def apply_tenant_steps(
     registered meanwhile)."""
     if not await _has_step_versions(conn):
         return 0
-    workers = [conn] + [await asyncpg.connect(dsn) for _ in range(jobs - 1 if dsn else 0)]
+    async with AsyncExitStack() as more:
+        workers = [conn]
+        if dsn is not None:
+            workers += [await more.enter_async_context(owner(dsn)) for _ in range(jobs - 1)]
+        return await _bring_up(conn, workers, on_tenant)
+
+
+async def _bring_up(
+    conn: OwnerConnection, workers: list[OwnerConnection], on_tenant: Callable[[int, int], None] | None
+) -> int:
+    """The passes of `apply_tenant_steps`, each tenant behind taken by the first worker free."""
     total = 0
 
-    async def work(c: asyncpg.Connection, queue: list[str], waiting: int) -> None:
+    async def work(c: OwnerConnection, queue: list[str], waiting: int) -> None:
         nonlocal total
         while queue:
             schema = queue.pop()
@@ -149,21 +159,17 @@ async def apply_tenant_steps(
             if on_tenant is not None:
                 on_tenant(total, waiting)
 
-    try:
-        # (a database migrated only up to a file before 0026 has no cells: every tenant is here)
-        behind_here = _BEHIND.format(here="AND cell = 'main'" if await _has_step_versions(conn, "cell") else "")
-        while behind := [r[0] for r in await conn.fetch(behind_here)]:
-            behind.reverse()  # popped from the end: in name order
-            try:
-                async with asyncio.TaskGroup() as group:
-                    for c in workers:
-                        group.create_task(work(c, behind, total + len(behind)))
-            except BaseExceptionGroup as failed:
-                raise failed.exceptions[0] from None
-        return total
-    finally:
-        for c in workers[1:]:
-            await c.close()
+    # (a database migrated only up to a file before 0026 has no cells: every tenant is here)
+    behind_here = _BEHIND.format(here="AND cell = 'main'" if await _has_step_versions(conn, "cell") else "")
+    while behind := [r[0] for r in await conn.fetch(behind_here)]:
+        behind.reverse()  # popped from the end: in name order
+        try:
+            async with asyncio.TaskGroup() as group:
+                for c in workers:
+                    group.create_task(work(c, behind, total + len(behind)))
+        except BaseExceptionGroup as failed:
+            raise failed.exceptions[0] from None
+    return total
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +183,7 @@ class StepsStatus:
     by_version: tuple[tuple[str, int], ...]
 
 
-async def _has_step_versions(conn: asyncpg.Connection, column: str = "steps_version") -> bool:
+async def _has_step_versions(conn: OwnerConnection, column: str = "steps_version") -> bool:
     return bool(
         await conn.fetchval(
             "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('engram.tenants')"
@@ -187,7 +193,7 @@ async def _has_step_versions(conn: asyncpg.Connection, column: str = "steps_vers
     )
 
 
-async def steps_status(conn: asyncpg.Connection) -> StepsStatus:
+async def steps_status(conn: OwnerConnection) -> StepsStatus:
     if not await _has_step_versions(conn):
         return StepsStatus("", 0, 0, ())
     newest = await conn.fetchval("SELECT coalesce(max(version), '') FROM engram.tenant_steps")
@@ -212,8 +218,7 @@ class Plan:
 async def plan(dsn: str, directory: Path) -> Plan:
     """`engram migrate --status` and `--dry-run`: reads only."""
     migrations = load(directory)
-    conn = await asyncpg.connect(dsn)
-    try:
+    async with owner(dsn) as conn:
         applied = await _applied(conn)
         _check_known(migrations, applied)
         return Plan(
@@ -221,8 +226,6 @@ async def plan(dsn: str, directory: Path) -> Plan:
             tuple(m for m in migrations if m.version not in applied),
             await steps_status(conn),
         )
-    finally:
-        await conn.close()
 
 
 def _check_known(migrations: list[Migration], applied: dict[str, asyncpg.Record]) -> None:

@@ -88,17 +88,9 @@ def tsquery(text: str, strict: str, common: str) -> str:
 
 @timed
 async def common_words(tx: Tx, min_texts: int) -> list[str]:
-    """Words that the planner's statistics say occur in more than `min_texts` of the tenant's texts."""
-    words = await tx.fetchval(
-        """
-        SELECT array_agg(x.word) FROM pg_stats s, pg_class c,
-            unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS x(word, freq)
-        WHERE s.schemaname = $1 AND s.tablename = 'search_docs' AND s.attname = 'tsv'
-          AND c.oid = to_regclass($1 || '.search_docs') AND x.word IS NOT NULL AND x.freq * c.reltuples > $2
-        """,
-        tx.tenant.schema,
-        min_texts,
-    )
+    """Words that the planner's statistics say occur in more than `min_texts` of the tenant's texts
+    (read by a definer function: pg_stats hides a table that row-level security filters)."""
+    words = await tx.fetchval("SELECT engram.common_words($1)", min_texts)
     return words or []
 
 

@@ -286,6 +286,7 @@ class Fact:
     episode_id: int | None = None
     at: datetime | None = None
     involved: list[tuple[End, str]] = field(default_factory=list)  # an episode's entities and their roles
+    private: bool = False  # an episode of a principal's private memory
     source: str | None = None
     created_by: str | None = None
     created_at: datetime | None = None
@@ -308,6 +309,7 @@ async def facts(tx: Tx, doc_ids: Sequence[int]) -> dict[int, Fact]:
                o.valid_from AS o_from, o.valid_until AS o_until,
                p.id AS p_id, p.content AS p_content, p.at AS p_at, p.source AS p_source, p.created_by AS p_by,
                p.created_at AS p_created, p.valid_from AS p_from, p.valid_until AS p_until,
+               p.owner IS NOT NULL AS p_private,
                CASE WHEN p.id IS NOT NULL THEN (
                    SELECT json_agg(json_build_array(x.id::text, x.name, x.type, pe.role) ORDER BY pe.role DESC, x.name)
                    FROM {s}.episode_entities pe JOIN {s}.entities x ON x.id = pe.entity_id AND x.deleted_at IS NULL
@@ -330,7 +332,7 @@ async def facts(tx: Tx, doc_ids: Sequence[int]) -> dict[int, Fact]:
             out[doc] = Fact(
                 doc, kind, r["p_content"], episode_id=r["p_id"], at=r["p_at"],
                 involved=[(End(i, n, t), role) for i, n, t, role in orjson.loads(r["involved"] or "[]")],
-                source=r["p_source"], created_by=r["p_by"], created_at=r["p_created"],
+                private=r["p_private"], source=r["p_source"], created_by=r["p_by"], created_at=r["p_created"],
                 valid_from=r["p_from"], valid_until=r["p_until"],
             )  # fmt: skip
         elif kind == "relation":

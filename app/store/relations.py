@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import asyncpg
 import orjson
 
+from app.store import cypher
 from app.store.database import Tx, timed
 from app.store.edges import REL_ID, REL_TYPE
 from app.store.entities import (
@@ -398,23 +399,21 @@ async def detail(
 async def touching(tx: Tx, entity_id: str, limit: int) -> list[Relation]:
     """Live relations of one entity, by two directed Cypher matches (never an undirected one), in
     `detail`'s order. `get_entity` reads them with `detail` (by graph id, in the same statement as
-    the entity); this form stays as the Cypher reference the tests hold `detail` to."""
+    the entity); this form stays as the Cypher reference the tests hold `detail` to. The Cypher is
+    the emitter's (app/store/cypher/), from a tree."""
+    leaving, entering = cypher.edges_of(entity_id, outgoing=True), cypher.edges_of(entity_id, outgoing=False)
     rows = await tx.fetch(
         _SELECT
-        + """
+        + f"""
         JOIN (
-            SELECT * FROM ag_catalog.cypher('{s}', $$
-                MATCH (a:Entity)-[r:REL]->(b:Entity) WHERE a.id = $id RETURN id(r)
-            $$, $1) AS (edge ag_catalog.graphid)
+            SELECT * FROM ag_catalog.cypher('{{s}}', $$ {leaving.text} $$, $1) AS (edge ag_catalog.graphid)
             UNION ALL
-            SELECT * FROM ag_catalog.cypher('{s}', $$
-                MATCH (a:Entity)<-[r:REL]-(b:Entity) WHERE a.id = $id RETURN id(r)
-            $$, $1) AS (edge ag_catalog.graphid)
+            SELECT * FROM ag_catalog.cypher('{{s}}', $$ {entering.text} $$, $1) AS (edge ag_catalog.graphid)
         ) c ON c.edge = r.id
         ORDER BY se.id::text = $2 DESC, se.name, te.name
         LIMIT $3
         """,
-        orjson.dumps({"id": entity_id}).decode(),
+        orjson.dumps(leaving.parameters).decode(),
         entity_id,
         limit,
     )

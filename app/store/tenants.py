@@ -222,7 +222,7 @@ class KeyAudit:
         return (self.subject, self.client_id, self.tool, self.duration_ms, self.request_id)
 
 
-# What the definer functions' refusals mean (app/sql/migrations/0015_tenant_api_keys.sql).
+# What the definer functions' refusals mean (sql/migrations/0015_tenant_api_keys.sql).
 _KEY_REFUSALS: dict[type[asyncpg.PostgresError], tuple[Code, str]] = {
     asyncpg.InvalidParameterValueError: ("invalid", "the key's name, scopes or expiry are out of bounds"),
     asyncpg.ProgramLimitExceededError: ("limit", "this tenant has 100 unrevoked API keys; revoke some first"),

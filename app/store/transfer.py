@@ -24,10 +24,11 @@ from app.store.validity import edge_holds, valid_at
 _ENTITY_WIDTH = len(EntityRow.__dataclass_fields__)
 
 
-def snapshot(db: Database, tenant: Tenant) -> AbstractAsyncContextManager[Tx]:
+def snapshot(db: Database, tenant: Tenant, viewer: str) -> AbstractAsyncContextManager[Tx]:
     """A read-only transaction in the tenant's context that sees one snapshot from its first query
-    to its end (REPEATABLE READ), so every page of an export belongs to the same moment."""
-    return db.transaction(tenant, readonly=True, snapshot=True)
+    to its end (REPEATABLE READ), so every page of an export belongs to the same moment; `viewer`'s
+    private memory and the shared memory (database.py)."""
+    return db.transaction(tenant, readonly=True, snapshot=True, viewer=viewer)
 
 
 # --- export -----------------------------------------------------------------------------------

@@ -339,14 +339,18 @@ class Harness:
         return {r[0]: (r[1], r[2]) for r in rows}
 
     async def _settled(self, endpoint: str) -> dict[str, tuple[int, str]]:
-        """The digest once the indexer has caught up with earlier writes (search documents are kept
-        after the write that asks for them), so its work is not taken for a refused call's."""
-        deadline = time.monotonic() + 30
-        while True:
-            digest = await self._digest(endpoint)
-            if digest.get("index_pending", (0, ""))[0] == 0 or time.monotonic() > deadline:
-                return digest
-            await asyncio.sleep(0.02)
+        """The digest once it holds still (two readings 50 ms apart agree, for at most 5 s): work an
+        earlier write left to the background (search documents kept after it) is not taken for a
+        refused call's."""
+        deadline = time.monotonic() + 5
+        digest = await self._digest(endpoint)
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            again = await self._digest(endpoint)
+            if again == digest:
+                break
+            digest = again
+        return digest
 
     def call(self, endpoint: str, tool: Tool, args: dict[str, Any]) -> CallToolResult | None:
         """One call, checked: a stable code when refused, nothing changed by a refused write."""

@@ -13,7 +13,7 @@ from typing import Any
 import httpx2
 import orjson
 
-from tests.support.client import record
+from tests.support.client import connect, record
 from tests.support.server import ROOT, Server
 
 
@@ -67,12 +67,14 @@ def context(response: httpx2.Response) -> str | None:
     return str(out["additionalContext"])
 
 
-async def kept(server: Server, tenant: str, at_least: int = 0) -> list[dict[str, Any]]:
-    """Every episode the tenant holds (through the tools, as a person would read them), once there
-    are `at_least` (a turn's capture may end after its answer, on a loaded machine)."""
+async def kept(server: Server, tenant: str, at_least: int = 0, token: str | None = None) -> list[dict[str, Any]]:
+    """Every episode the tenant holds that the caller sees (through the tools, as a person would read
+    them: the shared ones and the caller's own private ones, such as the turns its hooks kept; the
+    caller is `token`'s, else the suite's default user), once there are `at_least` (a turn's capture
+    may end after its answer, on a loaded machine)."""
     deadline = time.monotonic() + 60
     while True:
-        async with server.client(tenant) as c:
+        async with server.client(tenant) if token is None else connect(server.url, token) as c:
             page = record(await c.call_tool("list_episodes", {"limit": 200, "max_tokens": 20000, "detail": "full"}))
         if len(page["episodes"]) >= at_least or time.monotonic() > deadline:
             return list(page["episodes"])

@@ -88,8 +88,9 @@ def server_env(settings: Settings, port: int, **extra: str) -> dict[str, str]:
 START_SECONDS = 120
 
 
-def start_server(env: dict[str, str], stdout: Any = None) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], env=env, cwd=ROOT, stdout=stdout)
+def start_server(env: dict[str, str], stdout: Any = None, cwd: Path = ROOT) -> subprocess.Popen[bytes]:
+    """`engram serve` of the checkout `cwd` (its code), once it answers /healthz."""
+    process = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], env=env, cwd=cwd, stdout=stdout)
     base = f"http://127.0.0.1:{env['ENGRAM_PORT']}"
     deadline = time.monotonic() + START_SECONDS
     while time.monotonic() < deadline:

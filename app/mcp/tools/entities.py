@@ -7,10 +7,10 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from app.answers import entities as shown
+from app.answers.form import Detail, MaxTokens
 from app.auth.principal import READ, WRITE, Principal
 from app.errors import EngramError
-from app.mcp import answers
-from app.mcp.answers import entities as shown
 from app.mcp.toolset import ADDITIVE, DESTRUCTIVE, READ_ONLY, ToolSet
 from app.services import Services, models
 from app.services.filters import EntityFilters, moment, time_range
@@ -29,7 +29,7 @@ def register(tool: ToolSet, services: Services) -> None:
     batch = services.limits.max_batch
     cap = services.limits.max_results
 
-    @tool(WRITE, ADDITIVE, title="Save entities", render=shown.upserted)
+    @tool(WRITE, ADDITIVE, title="Save entities", answer=shown.upserted)
     async def upsert_entities(
         who: Principal,
         entities: Annotated[list[models.EntityIn], Field(min_length=1, max_length=batch)],
@@ -44,7 +44,7 @@ def register(tool: ToolSet, services: Services) -> None:
         """
         return await services.entities.upsert(who, entities, on_existing, source)
 
-    @tool(READ, READ_ONLY, title="Read an entity", one_of=("id", "name"), render=shown.entity)
+    @tool(READ, READ_ONLY, title="Read an entity", one_of=("id", "name"), answer=shown.ENTITY)
     async def get_entity(
         who: Principal,
         id: EntityId = None,
@@ -59,8 +59,8 @@ def register(tool: ToolSet, services: Services) -> None:
             Field(description="`relevant` needs `query`."),
         ] = "oldest",
         query: Annotated[models.LongText | None, Field(description="What the observations should answer.")] = None,
-        max_tokens: answers.MaxTokens = ENTITY_TOKENS,
-        detail: answers.DetailArg = "concise",
+        max_tokens: MaxTokens = ENTITY_TOKENS,
+        detail: Detail = "concise",
     ) -> models.Entity:
         """Read one entity by id or name (exact, else ignoring case; several match: `ambiguous`): fields,
         aliases, observations, relations, latest changes (`include_history`).
@@ -76,11 +76,11 @@ def register(tool: ToolSet, services: Services) -> None:
             when=moment(as_of, include_invalid),
             newest_first=observations_first == "newest",
             query=query.strip() if query is not None else None,
-            budget=answers.budget(max_tokens, detail, shown.entity_sizes),
+            budget=shown.ENTITY.budget(max_tokens, detail),
         )
 
     @tool(
-        WRITE, DESTRUCTIVE, title="Edit an entity", one_of=("id", "name"), render=partial(shown.changed, verb="Changed")
+        WRITE, DESTRUCTIVE, title="Edit an entity", one_of=("id", "name"), answer=partial(shown.changed, verb="Changed")
     )
     async def update_entity(
         who: Principal,
@@ -94,7 +94,7 @@ def register(tool: ToolSet, services: Services) -> None:
         """
         return await services.entities.update(who, one_ref(id, name), changes, expected_version)
 
-    @tool(WRITE, DESTRUCTIVE, title="Delete entities", render=shown.removed)
+    @tool(WRITE, DESTRUCTIVE, title="Delete entities", answer=shown.removed)
     async def remove_entities(
         who: Principal,
         entities: Annotated[list[models.Ref], Field(min_length=1, max_length=batch, description="Ids or names.")],
@@ -104,7 +104,7 @@ def register(tool: ToolSet, services: Services) -> None:
         """
         return await services.entities.set_deleted(who, entities, True)
 
-    @tool(WRITE, ADDITIVE, title="Restore entities", render=partial(shown.changed, verb="Restored"))
+    @tool(WRITE, ADDITIVE, title="Restore entities", answer=partial(shown.changed, verb="Restored"))
     async def restore_entities(
         who: Principal,
         ids: Annotated[list[models.Id], Field(min_length=1, max_length=batch)],
@@ -114,7 +114,7 @@ def register(tool: ToolSet, services: Services) -> None:
         """
         return await services.entities.set_deleted(who, ids, False)
 
-    @tool(WRITE, ADDITIVE, title="Add facts", render=partial(shown.observations_changed, verb="added"))
+    @tool(WRITE, ADDITIVE, title="Add facts", answer=partial(shown.observations_changed, verb="added"))
     async def append_observations(
         who: Principal, items: Annotated[list[models.NewObservations], Field(min_length=1, max_length=batch)]
     ) -> models.ObservationsResult:
@@ -123,7 +123,7 @@ def register(tool: ToolSet, services: Services) -> None:
         """
         return await services.entities.change_observations(who, items, add=True)
 
-    @tool(WRITE, DESTRUCTIVE, title="End facts", render=partial(shown.observations_changed, verb="ended"))
+    @tool(WRITE, DESTRUCTIVE, title="End facts", answer=partial(shown.observations_changed, verb="ended"))
     async def invalidate_observations(
         who: Principal,
         items: Annotated[list[models.ObservationsIn], Field(min_length=1, max_length=batch)],
@@ -135,7 +135,7 @@ def register(tool: ToolSet, services: Services) -> None:
         """
         return await services.entities.invalidate_observations(who, items, at, reason)
 
-    @tool(WRITE, DESTRUCTIVE, title="Delete facts", render=partial(shown.observations_changed, verb="deleted"))
+    @tool(WRITE, DESTRUCTIVE, title="Delete facts", answer=partial(shown.observations_changed, verb="deleted"))
     async def remove_observations(
         who: Principal, items: Annotated[list[models.ObservationsIn], Field(min_length=1, max_length=batch)]
     ) -> models.ObservationsResult:
@@ -144,21 +144,21 @@ def register(tool: ToolSet, services: Services) -> None:
         """
         return await services.entities.change_observations(who, items, add=False)
 
-    @tool(READ, READ_ONLY, title="Entity history", one_of=("id", "name"), render=shown.history)
+    @tool(READ, READ_ONLY, title="Entity history", one_of=("id", "name"), answer=shown.history)
     async def entity_history(
         who: Principal,
         id: EntityId = None,
         name: EntityName = None,
         limit: Annotated[int, Field(ge=1, le=cap)] = 20,
         cursor: models.Cursor | None = None,
-        detail: answers.DetailArg = "concise",
+        detail: Detail = "concise",
     ) -> models.HistoryPage:
         """An entity's changes, newest first: when, who, what (fields old → new, facts, relations,
         merges).
         """
         return await services.entities.history(who, one_ref(id, name), limit, cursor)
 
-    @tool(READ, READ_ONLY, title="List entities", render=shown.found)
+    @tool(READ, READ_ONLY, title="List entities", answer=shown.found)
     async def find_entities(
         who: Principal,
         name_contains: models.Text | None = None,
@@ -179,7 +179,7 @@ def register(tool: ToolSet, services: Services) -> None:
         sort: Literal["recent", "name", "certainty"] = "recent",
         limit: Annotated[int, Field(ge=1, le=cap)] = 20,
         cursor: models.Cursor | None = None,
-        detail: answers.DetailArg = "concise",
+        detail: Detail = "concise",
     ) -> models.EntityPage:
         """List entities matching all filters; `name_contains` covers aliases, `text_contains` any text,
         `sources`/`since`/`until` the observations.

@@ -5,9 +5,9 @@ from typing import Annotated
 
 from pydantic import Field
 
+from app.answers import graph as shown
+from app.answers.form import Detail, MaxTokens
 from app.auth.principal import READ, Principal
-from app.mcp import answers
-from app.mcp.answers import graph
 from app.mcp.toolset import READ_ONLY, ToolSet
 from app.services import Services, models
 from app.services.filters import moment
@@ -19,7 +19,7 @@ RelationTypes = Annotated[list[models.TypeName] | None, Field(max_length=20, des
 def register(tool: ToolSet, services: Services) -> None:
     cap = services.limits.max_results
 
-    @tool(READ, READ_ONLY, title="Neighbours", render=graph.neighbors)
+    @tool(READ, READ_ONLY, title="Neighbours", answer=shown.NEIGHBORS)
     async def neighbors(
         who: Principal,
         entity: Annotated[models.Ref, Field(description="Id or name.")],
@@ -29,8 +29,8 @@ def register(tool: ToolSet, services: Services) -> None:
         limit: Annotated[int, Field(ge=1, le=cap)] = 50,
         as_of: models.AsOf = None,
         include_invalid: models.IncludeInvalid = False,
-        max_tokens: answers.MaxTokens = WALK_TOKENS,
-        detail: answers.DetailArg = "concise",
+        max_tokens: MaxTokens = WALK_TOKENS,
+        detail: Detail = "concise",
     ) -> models.NeighborsResult:
         """Entities within `depth` relations of one, each once at its shortest distance with the relation
         that reached it (`via`).
@@ -43,10 +43,10 @@ def register(tool: ToolSet, services: Services) -> None:
             types=relation_types,
             limit=limit,
             when=moment(as_of, include_invalid),
-            budget=answers.budget(max_tokens, detail, graph.neighbor_sizes),
+            budget=shown.NEIGHBORS.budget(max_tokens, detail),
         )
 
-    @tool(READ, READ_ONLY, title="Shortest path", render=graph.path)
+    @tool(READ, READ_ONLY, title="Shortest path", answer=shown.path)
     async def shortest_path(
         who: Principal,
         from_: Annotated[models.Ref, Field(alias="from", description="Id or name.")],
@@ -56,7 +56,7 @@ def register(tool: ToolSet, services: Services) -> None:
         relation_types: RelationTypes = None,
         as_of: models.AsOf = None,
         include_invalid: models.IncludeInvalid = False,
-        detail: answers.DetailArg = "concise",
+        detail: Detail = "concise",
     ) -> models.PathResult:
         """How two entities connect: a shortest chain of relations."""
         return await services.graph.path(
@@ -69,7 +69,7 @@ def register(tool: ToolSet, services: Services) -> None:
             when=moment(as_of, include_invalid),
         )
 
-    @tool(READ, READ_ONLY, title="Relation chain", render=graph.chain)
+    @tool(READ, READ_ONLY, title="Relation chain", answer=shown.CHAIN)
     async def relation_chain(
         who: Principal,
         entity: Annotated[models.Ref, Field(description="Id or name.")],
@@ -78,7 +78,7 @@ def register(tool: ToolSet, services: Services) -> None:
         depth: Annotated[int, Field(ge=1, le=10)] = 5,
         as_of: models.AsOf = None,
         include_invalid: models.IncludeInvalid = False,
-        detail: answers.DetailArg = "concise",
+        detail: Detail = "concise",
     ) -> models.NeighborsResult:
         """Follow one relation type transitively (e.g. every prerequisite), nearest first."""
         return await services.graph.chain(
@@ -90,7 +90,7 @@ def register(tool: ToolSet, services: Services) -> None:
             when=moment(as_of, include_invalid),
         )
 
-    @tool(READ, READ_ONLY, title="Subgraph", render=graph.subgraph)
+    @tool(READ, READ_ONLY, title="Subgraph", answer=shown.SUBGRAPH)
     async def subgraph(
         who: Principal,
         entities: Annotated[list[models.Ref], Field(min_length=1, max_length=20, description="Ids or names.")],
@@ -99,8 +99,8 @@ def register(tool: ToolSet, services: Services) -> None:
         max_relations: Annotated[int, Field(ge=1, le=2000)] = 300,
         as_of: models.AsOf = None,
         include_invalid: models.IncludeInvalid = False,
-        max_tokens: answers.MaxTokens = WALK_TOKENS,
-        detail: answers.DetailArg = "concise",
+        max_tokens: MaxTokens = WALK_TOKENS,
+        detail: Detail = "concise",
     ) -> models.SubgraphResult:
         """Context in one call: the given entities, all within `depth` relations of them, and the
         relations among them.
@@ -112,20 +112,20 @@ def register(tool: ToolSet, services: Services) -> None:
             max_nodes=max_nodes,
             max_relations=max_relations,
             when=moment(as_of, include_invalid),
-            budget=answers.budget(max_tokens, detail, graph.subgraph_sizes),
+            budget=shown.SUBGRAPH.budget(max_tokens, detail),
         )
 
-    @tool(READ, READ_ONLY, title="Category tree", render=graph.hierarchy)
-    async def hierarchy(who: Principal, detail: answers.DetailArg = "concise") -> models.HierarchyResult:
+    @tool(READ, READ_ONLY, title="Category tree", answer=shown.hierarchy)
+    async def hierarchy(who: Principal, detail: Detail = "concise") -> models.HierarchyResult:
         """The area → topic → subtopic tree with entity counts."""
         return await services.graph.hierarchy(who)
 
-    @tool(READ, READ_ONLY, title="Graph statistics", render=graph.stats)
-    async def graph_stats(who: Principal, detail: answers.DetailArg = "concise") -> models.StatsResult:
+    @tool(READ, READ_ONLY, title="Graph statistics", answer=shown.stats)
+    async def graph_stats(who: Principal, detail: Detail = "concise") -> models.StatsResult:
         """Counts, top types, most connected entities, latest changes."""
         return await services.graph.stats(who)
 
-    @tool(READ, READ_ONLY, answers_offline=True, title="Server status", render=graph.status)
-    async def server_status(who: Principal, detail: answers.DetailArg = "concise") -> models.StatusResult:
+    @tool(READ, READ_ONLY, answers_offline=True, title="Server status", answer=shown.status)
+    async def server_status(who: Principal, detail: Detail = "concise") -> models.StatusResult:
         """Whether the memory works now, and which tools are usable."""
         return await services.status.check(who, list(tool.scopes))

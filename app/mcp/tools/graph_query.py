@@ -5,9 +5,9 @@ from typing import Annotated
 
 from pydantic import Field
 
+from app.answers import graph_query as shown
+from app.answers.form import Detail
 from app.auth.principal import READ, Principal
-from app.mcp import answers
-from app.mcp.answers import graph
 from app.mcp.toolset import READ_ONLY, ToolSet
 from app.services import Services
 from app.services.graph_query import FUNCTION_NAMES, QueryResult, QueryText
@@ -29,9 +29,9 @@ def register(tool: ToolSet, services: Services) -> None:
             Field(description="Ends in RETURN.", examples=["MATCH (n:Entity) RETURN n.name LIMIT 5"]),
         ],
         limit: Annotated[int, Field(ge=1, le=cap)] = cap,
-        detail: answers.DetailArg = "concise",
+        detail: Detail = "concise",
     ) -> QueryResult:
         return await services.queries.query(who, query, limit)
 
     query_graph.__doc__ = DESCRIPTION.format(functions=", ".join(FUNCTION_NAMES))
-    tool(READ, READ_ONLY, title="Cypher query", render=graph.query_rows)(query_graph)
+    tool(READ, READ_ONLY, title="Cypher query", answer=shown.query_rows)(query_graph)

@@ -6,9 +6,9 @@ from typing import Annotated
 
 from pydantic import Field
 
+from app.answers import merges as shown
+from app.answers.form import Detail
 from app.auth.principal import READ, WRITE, Principal
-from app.mcp import answers
-from app.mcp.answers import graph
 from app.mcp.tools.entities import EntityId, EntityName, one_ref
 from app.mcp.toolset import ADDITIVE, DESTRUCTIVE, READ_ONLY, ToolSet
 from app.services import Services, models
@@ -20,7 +20,7 @@ Aliases = Annotated[list[models.Name], Field(min_length=1, max_length=50)]
 def register(tool: ToolSet, services: Services) -> None:
     cap = services.limits.max_results
 
-    @tool(WRITE, DESTRUCTIVE, title="Merge entities", render=graph.merged)
+    @tool(WRITE, DESTRUCTIVE, title="Merge entities", answer=shown.merged)
     async def merge_entities(
         who: Principal,
         into: Annotated[models.Ref, Field(description="The survivor: id or name.")],
@@ -47,7 +47,7 @@ def register(tool: ToolSet, services: Services) -> None:
             expected_version=expected_version,
         )
 
-    @tool(WRITE, ADDITIVE, title="Add aliases", one_of=("id", "name"), render=partial(graph.aliases, added=True))
+    @tool(WRITE, ADDITIVE, title="Add aliases", one_of=("id", "name"), answer=partial(shown.aliases, added=True))
     async def add_aliases(
         who: Principal, aliases: Aliases, id: EntityId = None, name: EntityName = None
     ) -> models.AliasesResult:
@@ -56,14 +56,14 @@ def register(tool: ToolSet, services: Services) -> None:
         """
         return await services.merges.add_aliases(who, one_ref(id, name), aliases)
 
-    @tool(WRITE, DESTRUCTIVE, title="Remove aliases", one_of=("id", "name"), render=partial(graph.aliases, added=False))
+    @tool(WRITE, DESTRUCTIVE, title="Remove aliases", one_of=("id", "name"), answer=partial(shown.aliases, added=False))
     async def remove_aliases(
         who: Principal, aliases: Aliases, id: EntityId = None, name: EntityName = None
     ) -> models.AliasesResult:
         """Take aliases from an entity (a deleted one by id); those it lacks count as unchanged."""
         return await services.merges.remove_aliases(who, one_ref(id, name), aliases)
 
-    @tool(READ, READ_ONLY, title="Find duplicates", render=graph.duplicates)
+    @tool(READ, READ_ONLY, title="Find duplicates", answer=shown.duplicates)
     async def find_duplicates(
         who: Principal,
         types: Annotated[
@@ -71,7 +71,7 @@ def register(tool: ToolSet, services: Services) -> None:
         ] = None,
         limit: Annotated[int, Field(ge=1, le=cap)] = 20,
         cursor: models.Cursor | None = None,
-        detail: answers.DetailArg = "concise",
+        detail: Detail = "concise",
     ) -> models.DuplicatesPage:
         """Pairs that may be one entity (similar names or meaning, shared neighbours), best first, for
         merge_entities. Each call scans a slice: pass its cursor for the next.

@@ -7,10 +7,10 @@ from typing import Annotated
 
 from pydantic import Field
 
+from app.answers import recall as shown
+from app.answers.form import Detail, MaxTokens
 from app.auth.principal import READ, WRITE, Principal
 from app.errors import EngramError
-from app.mcp import answers
-from app.mcp.answers import facts
 from app.mcp.toolset import ADDITIVE, DESTRUCTIVE, READ_ONLY, ToolSet
 from app.services import Services, models
 from app.services.filters import Scope, moment, time_range
@@ -30,7 +30,7 @@ def register(tool: ToolSet, services: Services) -> None:
     batch = services.limits.max_batch
     cap = services.limits.max_results
 
-    @tool(READ, READ_ONLY, title="Recall facts", render=facts.recall)
+    @tool(READ, READ_ONLY, title="Recall facts", answer=shown.RECALL)
     async def recall(
         who: Principal,
         query: QueryText,
@@ -45,8 +45,8 @@ def register(tool: ToolSet, services: Services) -> None:
         include_invalid: models.IncludeInvalid = False,
         limit: Annotated[int, Field(ge=1, le=50)] = 10,
         cursor: Annotated[models.Cursor | None, Field(description="From `next_cursor`.")] = None,
-        max_tokens: answers.MaxTokens = RECALL_TOKENS,
-        detail: answers.DetailArg = "concise",
+        max_tokens: MaxTokens = RECALL_TOKENS,
+        detail: Detail = "concise",
     ) -> RecallResult:
         """Answer a question from memory: facts ranked one by one (observations, relations, episodes,
         descriptions) with their entity, source and times. Use it before answering.
@@ -55,23 +55,24 @@ def register(tool: ToolSet, services: Services) -> None:
         if not query.strip():
             raise EngramError("invalid", "`query` must contain more than white space")
         scope = Scope(types=types, sources=sources, since=since, until=until, when=moment(as_of, include_invalid))
-        room = answers.budget(max_tokens, detail, facts.recall_sizes)
+        room = shown.RECALL.budget(max_tokens, detail)
         return await services.recall.recall(
             who, RecallQuery(text=query.strip(), mode=mode, scope=scope, limit=limit, cursor=cursor, budget=room)
         )
 
-    @tool(WRITE, ADDITIVE, title="Add episodes", render=facts.episodes_written)
+    @tool(WRITE, ADDITIVE, title="Add episodes", answer=shown.episodes_written)
     async def add_episodes(
         who: Principal,
         episodes: Annotated[list[EpisodeIn], Field(min_length=1, max_length=batch)],
         source: Annotated[models.Source | None, Field(description="Default: your client id.")] = None,
     ) -> EpisodesWritten:
         """Keep raw memories that are not one entity's fact (a message, note, chat, document chunk) with
-        when, who spoke, who took part; entities it names are linked.
+        when, who spoke, who took part; entities it names are linked. Shared with the tenant unless
+        `private` (then only you see it).
         """
         return await services.episodes.add(who, episodes, source)
 
-    @tool(READ, READ_ONLY, title="List episodes", render=facts.episodes)
+    @tool(READ, READ_ONLY, title="List episodes", answer=shown.EPISODES)
     async def list_episodes(
         who: Principal,
         entity: Annotated[models.Ref | None, Field(description="Only those involving this entity.")] = None,
@@ -82,8 +83,8 @@ def register(tool: ToolSet, services: Services) -> None:
         include_invalid: models.IncludeInvalid = False,
         limit: Annotated[int, Field(ge=1, le=cap)] = 20,
         cursor: models.Cursor | None = None,
-        max_tokens: answers.MaxTokens = LIST_TOKENS,
-        detail: answers.DetailArg = "concise",
+        max_tokens: MaxTokens = LIST_TOKENS,
+        detail: Detail = "concise",
     ) -> EpisodePage:
         """Episodes, newest first, with their entities."""
         time_range(since, until)
@@ -97,10 +98,10 @@ def register(tool: ToolSet, services: Services) -> None:
             include_invalid=include_invalid,
             limit=limit,
             cursor=cursor,
-            budget=answers.budget(max_tokens, detail, facts.episode_sizes),
+            budget=shown.EPISODES.budget(max_tokens, detail),
         )
 
-    @tool(WRITE, DESTRUCTIVE, title="End episodes", render=partial(facts.episodes_changed, verb="Ended"))
+    @tool(WRITE, DESTRUCTIVE, title="End episodes", answer=partial(shown.episodes_changed, verb="Ended"))
     async def invalidate_episodes(
         who: Principal,
         ids: Annotated[list[EpisodeId], Field(min_length=1, max_length=batch)],
@@ -110,7 +111,7 @@ def register(tool: ToolSet, services: Services) -> None:
         """Mark episodes as no longer holding from `at`, without deleting them."""
         return await services.episodes.end(who, ids, at, reason)
 
-    @tool(WRITE, DESTRUCTIVE, title="Delete episodes", render=partial(facts.episodes_changed, verb="Deleted"))
+    @tool(WRITE, DESTRUCTIVE, title="Delete episodes", answer=partial(shown.episodes_changed, verb="Deleted"))
     async def remove_episodes(
         who: Principal, ids: Annotated[list[EpisodeId], Field(min_length=1, max_length=batch)]
     ) -> EpisodesChanged:

@@ -5,8 +5,8 @@ from typing import Annotated
 
 from pydantic import Field
 
+from app.answers import relations as shown
 from app.auth.principal import WRITE, Principal
-from app.mcp.answers import entities as shown
 from app.mcp.toolset import ADDITIVE, DESTRUCTIVE, ToolSet
 from app.services import Services, models
 
@@ -14,7 +14,7 @@ from app.services import Services, models
 def register(tool: ToolSet, services: Services) -> None:
     batch = services.limits.max_batch
 
-    @tool(WRITE, ADDITIVE, title="Relate entities", render=shown.connected)
+    @tool(WRITE, ADDITIVE, title="Relate entities", answer=shown.connected)
     async def connect_entities(
         who: Principal, relations: Annotated[list[models.RelationIn], Field(min_length=1, max_length=batch)]
     ) -> models.ConnectResult:
@@ -23,7 +23,7 @@ def register(tool: ToolSet, services: Services) -> None:
         """
         return await services.relations.connect(who, relations)
 
-    @tool(WRITE, DESTRUCTIVE, title="Delete relations", any_of=("relations", "ids"), render=shown.disconnected)
+    @tool(WRITE, DESTRUCTIVE, title="Delete relations", any_of=("relations", "ids"), answer=shown.disconnected)
     async def disconnect_entities(
         who: Principal,
         relations: Annotated[list[models.RelationKey], Field(max_length=batch)] = [],  # noqa: B006
@@ -34,7 +34,7 @@ def register(tool: ToolSet, services: Services) -> None:
         """
         return await services.relations.disconnect(who, relations, ids)
 
-    @tool(WRITE, DESTRUCTIVE, title="End relations", any_of=("relations", "ids"), render=shown.relations_ended)
+    @tool(WRITE, DESTRUCTIVE, title="End relations", any_of=("relations", "ids"), answer=shown.relations_ended)
     async def invalidate_relations(
         who: Principal,
         relations: Annotated[list[models.RelationKey], Field(max_length=batch)] = [],  # noqa: B006

@@ -6,10 +6,10 @@ from typing import Annotated
 
 from pydantic import Field
 
+from app.answers import search as shown
+from app.answers.form import Detail, MaxTokens
 from app.auth.principal import READ, Principal
 from app.errors import EngramError
-from app.mcp import answers
-from app.mcp.answers import search as hits
 from app.mcp.toolset import READ_ONLY, ToolSet
 from app.services import Services
 from app.services.filters import Scope, moment, time_range
@@ -33,7 +33,7 @@ QueryText = Annotated[LongText, Field(min_length=1, description="Any words.")]
 
 
 def register(tool: ToolSet, services: Services) -> None:
-    @tool(READ, READ_ONLY, name="search", title="Search memory", render=hits.search)
+    @tool(READ, READ_ONLY, name="search", title="Search memory", answer=shown.HITS)
     async def search_tool(
         who: Principal,
         query: QueryText,
@@ -54,8 +54,8 @@ def register(tool: ToolSet, services: Services) -> None:
         include_invalid: IncludeInvalid = False,
         limit: Annotated[int, Field(ge=1, le=50)] = 10,
         cursor: Annotated[Cursor | None, Field(description="From `next_cursor`.")] = None,
-        max_tokens: answers.MaxTokens = SEARCH_TOKENS,
-        detail: answers.DetailArg = "concise",
+        max_tokens: MaxTokens = SEARCH_TOKENS,
+        detail: Detail = "concise",
     ) -> SearchResult:
         """Find entities by meaning and words ("what do I know about X?"); keyword `mode` takes "a phrase",
         `or`, `-word`. Each hit: the entity and the text that matched.
@@ -84,6 +84,6 @@ def register(tool: ToolSet, services: Services) -> None:
                 min_score=min_score,
                 limit=limit,
                 cursor=cursor,
-                budget=answers.budget(max_tokens, detail, hits.hit_sizes),
+                budget=shown.HITS.budget(max_tokens, detail),
             ),
         )

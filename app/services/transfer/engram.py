@@ -49,7 +49,9 @@ _OBSERVATION = {"text", "created_at", "created_by", "source", "valid_from", "val
 _HISTORY = {"type", "entity_id", "other_id", "relation_id", "action", "changes", "actor", "at"}
 _EPISODE = {
     "type", "text", "at", "source", "created_by", "created_at", "valid_from", "valid_until", "ended_why", "entities",
+    "owner",
 }  # fmt: skip
+_OWNER = re.compile(r"[0-9a-f]{32}")  # a principal's key (Principal.key): whose private memory
 _ACTION = re.compile(r"^[a-z][a-z_]{0,49}$")
 _ROLES = ("speaker", "participant", "mentioned")
 # What a relation's properties hold besides its id and type, in the order a line gives them.
@@ -194,6 +196,7 @@ def _episode_line(e: EpisodeRow) -> bytes:
             "valid_until": _when(e.valid_until),
             "ended_why": e.ended_why,
             "entities": [{"id": x.id, "name": x.name, "role": role} for x, role in e.involved],
+            **({"owner": e.owner} if e.owner is not None else {}),  # a private episode: whose
         }
     )
 
@@ -329,8 +332,18 @@ def _episode(line_: int, v: dict[str, Any]) -> EpisodeRecord:
         created_by=checks.actor(v.get("created_by"), "created_by"),
         created_at=checks.optional_time(v.get("created_at"), "created_at"),
         ended_why=checks.optional(models.Reason, v.get("ended_why"), "ended_why"),
+        owner=_owner(v.get("owner")),
     )
     return EpisodeRecord(line_, episode, involved)
+
+
+def _owner(value: Any) -> str | None:
+    """A private episode's owner, as an export wrote it (a principal's key); None: shared."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _OWNER.fullmatch(value):
+        raise Refusal("owner: must be a principal's key (32 hex digits) as an export wrote it")
+    return value
 
 
 def _marker(line_: int, kind: Literal["header", "end"], v: dict[str, Any]) -> Marker:

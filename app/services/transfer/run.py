@@ -60,7 +60,7 @@ class Run:
     ) -> None:
         self.service, self.who, self.source, self.fmt = service, who, source, fmt
         self.dry, self.progress, self.on_refused = dry, progress, refused
-        self.writes = BatchWrites(who.actor, on_existing, fmt.name, dry is not None)
+        self.writes = BatchWrites(who.actor, on_existing, fmt.name, dry is not None, who.key)
         self.checkpoint = None if dry else Checkpoint(source.digest, fmt.name, on_existing, who.actor)
         self.summary = ImportSummary(format=fmt.name, dry_run=dry is not None, lines=source.lines)
         self.at: Place = (1, 0)

@@ -46,7 +46,7 @@ class Transfer(Service):
         tenant = await self.db.tenant(who.tenant)
         async with self.tx(who) as tx:
             await audit_rows.write(tx, audit_rows.fields(who, f"export:{fmt}", named=True), [])
-        async with transfer.snapshot(self.db, tenant) as tx:
+        async with transfer.snapshot(self.db, tenant, who.key) as tx:
             async for chunk in _lines(tx, out, deleted=deleted, history=history):
                 yield chunk
 

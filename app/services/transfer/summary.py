@@ -15,7 +15,7 @@ KEEP_REFUSED = 1000  # refused lines listed in a summary (all are counted)
 
 class RefusedLine(BaseModel):
     line: int
-    code: Literal["invalid", "conflict", "dangling"]
+    code: Literal["invalid", "conflict", "dangling", "forbidden"]
     reason: str
 
 
@@ -113,7 +113,7 @@ class Done:
     def refuse(
         self,
         line: int,
-        code: Literal["invalid", "conflict", "dangling"],
+        code: Literal["invalid", "conflict", "dangling", "forbidden"],
         reason: str,
         tally: Tally | HistoryTally | None = None,
     ) -> None:

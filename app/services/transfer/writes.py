@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from app.ids import SYSTEM
 from app.services.transfer.format import Format
 from app.services.transfer.records import EntityRecord, EpisodeRecord, HistoryRecord, RelationRecord
 from app.services.transfer.summary import Done
@@ -14,6 +15,8 @@ from app.store import episodes, transfer
 from app.store.database import Tx
 from app.store.relations import NewRelation
 
+_OTHERS = "a private episode of another principal: only the operator's `engram import` keeps it"
+
 
 @dataclass(frozen=True, slots=True)
 class BatchWrites:
@@ -21,6 +24,7 @@ class BatchWrites:
     on_existing: OnExisting
     fmt: Format
     dry_run: bool
+    viewer: str  # whose private memory the import writes to (SYSTEM: the operator's, which keeps every owner)
 
     def _writer(self, tx: Tx) -> Writer:
         # A dry run commits nothing, so it races no one (and its name locks would pile up).
@@ -79,6 +83,10 @@ class BatchWrites:
         by_id, by_name = await transfer.ends(tx, ids, names)
         new, seen = [], set(held)
         for r in batch:
+            owner = r.episode.owner
+            if owner is not None and owner != self.viewer and self.viewer != SYSTEM:
+                done.refuse(r.line, "forbidden", _OTHERS, done.episodes)
+                continue
             if _key(r) in seen:
                 if self.on_existing == "error":
                     done.refuse(r.line, "conflict", "the episode exists", done.episodes)

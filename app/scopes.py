@@ -1,6 +1,6 @@
 """Engram's own scope names; an identity provider's may differ (ENGRAM_SCOPE_*), the verifier maps
-them. A module of their own, importing nothing, so that the CLI can name them without loading the
-MCP SDK."""
+them. On the ground floor of `app/` (it imports nothing of Engram's), so that the settings, the
+CLI, the authorization server and the tools all name them without an arrow back up."""
 
 from typing import Final, Literal
 

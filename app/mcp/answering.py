@@ -1,7 +1,7 @@
 """What a native tool's answer says to the model that reads it (docs/tools.md, "Answers").
 
 Every native tool answers in plain text: by default a concise form (`detail="concise"`: one line
-per item, no nulls, no scores, names as handles) written by the tool's renderer here, or with
+per item, no nulls, no scores, names as handles) printed by its answer in app/answers/, or with
 `detail="full"` the complete record as compact JSON. Results carry `structuredContent` only where
 tools/list declares output schemas (ENGRAM_TOOL_OUTPUT_SCHEMAS): clients that receive both pass the
 structured form to the model in place of the text (Claude Code) or beside it (some IDE clients),
@@ -10,38 +10,15 @@ so a default answer would otherwise be paid for twice, or in its long form only.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Annotated, Any, Literal
+from collections.abc import Callable
+from typing import Any
 
-import pydantic_core
 from mcp.types import CallToolResult, TextContent
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
-from app.services.budget import Budget
+from app.answers.form import full
 
-Detail = Literal["concise", "full"]
-DetailArg = Detail  # what it means is in the endpoint's instructions, once (app/mcp/server.py)
-
-
-# The room an answer may take, for tools whose answers grow with the data (each tool sets its default).
-MaxTokens = Annotated[int, Field(ge=200, le=20_000)]
-
-
-def budget(tokens: int, detail: str, concise: Callable[[Sequence[Any]], Sequence[int]]) -> Budget:
-    """The budget of an answer in the form the caller asked for: concise lines, or JSON records."""
-    return Budget(tokens, concise if detail == "concise" else _json_sizes)
-
-
-def _json_sizes(items: Sequence[Any]) -> list[int]:
-    return [len(pydantic_core.to_json(item, by_alias=True, exclude_none=True)) + 1 for item in items]
-
-
-def full(result: Any) -> str:
-    """The complete record as compact JSON, nulls left out (they say nothing)."""
-    return pydantic_core.to_json(result, by_alias=True, exclude_none=True).decode()
-
-
-Renderer = Callable[[Any], str]
+Renderer = Callable[[Any], str]  # a result's concise text: a function of app/answers/, or a Form
 
 
 def answer(result: BaseModel, render: Renderer, detail: str, structured: bool) -> CallToolResult:

@@ -1,4 +1,4 @@
-"""Concise answers of `recall` and the episode tools: one line per fact or episode, best first.
+"""The answers of `recall` and the episode tools (app/mcp/tools/recall.py): one line per fact or episode, best first.
 
     Melanie:
     - ran a charity race for mental health (2023-05-20, D2:1; also D5:3)
@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from app.mcp.answers.text import block, lines, moment, more, note, notices, sizes
+from app.answers.form import Form
+from app.answers.text import block, lines, moment, more, note, notices
 from app.services.recall_models import (
     Episode,
     EpisodePage,
@@ -76,14 +77,13 @@ def _speakers(entities: Sequence[Involved]) -> str:
     return f"{' & '.join(block(n) for n in names)}: " if names else ""
 
 
-def recall_sizes(facts: Sequence[Fact]) -> list[int]:
-    return sizes(fact_chunks(facts))
-
-
-def recall(r: RecallResult) -> str:
+def _recall(r: RecallResult, chunks: list[str]) -> str:
     if not r.facts:
         return lines([], "No facts found.", *notices(r.notices))
-    return lines(fact_chunks(r.facts), *notices(r.notices), more(r.next_cursor, r.omitted, "facts"))
+    return lines(chunks, *notices(r.notices), more(r.next_cursor, r.omitted, "facts"))
+
+
+RECALL = Form[RecallResult, Fact](lambda r: r.facts, fact_chunks, _recall)
 
 
 # --- episodes -----------------------------------------------------------------------------------------
@@ -105,14 +105,13 @@ def episode_line(e: Episode) -> str:
     )
 
 
-def episode_sizes(episodes: Sequence[Episode]) -> list[int]:
-    return sizes(episode_chunks(episodes))
-
-
-def episodes(page: EpisodePage) -> str:
+def _episodes(page: EpisodePage, chunks: list[str]) -> str:
     if not page.episodes:
         return "No episodes."
-    return lines(episode_chunks(page.episodes), more(page.next_cursor, page.omitted, "episodes"))
+    return lines(chunks, more(page.next_cursor, page.omitted, "episodes"))
+
+
+EPISODES = Form[EpisodePage, Episode](lambda page: page.episodes, episode_chunks, _episodes)
 
 
 def episodes_written(r: EpisodesWritten) -> str:

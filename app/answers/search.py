@@ -1,4 +1,4 @@
-"""The concise answer of `search`: one line per entity found, with the text that matched it.
+"""The answer of `search` (app/mcp/tools/search.py): one line per entity found, with the text that matched it.
 
 Ada Lovelace (person): Ada wrote the first program for the Analytical Engine (1843-07-10, notes)
 """
@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from app.mcp.answers.entities import entity_line
-from app.mcp.answers.text import block, lines, more, note, notices, sizes
+from app.answers.form import Form
+from app.answers.summaries import entity_line
+from app.answers.text import block, lines, more, note, notices
 from app.services.search_models import SearchHit, SearchResult
 
 
@@ -24,11 +25,10 @@ def _hit_line(h: SearchHit) -> str:
     return f"{head}: {block(m.text)}{note(m.valid_from or m.created_at, m.source, until=m.valid_until)}"
 
 
-def hit_sizes(hits: Sequence[SearchHit]) -> list[int]:
-    return sizes(hit_chunks(hits))
-
-
-def search(r: SearchResult) -> str:
+def _search(r: SearchResult, chunks: list[str]) -> str:
     if not r.hits:
         return lines([], "Nothing found.", *notices(r.notices))
-    return lines(hit_chunks(r.hits), *notices(r.notices), more(r.next_cursor, r.omitted, "hits"))
+    return lines(chunks, *notices(r.notices), more(r.next_cursor, r.omitted, "hits"))
+
+
+HITS = Form[SearchResult, SearchHit](lambda r: r.hits, hit_chunks, _search)

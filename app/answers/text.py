@@ -63,7 +63,3 @@ def more(cursor: str | None, omitted: int = 0, what: str = "") -> str | None:
 
 def notices(items: Iterable[str]) -> list[str]:
     return [f"Note: {n}" for n in items]
-
-
-def sizes(chunks: Sequence[str]) -> list[int]:
-    return [len(c.encode()) for c in chunks]

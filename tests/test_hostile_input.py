@@ -233,6 +233,7 @@ def catalogue(s: Seeded) -> dict[str, dict[str, Any]]:
         },
         "remove_entities": {"entities": ["Ada"]},
         "purge_entities": {"entities": ["Ada"], "episodes": "keep"},
+        "erase_private_memory": {"subject": "someone-else", "issuer": "https://issuer.example"},
         "restore_entities": {"ids": [s.ids["Gone"]]},
         "append_observations": {
             "items": [

@@ -10,12 +10,11 @@ TENANT_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@|-]{0,199}")
 UUID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 UUID = re.compile(UUID_PATTERN)
 
-# Whose private memory a transaction sees besides the tenant's shared memory: row-level security on
-# episodes and their search documents reads `engram.principal`
-# (migration 0035, app/store/database.py). A principal's key
-# (32 hex digits, `Principal.key`), SYSTEM for the server's own work (the embedding filler,
-# reindexing, retention, the operator's commands), or NOBODY: the shared memory only, which is what
-# a transaction that names no one gets.
+# Whose private memory a transaction sees besides the tenant's shared memory (row-level security on
+# episodes and their search documents reads `engram.principal`: migration 0035, and the opening of
+# app/store/database.py): a principal's key (32 hex digits, `Principal.key`), SYSTEM for the
+# server's own work (the embedding filler, reindexing, retention, the operator's commands), or
+# NOBODY: the shared memory only, which is what a transaction that names no one gets.
 SYSTEM = "system"
 NOBODY = ""
 VIEWER = re.compile(r"[0-9a-f]{32}|system|")

@@ -114,7 +114,7 @@ class HookRoutes:
 
         async def body() -> HookOutcome:
             # The brief's facts and its episodes are each measured as the brief prints them.
-            return await retrying(self.hooks.handle, who, event, BRIEF.sizes, BRIEF.sizes, capture)
+            return await retrying(self.hooks.handle, who, event, BRIEF.sizes, capture)
 
         if self.fairness is None:
             return await within(self.seconds, body, writes=True)

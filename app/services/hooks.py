@@ -207,7 +207,7 @@ class Hooks(Service):
         return Capture(keeping, embedded)
 
     async def handle(
-        self, who: Principal, event: HookInput, fact_sizes: Sizes, episode_sizes: Sizes, capture: Capture | None = None
+        self, who: Principal, event: HookInput, sizes: Sizes, capture: Capture | None = None
     ) -> HookOutcome:
         """What one event injects and keeps; an event the tenant does not answer does nothing.
 
@@ -222,11 +222,11 @@ class Hooks(Service):
         if name not in policy.events or READ not in who.scopes:
             brief = None
         elif name == "SessionStart":
-            brief = await self.start(who, event, policy, fact_sizes, episode_sizes)
+            brief = await self.start(who, event, policy, sizes)
         elif name == "UserPromptSubmit" and event.prompt and event.prompt.strip():
             text, _ = await redact(event.prompt, policy.deny)
             await embedded.wait()
-            brief = await self.prompt(who, event.session_id, text, policy, fact_sizes)
+            brief = await self.prompt(who, event.session_id, text, policy, sizes)
         else:
             brief = None
         kept = await _kept(keeping)
@@ -313,9 +313,7 @@ class Hooks(Service):
         return Brief(heading="Engram memory: facts this prompt may need (recalled, not said in this session).",
                      facts=facts) if facts else None  # fmt: skip
 
-    async def start(
-        self, who: Principal, event: HookInput, policy: HookPolicy, fact_sizes: Sizes, episode_sizes: Sizes
-    ) -> Brief | None:
+    async def start(self, who: Principal, event: HookInput, policy: HookPolicy, sizes: Sizes) -> Brief | None:
         """A session's brief: the latest episodes of other sessions and, for the project the working
         directory names, the facts recall ranks first; each half of the budget at most. What this
         session was given before (a resumed session) is not given again; `clear` and `compact`
@@ -341,9 +339,9 @@ class Hooks(Service):
         half = max(policy.start_tokens // 2, 100)
         async with self.tx(who, primary=True) as tx:
             shown = Shown(tx, key, await store.shown(tx, key, _keys(recent[: 2 * RECENT], wanted)))
-            episodes = shown.take(recent[:RECENT], episode_keys, Budget(half, episode_sizes))
+            episodes = shown.take(recent[:RECENT], episode_keys, Budget(half, sizes))
             room = policy.start_tokens - half if episodes else policy.start_tokens
-            facts = shown.take(wanted, fact_keys, Budget(room, fact_sizes))
+            facts = shown.take(wanted, fact_keys, Budget(room, sizes))
             await shown.mark()
             await store.forget_old(tx, self._session_days, FORGET_BATCH)
         if not episodes and not facts:

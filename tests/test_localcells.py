@@ -88,3 +88,18 @@ def test_a_killed_or_damaged_throw_away_cluster_comes_back(cell_b: CellDatabase)
         assert asyncio.run(_one(url, "SELECT to_regclass('kept') IS NULL")) is True  # made anew, and serving
     finally:
         localcells.drop(name)
+
+
+def test_a_standby_whose_wal_is_gone_is_made_anew(cell_b: CellDatabase, standby_b: CellDatabase) -> None:
+    """Its slot keeps the primary's WAL while it is stopped; with the slot gone (a standby made
+    before slots, or one past the bound), the next start makes it anew instead of waiting forever."""
+    primary = cell_b.cluster.url(admin=True, database="postgres")
+    slot = "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'b_standby'"
+    assert asyncio.run(_one(primary, slot)) in ("reserved", "extended")
+    standby_b.cluster.stop()
+    asyncio.run(_one(primary, "SELECT pg_drop_replication_slot('b_standby')"))
+    asyncio.run(_one(primary, "SELECT pg_switch_wal()"))
+    again = localcells.standby(cell_b.cluster, name="b_standby", port=standby_b.cluster.port)
+    assert asyncio.run(_one(primary, slot)) in ("reserved", "extended")
+    asyncio.run(localcells.caught_up(cell_b.cluster, again))
+    assert asyncio.run(_one(standby_b.url, "SELECT pg_is_in_recovery()")) is True

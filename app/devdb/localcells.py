@@ -4,7 +4,9 @@ the tests and benchmarks of several clusters (routing, tenant moves, standby rea
 Each runs from the development database's trixie root (`engram db up` builds it), on a port of
 its own on 127.0.0.1, with the same `postgres` and `engram_app` passwords as the development
 database, `wal_level = logical` (a tenant moves by logical replication), AGE preloaded and `fsync`
-off (throw-away data). A standby is a streaming hot standby made by `pg_basebackup -R`.
+off (throw-away data). A standby is a streaming hot standby made by `pg_basebackup -R` with a
+physical replication slot of its own on the primary, so the primary keeps the WAL a stopped standby
+still needs (up to `max_slot_wal_keep_size`); a standby whose WAL is gone anyway is made anew.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from app.devdb.provision import (
 )
 
 _BASE = "/var/lib/engram/clusters"  # inside the root
+_SLOT_WAL = "2GB"  # the most WAL a primary keeps for a stopped standby
 _SETTINGS = (
     "\n# engram local cell\n"
     "listen_addresses = '127.0.0.1'\n"
@@ -153,20 +156,50 @@ def cluster(name: str, *, port: int) -> Cluster:
 
 
 def standby(primary: Cluster, *, name: str, port: int) -> Cluster:
-    """A streaming hot standby of `primary` on `port`, made by a base backup on first use."""
+    """A streaming hot standby of `primary` on `port`, made by a base backup on first use, and made
+    anew when the primary no longer keeps the WAL it would replay from (its slot gone or lost)."""
     root, state, _, fresh = _place(name)
+    if not fresh and not asyncio.run(_slot_kept(primary, name)):
+        root.say(f"local standby {name} can no longer stream from {primary.name}; making it anew")
+        drop(name)
+        root, state, _, fresh = _place(name)
     if fresh:
+        asyncio.run(_fresh_slot(primary, name))
         _run(root.in_root("chown", "-R", "postgres:postgres", _BASE))
         source = f"host=127.0.0.1 port={primary.port} user=postgres password={state.admin_password}"
         _run(
             root.in_root(
                 f"{PG_BIN}/pg_basebackup", "-d", source, "-D", f"{_BASE}/{name}", "-R", "-X", "stream",
-                "-c", "fast", user="postgres",
+                "-c", "fast", "-C", "-S", name, user="postgres",
             )
         )  # fmt: skip
     if not _started(root, name, port, remake=not fresh):
         return standby(primary, name=name, port=port)  # made anew
     return Cluster(name, port, state)
+
+
+async def _slot_kept(primary: Cluster, slot: str) -> bool:
+    """Whether `primary` still keeps the WAL from its standby's slot on."""
+    conn = await asyncpg.connect(primary.url(admin=True, database="postgres"))
+    try:
+        status = await conn.fetchval("SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1", slot)
+    finally:
+        await conn.close()
+    return status in ("reserved", "extended", "unreserving")
+
+
+async def _fresh_slot(primary: Cluster, slot: str) -> None:
+    """No slot named `slot` left on `primary` for the base backup to make, and the WAL a slot may keep
+    bounded (clusters made before the bound get it here)."""
+    conn = await asyncpg.connect(primary.url(admin=True, database="postgres"))
+    try:
+        await conn.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1", slot
+        )
+        await conn.execute(f"ALTER SYSTEM SET max_slot_wal_keep_size = '{_SLOT_WAL}'")
+        await conn.execute("SELECT pg_reload_conf()")
+    finally:
+        await conn.close()
 
 
 def drop(name: str) -> None:

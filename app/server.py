@@ -29,8 +29,8 @@ from app.auth_mode import authorization_server, token_verifier
 from app.config import Settings
 from app.console import console_routes
 from app.home import home_routes
-from app.hook_routes import PATH as HOOKS_PATH
-from app.hook_routes import HookRoutes
+from app.hooks.routes import PATHS as HOOK_PATHS
+from app.hooks.routes import HookRoutes
 from app.lifespan import Lifespan
 from app.mcp.http_guard import HttpGuard, OutageAnswers
 from app.mcp.live import SessionStreams
@@ -168,7 +168,7 @@ def _resource_metadata(settings: Settings, endpoints: Sequence[Endpoint]) -> lis
 def _middleware(settings: Settings, endpoints: Sequence[Endpoint]) -> list[Middleware]:
     guard = Middleware(
         HttpGuard,
-        paths={e.path for e in endpoints} | ({HOOKS_PATH} if settings.hooks else set()),
+        paths={e.path for e in endpoints} | (HOOK_PATHS if settings.hooks else set()),
         stream_paths={e.path for e in endpoints if e.live is not None},
         token_rate=settings.token_rate,
         token_burst=settings.token_burst,

@@ -1,6 +1,8 @@
 """The layering, checked from the source: transport → services → store.
 
 - `app/mcp/` and `app/console/` (the transports) import neither the store nor the database driver;
+- `app/hooks/` (the hook endpoints, one adapter per client) imports neither those nor `app/mcp/`,
+  and `app/services/` names no client's hook event;
 - `app/services/` (the domain rules) reads typed rows, never the driver's records;
 - `app/store/` imports nothing above it;
 - in `app/cli/`, only the database module imports the store: the other commands go through the
@@ -18,6 +20,7 @@ import re
 from functools import cache
 from pathlib import Path
 
+from app.hooks.routes import CLIENTS
 from tests.support.server import ROOT
 
 APP = ROOT / "app"
@@ -100,9 +103,23 @@ def test_the_console_does_not_reach_the_store_or_the_driver() -> None:
     assert not _violations("app.console", ("asyncpg",)), "app/console/ must not use the database driver"
 
 
-def test_the_hook_endpoint_does_not_reach_the_store_or_the_driver() -> None:
-    """/hooks/claude-code is a transport like app/mcp: it calls the hooks service."""
-    assert not _violations("app.hook_routes", ("app.store", "asyncpg")), "app/hook_routes.py must call services"
+def test_the_hook_endpoints_do_not_reach_the_store_the_driver_or_mcp() -> None:
+    """/hooks/claude-code is a transport beside app/mcp: app/hooks/ calls the hooks service, and
+    no service imports it back."""
+    assert not _violations("app.hooks", ("app.store", "asyncpg", "app.mcp")), "app/hooks/ must call services"
+    assert not _violations("app.services", ("app.hooks",)), "the services serve every client: no adapter"
+    assert "app.services.hooks" in import_graph()["app.hooks.routes"]  # the check sees the package
+
+
+def test_the_services_name_no_clients_hook_event() -> None:
+    """A client's event names are its adapter's (app/hooks/<client>.py): the hooks service speaks in
+    neutral verbs (start, prompt, keep), so that a second client is one module, not a second
+    dispatch inside the domain. A tenant's `events` setting holds them as opaque names."""
+    events = {e for client in CLIENTS for e in client.events}
+    named = re.compile(r"\b(" + "|".join(sorted(events)) + r")\b")
+    found = {m: sorted({x for s in _strings(tree) for x in named.findall(s)}) for m, tree in _sources().items()}
+    assert not {m: e for m, e in found.items() if e and _in(m, "app.services")}, "event names in app/services/"
+    assert found["app.hooks.claude_code"], "the check sees an adapter's events"
 
 
 def test_the_cli_administers_accounts_through_the_services() -> None:
@@ -534,10 +551,10 @@ ANSWER_PIECES = {"form", "text", "summaries", "brief"}
 def test_answers_are_printed_apart_from_the_transports_and_the_store() -> None:
     """app/answers/ prints what a model reads for every transport (the MCP tools, the hook endpoint):
     it imports neither of them, nor the store, nor MCP's types; the services do not print."""
-    assert not _violations("app.answers", ("app.mcp", "app.hook_routes", "app.store", "mcp", "starlette"))
+    assert not _violations("app.answers", ("app.mcp", "app.hooks", "app.store", "mcp", "starlette"))
     assert not _violations("app.services", ("app.answers",)), "the services decide what is left out, not how it prints"
-    assert "app.answers.brief" in import_graph()["app.hook_routes"]
-    assert not _imports("app.hook_routes", "app.mcp"), "the hook endpoint prints its brief from app/answers/"
+    assert "app.answers.brief" in import_graph()["app.hooks.routes"]
+    assert not _imports("app.hooks.routes", "app.mcp"), "the hook endpoint prints its brief from app/answers/"
 
 
 def _tools_modules() -> dict[str, ast.Module]:

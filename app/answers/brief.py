@@ -1,4 +1,4 @@
-"""The brief a hook injects into a session (app/hook_routes.py): its heading, the latest episodes
+"""The brief a hook injects into a session (app/hooks/routes.py): its heading, the latest episodes
 one a line, then the facts, printed as `recall` and `list_episodes` print them (app/answers/recall.py).
 
     Engram memory: the latest from other sessions.

@@ -1,51 +1,53 @@
-"""The shapes of an assistant's hook input (Claude Code's documented fields) and of what a hook
-gets back. Every field is untrusted: bounded here, never a path anything opens, unknown fields
-ignored (clients add fields from version to version)."""
+"""The shapes the hooks service speaks: what a client's event asks of it (`HookCall`, made by that
+client's adapter in app/hooks/), the tenant's hook settings, and what a hook gets back. No client's
+event names or input fields are spelled here: each adapter maps its own onto these."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated
+from typing import NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field
 
-from app.services.models import Clean
 from app.services.recall_models import Episode, Fact
 
 # Claude Code's session ids are UUIDs; other clients' are opaque words. Nothing else is a session.
 SESSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
-# A prompt or an answer is bounded by the body's bytes (ENGRAM_HOOK_MAX_BYTES); what is kept of it
-# is clipped to an episode's length, with a visible marker.
-PROMPT_MAX_CHARS = 16 * 1024 * 1024
-Short = Annotated[str, StringConstraints(max_length=200), Clean]
-Path = Annotated[str, StringConstraints(max_length=4096), Clean]  # text only: never opened
-Long = Annotated[str, StringConstraints(max_length=PROMPT_MAX_CHARS), Clean]
 
 
-class HookInput(BaseModel):
-    """One hook event as Claude Code posts it (code.claude.com/docs/en/hooks, "Hook input")."""
+class Start(NamedTuple):
+    """A session starts: the working directory it names (text, never opened: its last part names the
+    project) and whether the client's history was emptied (what it was given is given again)."""
 
-    model_config = ConfigDict(extra="ignore", str_strip_whitespace=False)
+    directory: str | None
+    cleared: bool
 
-    hook_event_name: Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z]+$")]
-    session_id: Annotated[str, StringConstraints(pattern=SESSION_PATTERN)]
-    transcript_path: Path | None = None
-    cwd: Path | None = None
-    permission_mode: Short | None = None
-    # UserPromptSubmit
-    prompt: Long | None = None
-    # SessionStart: startup, resume, clear, compact
-    source: Short | None = None
-    model: Short | None = None
-    # Stop, SubagentStop (and, from the local helper, PreCompact and SessionEnd)
-    stop_hook_active: bool | None = None
-    last_assistant_message: Long | None = None
-    agent_id: Short | None = None
-    agent_type: Short | None = None
-    # PreCompact: manual, auto; SessionEnd: clear, logout, prompt_input_exit, other, ...
-    trigger: Short | None = None
-    custom_instructions: Long | None = None
-    reason: Short | None = None
+
+class Prompt(NamedTuple):
+    """A prompt, to recall for (not blank)."""
+
+    text: str
+
+
+class Said(NamedTuple):
+    """A turn to keep as an episode: who said it (`user`, `assistant`, `subagent-<type>`) and what
+    (not blank)."""
+
+    speaker: str
+    text: str
+
+
+@dataclass(frozen=True)
+class HookCall:
+    """One client event in the service's words. `event` is the client's own name for it, which the
+    tenant's `events` setting lists when it is answered; `ask` is what the answer may bring (a
+    session's brief, a prompt's facts), `said` the turn it carries to keep."""
+
+    event: str
+    session: str
+    ask: Start | Prompt | None = None
+    said: Said | None = None
 
 
 class HookPolicy(BaseModel):
@@ -54,7 +56,7 @@ class HookPolicy(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     capture: bool
-    events: frozenset[str]
+    events: frozenset[str]  # the client event names answered (`HookCall.event`): Claude Code's today
     deny: tuple[str, ...] = ()
     prompt_tokens: int = Field(ge=0)
     start_tokens: int = Field(ge=0)

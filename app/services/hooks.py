@@ -1,22 +1,22 @@
-"""Memory in an assistant's loop: what a hook event (Claude Code's SessionStart, UserPromptSubmit,
-Stop, SubagentStop, PreCompact, SessionEnd) gives and keeps, so the assistant remembers without
-deciding to call a tool (docs/clients.md).
+"""Memory in an assistant's loop: what a client's hook event gives and keeps, so the assistant
+remembers without deciding to call a tool (docs/clients.md). The service speaks in neutral verbs; a
+client's adapter (app/hooks/) says which of its events is which, as a `HookCall`.
 
-- A session's start gets a short brief: the latest episodes of other sessions that the caller may
-  see, and the facts recall finds for the project the working directory names (its last path
+- A session's `start` gets a short brief: the latest episodes of other sessions that the caller
+  may see, and the facts recall finds for the project the working directory names (its last path
   part, as words).
-- A prompt gets the facts recall finds for it that score at least the tenant's threshold, within
+- A `prompt` gets the facts recall finds for it that score at least the tenant's threshold, within
   its token budget — never this session's own turns (the client shows them already), never a prompt
   that only repeats this one, never a fact this session was given before (`hook_shown`: clients
-  keep injected context in their history, so a fact given twice costs twice). The prompt is kept as
-  an episode.
-- The end of a turn (Stop, SubagentStop; PreCompact and SessionEnd when the input carries the
-  assistant's last message) keeps that message as an episode.
+  keep injected context in their history, so a fact given twice costs twice).
+- A turn an event carries (the prompt, the end of an answer) is kept as an episode (`keep`).
 
-Each kept turn is an episode with source `claude-code:<session>:<turn>:<speaker>` and a capture
-key from the session, the turn and (for an answer) its text, unique per tenant: a delivery retried,
-a Stop fired again for the same answer or a session resumed keeps each turn once. A session's turn
-count is a row of `hook_sessions`, locked while a turn is kept, so every replica agrees on it.
+An event is answered when the tenant's `events` setting lists the client's name for it.
+Each kept turn is an episode with source `claude-code:<session>:<turn>:<speaker>` (the prefix of
+every client's kept turns: stored data holds it) and a capture key from the session, the turn and
+(for an answer) its text, unique per tenant: a delivery retried, an end of turn posted again for the
+same answer or a session resumed keeps each turn once. A session's turn count is a row of
+`hook_sessions`, locked while a turn is kept, so every replica agrees on it.
 Secrets are taken out before anything is stored (redaction.py). A kept turn is private to the
 principal that posted it unless the tenant's settings share them (docs/private-memory.md): every
 read here runs in the caller's transaction, which sees the shared memory and its own only.
@@ -48,7 +48,7 @@ from app.services.calls import GRACE, retrying, within
 from app.services.episodes import HOOK_SOURCE as PREFIX
 from app.services.episodes import Episodes, episode_model
 from app.services.filters import Scope
-from app.services.hook_models import Brief, HookInput, HookOutcome, HookPolicy, HookTurn
+from app.services.hook_models import Brief, HookCall, HookOutcome, HookPolicy, HookTurn, Prompt, Said, Start
 from app.services.hook_tasks import Detached
 from app.services.recall import Recall, RecallQuery
 from app.services.recall_models import EPISODE_MAX_CHARS, Episode, EpisodeIn, Fact
@@ -197,36 +197,32 @@ class Hooks(Service):
 
     # --- events
 
-    def capture(self, who: Principal, event: HookInput) -> Capture:
-        """Start keeping the event's turn now (its route calls this as soon as the input is read,
-        before its deadline can cut anything): the task, and the event recall waits for."""
+    def capture(self, who: Principal, call: HookCall) -> Capture:
+        """Start keeping the call's turn now (the hook endpoint calls this as soon as the input is
+        read, before its deadline can cut anything): the task, and the event recall waits for."""
         embedded = asyncio.Event()
-        keeping = self._keeping(who, event, embedded)
+        keeping = self._keeping(who, call, embedded)
         if keeping is None:
             embedded.set()
         return Capture(keeping, embedded)
 
-    async def handle(
-        self, who: Principal, event: HookInput, sizes: Sizes, capture: Capture | None = None
-    ) -> HookOutcome:
+    async def handle(self, who: Principal, call: HookCall, sizes: Sizes, capture: Capture | None = None) -> HookOutcome:
         """What one event injects and keeps; an event the tenant does not answer does nothing.
 
         A turn is kept by a task of its own (`_keeping`), started before anything asks the
         database: past the deadline the answer goes, and the turn is still kept once the database
         answers. For a prompt it embeds the text first, and recall waits for that (both read the
         same vector): the answer waits for the longer, not the sum."""
-        keeping, embedded = capture or self.capture(who, event)
+        keeping, embedded = capture or self.capture(who, call)
         await self.resolve(who)
         policy = await self.policy(who)
-        name = event.hook_event_name
-        if name not in policy.events or READ not in who.scopes:
-            brief = None
-        elif name == "SessionStart":
-            brief = await self.start(who, event, policy, sizes)
-        elif name == "UserPromptSubmit" and event.prompt and event.prompt.strip():
-            text, _ = await redact(event.prompt, policy.deny)
+        ask = call.ask if call.event in policy.events and READ in who.scopes else None
+        if isinstance(ask, Start):
+            brief = await self.start(who, call.session, ask, policy, sizes)
+        elif isinstance(ask, Prompt):
+            text, _ = await redact(ask.text, policy.deny)
             await embedded.wait()
-            brief = await self.prompt(who, event.session_id, text, policy, sizes)
+            brief = await self.prompt(who, call.session, text, policy, sizes)
         else:
             brief = None
         kept = await _kept(keeping)
@@ -244,14 +240,13 @@ class Hooks(Service):
             making.add_done_callback(lambda _: self._making.pop(who.tenant, None))
         await asyncio.shield(making)
 
-    def _keeping(self, who: Principal, event: HookInput, embedded: asyncio.Event) -> asyncio.Task[Any] | None:
-        """The event's turn kept by a task that outlives the answer (hook_tasks.py), tried again
+    def _keeping(self, who: Principal, call: HookCall, embedded: asyncio.Event) -> asyncio.Task[Any] | None:
+        """The call's turn kept by a task that outlives the answer (hook_tasks.py), tried again
         while the database does not answer (each try within a call's deadline), until the task's
-        bound; None when the event keeps nothing."""
-        said = _turn(event)
+        bound; None when the call keeps nothing."""
+        said = call.said
         if said is None or WRITE not in who.scopes:
             return None
-        speaker, raw = said
 
         async def run() -> HookOutcome:
             wait = CAPTURE_BACKOFF
@@ -259,7 +254,7 @@ class Hooks(Service):
             try:
                 while True:
                     try:
-                        once = functools.partial(retrying, self._capture, who, event, (speaker, raw), embedded, tried)
+                        once = functools.partial(retrying, self._capture, who, call, said, embedded, tried)
                         return await within(self._call_seconds, once, writes=True)
                     except Unavailable:
                         embedded.set()  # recall goes on without waiting for the next try
@@ -268,21 +263,21 @@ class Hooks(Service):
             finally:
                 embedded.set()
 
-        return self.detached.start(f"capture of a {speaker} turn", run)
+        return self.detached.start(f"capture of a {said.speaker} turn", run)
 
     async def _capture(
-        self, who: Principal, event: HookInput, said: tuple[str, str], embedded: asyncio.Event, tried: list[str]
+        self, who: Principal, call: HookCall, said: Said, embedded: asyncio.Event, tried: list[str]
     ) -> HookOutcome:
         """Keep one turn if the tenant's settings keep it: redacted, the prompt's vector made first."""
         speaker, raw = said
         policy = await self.policy(who)
-        if event.hook_event_name not in policy.events or not policy.capture:
+        if call.event not in policy.events or not policy.capture:
             return HookOutcome()
         text, redacted = await redact(raw, policy.deny)
         if speaker == "user" and not embedded.is_set():
             await self._embedded(who, text)
             embedded.set()
-        kept = await self.keep(who, event.session_id, speaker, text, tried, private=policy.private)
+        kept = await self.keep(who, call.session, speaker, text, tried, private=policy.private)
         return HookOutcome(kept=kept, redacted=redacted)
 
     async def _embedded(self, who: Principal, text: str) -> None:
@@ -313,15 +308,15 @@ class Hooks(Service):
         return Brief(heading="Engram memory: facts this prompt may need (recalled, not said in this session).",
                      facts=facts) if facts else None  # fmt: skip
 
-    async def start(self, who: Principal, event: HookInput, policy: HookPolicy, sizes: Sizes) -> Brief | None:
+    async def start(self, who: Principal, session: str, start: Start, policy: HookPolicy, sizes: Sizes) -> Brief | None:
         """A session's brief: the latest episodes of other sessions and, for the project the working
         directory names, the facts recall ranks first; each half of the budget at most. What this
-        session was given before (a resumed session) is not given again; `clear` and `compact`
-        forget it (the client's history lost it)."""
+        session was given before (a resumed session) is not given again; a cleared start forgets it
+        (the client's history lost it)."""
         if policy.start_tokens <= 0:
             return None
-        key = session_key(who, event.session_id)
-        if event.source in ("clear", "compact"):
+        key = session_key(who, session)
+        if start.cleared:
             async with self.tx(who, primary=True) as tx:
                 await store.forget_shown(tx, key)
         async with self.tx(who, readonly=True) as tx:
@@ -330,8 +325,8 @@ class Hooks(Service):
             )
             hooked = await store.captured_ids(tx, [r.id for r in rows]) if rows else set()
         # answers and notes, not asks, nor this session's own turns
-        recent = [episode_model(r) for r in rows if not _withheld(r.source, r.id in hooked, event.session_id, None)]
-        project = project_words(event.cwd)
+        recent = [episode_model(r) for r in rows if not _withheld(r.source, r.id in hooked, session, None)]
+        project = project_words(start.directory)
         wanted: list[Fact] = []
         if project is not None:
             result = await self._recall.recall(who, RecallQuery(text=project, limit=CANDIDATES, scope=Scope()))
@@ -506,21 +501,3 @@ async def _kept(keeping: asyncio.Task[Any] | None) -> HookOutcome:
         return HookOutcome()
     await asyncio.wait({keeping})
     return keeping.result() or HookOutcome()
-
-
-def _turn(event: HookInput) -> tuple[str, str] | None:
-    """The speaker and text of the turn an event carries: a prompt, or the end of a turn (Stop,
-    SubagentStop; PreCompact and SessionEnd when the input carries the assistant's last message)."""
-    name = event.hook_event_name
-    if name == "UserPromptSubmit":
-        said, speaker = event.prompt, "user"
-    elif name in ("Stop", "SubagentStop", "PreCompact", "SessionEnd"):
-        said = event.last_assistant_message
-        speaker = "assistant" if name != "SubagentStop" else f"subagent-{_slug(event.agent_type) or 'agent'}"
-    else:
-        return None
-    return (speaker, said) if said and said.strip() else None
-
-
-def _slug(text: str | None) -> str:
-    return re.sub(r"[^a-z0-9-]+", "-", (text or "").lower()).strip("-")[:30]  # a source stays within 200

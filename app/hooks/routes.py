@@ -1,5 +1,7 @@
-"""`POST /hooks/claude-code`: Claude Code's hooks (`"type": "http"`) post each event's JSON input
-here, and read the answer as they read a command hook's output (docs/clients.md).
+"""The hook endpoints, one per client (`POST /hooks/claude-code`): a client's hooks post each event's
+JSON input here, and read the answer as they read a command hook's output (docs/clients.md). What
+is a client's own (its input, its events, its answer's JSON) is its adapter's (client.py); the rest,
+the same for every client, is here.
 
 Authenticated as the MCP endpoints are: a bearer token for any served endpoint, or an API key of
 the tenant (`Authorization: Bearer egk_…`); the tenant is the credential's, never the input's.
@@ -10,10 +12,10 @@ What it answers:
 - a refused credential 401/403, a body over ENGRAM_HOOK_MAX_BYTES 413, a body that is no JSON
   object or whose fields break their bounds 400 (`invalid: field: rule`), over a rate 429: the
   client treats every non-2xx as a non-blocking error, and nothing is stored;
-- anything else 200: `{"hookSpecificOutput": {"hookEventName": …, "additionalContext": …}}` when
-  there is context to add, `{}` otherwise — also when the database is slow, down or failing in any
-  way: past ENGRAM_HOOK_DEADLINE_SECONDS the answer is `{}`, so the assistant never waits on
-  memory, while the turn it posted is still kept after the answer (services/hook_tasks.py).
+- anything else 200: the client's answer with the brief (app/answers/brief.py) when there is
+  context to add, `{}` otherwise — also when the database is slow, down or failing in any way: past
+  ENGRAM_HOOK_DEADLINE_SECONDS the answer is `{}`, so the assistant never waits on memory, while the
+  turn it posted is still kept after the answer (services/hook_tasks.py).
 Unknown events and fields are ignored; no field is ever a path the server opens.
 """
 
@@ -22,8 +24,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import orjson
 from pydantic import ValidationError
@@ -36,17 +38,20 @@ from app.auth.principal import READ, WRITE, Principal, principal_from_token
 from app.auth.verifier import TokenVerifier
 from app.config import Settings
 from app.errors import EngramError, http_problem
+from app.hooks.claude_code import CLAUDE_CODE
+from app.hooks.client import Client, E
 from app.observability.context import calling
 from app.services import DATABASE_ERRORS
 from app.services.calls import retrying, within
 from app.services.fairness import Fairness
-from app.services.hook_models import HookInput, HookOutcome
+from app.services.hook_models import HookCall, HookOutcome
 from app.services.hooks import Hooks
 from app.web import invalid_token
 
 logger = logging.getLogger(__name__)
 
-PATH = "/hooks/claude-code"
+CLIENTS: tuple[Client[Any], ...] = (CLAUDE_CODE,)  # a client's hooks: one adapter module, listed here
+PATHS = frozenset(c.path for c in CLIENTS)
 EMPTY = b"{}"
 
 
@@ -58,8 +63,10 @@ class HookRoutes:
         verifier: TokenVerifier,
         metadata_url: str,
         fairness: Fairness | None = None,
+        clients: Sequence[Client[Any]] = CLIENTS,
     ) -> None:
         self.hooks = hooks
+        self.clients = clients
         self.verifier = verifier
         self.fairness = fairness
         self.claims: Sequence[str] = [settings.tenant_claim, *settings.tenant_fallback_claims]
@@ -69,12 +76,18 @@ class HookRoutes:
         self.seconds = settings.hook_deadline_seconds
 
     def routes(self) -> list[Route]:
-        return [Route(PATH, self.claude_code, methods=["POST"])]
+        return [Route(c.path, self._endpoint(c), methods=["POST"]) for c in self.clients]
 
-    async def claude_code(self, request: Request) -> Response:
+    def _endpoint(self, client: Client[E]) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            return await self.serve(client, request)
+
+        return endpoint
+
+    async def serve(self, client: Client[E], request: Request) -> Response:
         try:
             async with asyncio.timeout(self.seconds):
-                return await self._answer(request)
+                return await self._answer(client, request)
         except TimeoutError:
             logger.warning("hook answered empty: no answer within %.2f s", self.seconds)
         except DATABASE_ERRORS as exc:
@@ -83,20 +96,19 @@ class HookRoutes:
             logger.exception("hook answered empty: the event failed")
         return _json(EMPTY)
 
-    async def _answer(self, request: Request) -> Response:
+    async def _answer(self, client: Client[E], request: Request) -> Response:
         who = await self._caller(request)
         if isinstance(who, Response):
             return who
         body = await self._body(request)
         if isinstance(body, Response):
             return body
-        event = _parse(body)
+        event = _parse(client, body)
         if isinstance(event, Response):
             return event
-        tool = "hooks:" + re.sub(r"(?<!^)(?=[A-Z])", "_", event.hook_event_name).lower()[:60]
         try:
-            with calling(tool, who.subject, who.client_id, who.tenant):
-                outcome = await self._run(who, event)
+            with calling("hooks:" + client.name(event), who.subject, who.client_id, who.tenant):
+                outcome = await self._run(who, client.call(event))
         except EngramError as exc:
             if exc.code == "unavailable":
                 return _json(EMPTY)
@@ -105,16 +117,18 @@ class HookRoutes:
                 "retry_after" in exc.details
             ) else None  # fmt: skip
             return JSONResponse({"error": message}, status_code=status, headers=headers)
-        return _json(answer(event.hook_event_name, outcome))
+        if outcome.brief is None or outcome.brief.empty:
+            return _json(EMPTY)
+        return _json(client.answer(event, BRIEF(outcome.brief)))
 
-    async def _run(self, who: Principal, event: HookInput) -> HookOutcome:
+    async def _run(self, who: Principal, call: HookCall) -> HookOutcome:
         # The turn's capture starts before anything else, so it is kept even when the answer cannot
         # wait for it (a new tenant is made by it too); a call refused over a rate keeps nothing.
-        capture = self.hooks.capture(who, event)
+        capture = self.hooks.capture(who, call)
 
         async def body() -> HookOutcome:
             # The brief's facts and its episodes are each measured as the brief prints them.
-            return await retrying(self.hooks.handle, who, event, BRIEF.sizes, capture)
+            return await retrying(self.hooks.handle, who, call, BRIEF.sizes, capture)
 
         if self.fairness is None:
             return await within(self.seconds, body, writes=True)
@@ -162,7 +176,8 @@ class HookRoutes:
         return bytes(body)
 
 
-def _parse(body: bytes) -> HookInput | Response:
+def _parse(client: Client[E], body: bytes) -> E | Response:
+    """The client's input, or the refusal (a Response) of a body that is not one."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -170,7 +185,7 @@ def _parse(body: bytes) -> HookInput | Response:
     if not isinstance(data, dict):
         return _invalid("the body is not a JSON object")
     try:
-        return HookInput.model_validate(data)
+        return client.model.model_validate(data)
     except ValidationError as exc:
         first = exc.errors(include_url=False, include_input=False)[0]
         where = ".".join(str(p) for p in first["loc"]) or "body"
@@ -179,14 +194,6 @@ def _parse(body: bytes) -> HookInput | Response:
 
 def _invalid(message: str) -> Response:
     return JSONResponse({"error": f"invalid: {message}"}, status_code=400)
-
-
-def answer(event: str, outcome: HookOutcome) -> bytes:
-    """The JSON Claude Code reads: additional context for the event, or nothing to add."""
-    if outcome.brief is None or outcome.brief.empty:
-        return EMPTY
-    context = BRIEF(outcome.brief)
-    return orjson.dumps({"hookSpecificOutput": {"hookEventName": event, "additionalContext": context}})
 
 
 def _json(body: bytes) -> Response:

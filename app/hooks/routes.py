@@ -80,11 +80,11 @@ class HookRoutes:
 
     def _endpoint(self, client: Client[E]) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
-            return await self.serve(client, request)
+            return await self._serve(client, request)
 
         return endpoint
 
-    async def serve(self, client: Client[E], request: Request) -> Response:
+    async def _serve(self, client: Client[E], request: Request) -> Response:
         try:
             async with asyncio.timeout(self.seconds):
                 return await self._answer(client, request)

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -644,3 +646,12 @@ def test_the_test_import_check_sees_imports() -> None:
     leaned = {m for m in _test_imports(ast.parse(sources)) if _leans_on_a_test_module(m)}
     assert leaned == {"tests.test_console", "tests.test_console.seed", "tests.test_deploy", "tests.conftest"}
     assert _test_imports(ast.parse("from tests.support.server import serve\n")) >= {"tests.support.server"}
+
+
+def test_the_cli_commands_but_serve_load_no_mcp_sdk() -> None:
+    """The MCP SDK takes seconds to import: the accounts, tenants, operator, transfer and backup
+    commands reach the services and the store without it (only `serve` and `client` need it)."""
+    modules = "app.cli, app.services, app.services.operator, app.services.transfer, app.authserver.accounts, app.health"
+    probe = f"import sys, {modules}; print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))"
+    loaded = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "[]"

@@ -5,15 +5,16 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from mcp.server.auth.provider import AccessToken
+from typing import TYPE_CHECKING, Any
 
 from app.errors import EngramError
 from app.ids import SYSTEM, TENANT_KEY
 from app.scopes import ADMIN as ADMIN  # re-exported: most modules name the scopes from here
 from app.scopes import READ as READ
 from app.scopes import WRITE as WRITE
+
+if TYPE_CHECKING:  # the MCP SDK is seconds of imports: the CLI's account commands never load it
+    from mcp.server.auth.provider import AccessToken
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,8 @@ from joserfc import jws, jwt
 from joserfc.errors import JoseError
 from mcp.server.auth.provider import AccessToken
 
-from app.auth.apikeys import PREFIX, ApiKeys
+from app.auth.apikey_checks import ApiKeys
+from app.auth.apikeys import PREFIX
 from app.auth.keys import Issuer, KeySource
 from app.observability import metrics
 

@@ -9,7 +9,7 @@ from typing import TypedDict
 
 import httpx2
 
-from app.auth.apikeys import ApiKeys
+from app.auth.apikey_checks import ApiKeys
 from app.auth.cimd import ClientDocuments
 from app.auth.devkeys import load_or_create_key
 from app.auth.keys import Issuer

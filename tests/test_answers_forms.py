@@ -43,6 +43,13 @@ def _fact(text: str, who: str = "Ada") -> Fact:
     return Fact.model_validate({"kind": "observation", "text": text, "entity": ref, "valid_from": AT, "scores": scores})
 
 
+def _relation_fact(notes: str) -> Fact:
+    ends = [{"id": f"id-{n}", "name": n, "type": "person"} for n in ("Ada", "Grace")]
+    relation = {"id": "r-1", "type": "knows", "notes": notes}
+    fields = {"kind": "relation", "text": "Ada knows Grace", "entity": ends[0], "to": ends[1], "relation": relation}
+    return Fact.model_validate(fields | {"valid_from": AT, "scores": RecallScores(fused=0.5)})
+
+
 def _episode(n: int, text: str) -> Episode:
     return Episode(id=n, text=text, at=AT, created_by="dev", created_at=AT, source=f"D{n}")
 
@@ -72,6 +79,7 @@ def _walk() -> models.NeighborsResult:
 
 RESULTS: list[tuple[Form[Any, Any], Any]] = [
     (recall.RECALL, RecallResult(mode="hybrid", facts=[_fact("paints"), _fact(LONG), _fact("keeps bees", "Grace")])),
+    (recall.RECALL, RecallResult(mode="hybrid", facts=[_relation_fact(LONG), _fact("paints")])),
     (recall.EPISODES, EpisodePage(episodes=[_episode(1, "Hello!"), _episode(2, LONG)])),
     (search.HITS, SearchResult(mode="hybrid", hits=[_hit("Ada", "paints"), _hit("Grace", LONG)])),
     (entities.ENTITY, _whole_entity()),

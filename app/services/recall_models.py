@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, Field, StringConstraints, model_validator
 
@@ -131,6 +131,19 @@ class Fact(Clipped):
     # The sentences of a long text that hold the question's words (…-marked where the rest was left
     # out): what the concise answer shows; never part of the record.
     excerpt: str | None = Field(None, exclude=True)
+
+    def clip_text(self) -> str:
+        """What a budget shortens: a relation's notes when it has them (its sentence is two names
+        and a type), else the text."""
+        return str(notes) if (notes := self._notes()) else self.text
+
+    def clipped(self, text: str) -> Self:
+        if self._notes() and self.relation is not None:
+            return self.model_copy(update={"relation": {**self.relation, "notes": text}})
+        return self.model_copy(update={"text": text})
+
+    def _notes(self) -> object:
+        return self.relation.get("notes") if self.kind == "relation" and self.relation else None
 
 
 class RecallResult(BaseModel):

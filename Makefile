@@ -122,9 +122,17 @@ $(TEST_CLIENTS)/node_modules/.installed: $(TEST_CLIENTS)/package-lock.json
 	node $(TEST_CLIENTS)/node_modules/@anthropic-ai/claude-code/install.cjs
 	touch $@
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist), a test file to a worker, each worker with
+# a database of its own (tests/support/server.py); the few files marked `serial`, which stop or pause
+# what every worker shares, run alone after them. Much of a test's time is waiting (servers starting,
+# real clients, deadlines, replication), so two workers outrun two cores' worth of one.
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL = $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
+
 test: system-deps install-dev db lint test-clients
-	$(BIN)/pytest --durations=30  # the whole suite, the benchmarks in quick mode among it (tests/test_bench.py)
-	ENGRAM_TEST_PGBOUNCER=1 $(BIN)/pytest -p no:cacheprovider --durations=10 $(PGBOUNCER_TESTS)
+	$(PYTEST_PARALLEL) -m "not serial" --durations=30  # the whole suite, the quick benchmarks among it (tests/test_bench.py)
+	$(BIN)/pytest -p no:cacheprovider -m serial --durations=10
+	ENGRAM_TEST_PGBOUNCER=1 $(PYTEST_PARALLEL) -p no:cacheprovider --durations=10 $(PGBOUNCER_TESTS)
 
 # Every tool of every endpoint fuzzed from its own input schema at length (tests/test_fuzz.py; `make
 # test` runs a quick profile): FUZZ_CALLS generated calls, figures printed for docs/benchmarks.md.

@@ -20,6 +20,10 @@ from app.store.standby import STANDBY_PROBE_SECONDS
 from tests.support.cells import CellDatabase, fetchval
 from tests.support.server import TEST_DB, free_port
 
+# Alone, after the suite's parallel workers (`make test`):
+# it pauses the replay of the standby every suite's cells share.
+pytestmark = pytest.mark.serial
+
 
 async def _directory(settings: Settings, *statements: str) -> None:
     """Statements on the control database, as its owner."""

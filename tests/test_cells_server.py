@@ -20,6 +20,10 @@ from tests.support.cells import CellDatabase, cell_env, fetchval, set_states
 from tests.support.client import connect, error_code, ok
 from tests.support.server import Server, engram, serve, server_env
 
+# Alone, after the suite's parallel workers (`make test`):
+# it reads the standby every suite's cells share while another pauses it.
+pytestmark = pytest.mark.serial
+
 SECONDS = 120  # a bound on waiting for the filler on a loaded machine, not a timing assertion
 
 

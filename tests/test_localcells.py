@@ -11,10 +11,15 @@ import time
 from pathlib import Path
 
 import asyncpg
+import pytest
 
 from app.devdb import localcells
 from app.devdb.provision import Chroot
 from tests.support.cells import CellDatabase
+
+# Alone, after the suite's parallel workers (`make test`):
+# it kills a local cluster and makes the standby of `b` anew.
+pytestmark = pytest.mark.serial
 
 
 async def _one(url: str, query: str) -> object:

@@ -20,6 +20,10 @@ from app.devdb import provision
 from app.store import migrate
 from tests.support.server import ROOT, free_port, server_env, start_server
 
+# Alone, after the suite's parallel workers (`make test`):
+# it stops, kills and starts the local database every suite shares.
+pytestmark = pytest.mark.serial
+
 
 def engram(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(

@@ -28,8 +28,11 @@ from app.store.pool import Recycling
 from tests.support.client import connect
 
 ROOT = Path(__file__).resolve().parents[2]
-# Its own database per checkout, so two suites can run side by side on one PostgreSQL.
-TEST_DB = os.environ.get("ENGRAM_TEST_DB", "engram_test")
+# Its own database per checkout, so two suites can run side by side on one PostgreSQL; and per
+# worker when the suite runs in several processes (pytest-xdist names each one: gw0, gw1, ...).
+TEST_DB = os.environ.get("ENGRAM_TEST_DB", "engram_test") + (
+    f"_{worker}" if (worker := os.environ.get("PYTEST_XDIST_WORKER")) else ""
+)
 
 
 def free_port() -> int:

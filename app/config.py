@@ -382,9 +382,9 @@ class Settings(BaseSettings):
         4096, ge=0, le=1_000_000, description="Texts of writes that may wait for the pool; past it they stay pending."
     )
     search_ef_search: int = Field(200, ge=10, le=1000)
-    # A cross-encoder's model directory (engram-model.json): recall reorders its first facts by it.
-    rerank_model: str | None = Field(None, min_length=1, max_length=300, description="Unset: no reranking.")
+    rerank_model: str | None = Field(None, min_length=1, max_length=300, description="A cross-encoder; unset: none.")
     rerank_depth: int = Field(20, ge=1, le=200, description="Facts at the top of recall's ranking the reranker reads.")
+    rerank_budget_ms: int = Field(1000, ge=1, le=60_000, description="Most a recall waits for it; then its own order.")
 
     # observability
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

@@ -64,14 +64,19 @@ async def fresh_database(s: Settings, name: str) -> Settings:
     if name in kept:
         raise ValueError(f"refusing to recreate the configured database {name!r}")
     await provision.recreate_database(admin, name)
-    scratch = s.model_copy(
-        update={
-            "database_url": SecretStr(provision.on_database(s.runtime_dsn(), name)),
-            "admin_database_url": SecretStr(provision.on_database(admin, name)),
-        }
-    )
+    scratch = on_database(s, name)
     await migrate.migrate(scratch.admin_dsn(), scratch.migrations_dir)
     return scratch
+
+
+def on_database(s: Settings, name: str) -> Settings:
+    """`s` pointed at database `name` on the same server, as it is."""
+    return s.model_copy(
+        update={
+            "database_url": SecretStr(provision.on_database(s.runtime_dsn(), name)),
+            "admin_database_url": SecretStr(provision.on_database(s.admin_dsn(), name)),
+        }
+    )
 
 
 def database_env(s: Settings) -> dict[str, str]:

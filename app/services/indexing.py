@@ -88,7 +88,7 @@ class Indexer:
             batch_size=settings.embedding_batch_size,
             sync_texts=settings.embed_sync_texts,
             write_budget_seconds=settings.embed_write_budget_ms / 1000,
-            reranker=reranker(settings.rerank_model, settings.embedding_threads),
+            reranker=reranker(settings.rerank_model, settings.embedding_threads, settings.rerank_budget_ms),
             rerank_depth=settings.rerank_depth,
         )
 

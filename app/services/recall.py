@@ -19,7 +19,9 @@ docs/benchmarks.md ("Recall"), each part kept only where it paid.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -27,6 +29,8 @@ import orjson
 
 from app.auth.principal import Principal
 from app.embeddings.provider import EmbeddingError
+from app.embeddings.rerank import Skipped
+from app.observability.context import DEADLINE
 from app.services import timespans
 from app.services.budget import Budget
 from app.services.excerpts import excerpt
@@ -58,6 +62,7 @@ SPREAD_FLOOR = 0.6  # likeness below which two facts do not count as alike
 # reranker's counting RERANK_WEIGHT times the ranking's own (which holds the time and context lifts).
 RERANK_WEIGHT = 2.0
 RERANK_K = 10
+RERANK_MARGIN = 0.2  # seconds of a call's deadline kept for what follows the reranker (a hook's write)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,13 +122,17 @@ class Recall(Ranker):
                         legs["named"] = await within
                 ranked = _candidates(fuse(legs, WEIGHTS, _doc))
                 ranked = await self._adjusted(tx, q.text, ranked, scope, vector is not None, texts, depth)
-                ranked = await self._reranked(tx, q.text, ranked, notices)
-                page = ranked[offset:depth]
-                shown = await recall.facts(tx, [d for c in page for d in (c.doc_id, *c.also)])
-                facts = [_fact(shown, c, q.text) for c in page if c.doc_id in shown]
-                fitting = q.budget.take(facts) if q.budget else facts
-                if vector is not None and (note := await pending_note(tx)):
-                    notices.append(note)
+                rereading = self._rereading(ranked)
+                bodies = await recall.bodies(tx, [c.doc_id for c in rereading]) if rereading else {}
+                reach = _reach(ranked, offset, depth, len(rereading))
+                shown = await recall.facts(tx, [d for c in reach for d in (c.doc_id, *c.also)])
+                pending = await pending_note(tx) if vector is not None else None
+        # The transaction has ended: a slow model holds no connection.
+        ranked = await self._reranked(q.text, ranked, rereading, bodies, notices)
+        notices += [pending] if pending else []
+        page = ranked[offset:depth]
+        facts = [_fact(shown, c, q.text) for c in page if c.doc_id in shown]
+        fitting = q.budget.take(facts) if q.budget else facts
         mode: Mode = q.mode if vector is not None or q.mode == "keyword" else "keyword"
         end = offset + len(fitting) if len(fitting) < len(facts) else depth
         next_cursor = self.pager.next_cursor(tx.tenant.id, listing, len(ranked), end)
@@ -152,15 +161,25 @@ class Recall(Ranker):
             await self._fold(tx, ranked, depth)
         return ranked
 
-    async def _reranked(self, tx: Tx, question: str, ranked: list[_Candidate], notices: list[str]) -> list[_Candidate]:
-        """The first facts ordered again with a cross-encoder's reading of each beside the question
-        (docs/search.md, "Stronger models: candidates"); unchanged without one, or when it fails."""
-        reader, top = self.indexer.reranker, ranked[: self.indexer.rerank_depth]
-        if reader is None or len(top) < 2:
+    def _rereading(self, ranked: list[_Candidate]) -> list[_Candidate]:
+        """The first facts the reranker reads again; none without one, or with fewer than two."""
+        top = ranked[: self.indexer.rerank_depth]
+        return top if self.indexer.reranker is not None and len(top) >= 2 else []
+
+    async def _reranked(
+        self, question: str, ranked: list[_Candidate], top: list[_Candidate], bodies: dict[int, str], notices: list[str]
+    ) -> list[_Candidate]:
+        """The first facts (`top`, their indexed texts `bodies`) ordered again with a cross-encoder's
+        reading of each beside the question (docs/search.md, "Stronger models: candidates"), within
+        its time budget and the call's deadline; unchanged without one, when it fails or is late."""
+        reader = self.indexer.reranker
+        if reader is None or not top:
             return ranked
-        texts = await recall.bodies(tx, [c.doc_id for c in top])
         try:
-            scores = await reader.scores(question, [texts.get(c.doc_id, "") for c in top])
+            scores = await reader.scores(question, [bodies.get(c.doc_id, "") for c in top], _within(reader.budget))
+        except Skipped as skipped:
+            notices.append(f"reranking skipped: {skipped}; facts are in the ranking's own order")
+            return ranked
         except EmbeddingError:
             notices.append("the reranker is not answering: facts are in the ranking's own order")
             return ranked
@@ -259,6 +278,22 @@ def _spread(window: list[_Candidate], pairs: list[tuple[int, int, float]]) -> li
             if other in nearest and s > nearest[other]:
                 nearest[other] = s
     return out
+
+
+def _within(budget: float | None) -> float | None:
+    """How long the reranker may take: its budget, or less when the call's deadline (a hook's, a
+    tool call's) leaves less, keeping RERANK_MARGIN for what follows it."""
+    at = DEADLINE.get()
+    if at is None or at == math.inf:
+        return budget
+    left = at - asyncio.get_running_loop().time() - RERANK_MARGIN
+    return left if budget is None else min(budget, left)
+
+
+def _reach(ranked: list[_Candidate], offset: int, depth: int, reread: int) -> list[_Candidate]:
+    """The facts that may be on the page once the first `reread` are ordered again: those first ones
+    when the page starts among them, and the rest of the page."""
+    return (ranked[:reread] if offset < reread else []) + ranked[max(offset, reread) : depth]
 
 
 def _doc(r: Ranked) -> int:

@@ -8,7 +8,8 @@ recalls it skipped, and why.
 
     scripts/candidate-models.py ms-marco-minilm-l12-int8
     python -m bench.recall --quick        # the data (its scratch database)
-    python -m bench.rerank [--depths 10 20] [--questions 80] [--database NAME]
+    python -m bench.rerank [--depths 10 20] [--questions 80] [--database NAME] [--results FILE]
+    python -m bench.rerank --quick        # depth 10, five questions (`make test`; fetches the model)
 """
 
 from __future__ import annotations
@@ -16,10 +17,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import subprocess
+import sys
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
+import asyncpg
 import orjson
 
 from bench import env
@@ -49,7 +54,28 @@ async def measure(s: Any, tenants: list[str], questions: list[str], **extra: str
     return out
 
 
+def quick(args: argparse.Namespace) -> None:
+    """Depth 10 and five questions, the reranker's files fetched, and the data made by a quick recall
+    run when none ran before this one (what it prints goes to stderr: stdout is the results)."""
+    args.depths, args.questions = [10], 5
+    fetch = [sys.executable, str(env.ROOT / "scripts/candidate-models.py"), RERANKER.name]
+    subprocess.run(fetch, check=True, cwd=env.ROOT, stdout=sys.stderr)
+    if DATA.exists() and not asyncio.run(_exists(env.on_database(env.settings(), env.scratch_name("recall")))):
+        subprocess.run([sys.executable, "-m", "bench.recall", "--quick"], check=True, cwd=env.ROOT, stdout=sys.stderr)
+
+
+async def _exists(s: Any) -> bool:
+    try:
+        conn = await asyncpg.connect(s.admin_dsn())
+    except asyncpg.InvalidCatalogNameError:
+        return False
+    await conn.close()
+    return True
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
+    if not DATA.exists():
+        return {"machine": {**env.machine(), "quick": args.quick}, "skipped": f"{DATA} is absent"}
     conversation = locomo(DATA)[0]
     s = env.on_database(env.settings(), args.database or env.scratch_name("recall"))
     tenants = [f"bench-{conversation.name}-{layout}" for layout in ("facts", "episodes")]
@@ -59,7 +85,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         extra = {"ENGRAM_RERANK_MODEL": str(RERANKER), "ENGRAM_RERANK_DEPTH": str(depth)}
         runs[f"reranker over {depth}"] = await measure(s, tenants, questions, **extra)
     budget = os.environ.get("ENGRAM_RERANK_BUDGET_MS", "the default")
-    return {"machine": env.machine(), "budget_ms": budget, "questions": len(questions), "runs": runs}
+    machine = {**env.machine(), "quick": args.quick}
+    return {"machine": machine, "budget_ms": budget, "questions": len(questions), "runs": runs}
 
 
 if __name__ == "__main__":
@@ -67,4 +94,12 @@ if __name__ == "__main__":
     parser.add_argument("--depths", type=int, nargs="+", default=[10, 20], help="ENGRAM_RERANK_DEPTH values")
     parser.add_argument("--questions", type=int, default=80, help="questions asked (each once per server)")
     parser.add_argument("--database", help="the bench.recall run's database (default: a quick run's)")
-    print(orjson.dumps(asyncio.run(main(parser.parse_args())), option=orjson.OPT_INDENT_2).decode())
+    parser.add_argument("--quick", action="store_true", help="depth 10 and five questions: that it still runs")
+    parser.add_argument("--results", type=Path, help="where to write the results as JSON too")
+    arguments = parser.parse_args()
+    if arguments.quick:
+        quick(arguments)
+    results = orjson.dumps(asyncio.run(main(arguments)), option=orjson.OPT_INDENT_2)
+    if arguments.results:
+        arguments.results.write_bytes(results)
+    print(results.decode())

@@ -170,3 +170,12 @@ def test_redaction_benchmark_runs_quick(tmp_path: Path) -> None:
     assert red["recall"]["texts"] > 0 and "project docs paragraphs" in red["false_positives"]
     assert len(red["timing"]["cases"]) == 20 and red["event_loop"]["texts"] > 0
     assert "## Redaction" in done.stdout
+
+
+def test_rerank_benchmark_runs_quick(tmp_path: Path) -> None:
+    """On the recall benchmark's scratch database (the quick run above leaves it; made first when absent)."""
+    _, r = _quick("bench.rerank", tmp_path / "rerank.json")
+    assert r["machine"]["quick"] is True
+    if "skipped" not in r:  # the development set beside the project
+        assert set(r["runs"]) == {"no reranker", "reranker over 10"}
+        assert all(by["latency"]["n"] == r["questions"] for run in r["runs"].values() for by in run.values())

@@ -292,7 +292,7 @@ async def test_openai_compatible_cannot_reach_endpoint():
 async def test_embedder_pauses_a_failing_provider(embedding_server):
     provider = openai_provider(embedding_server.url, max_retries=0)
     await provider.start()
-    embedder = Embedder(provider, cache_size=10)
+    embedder = Embedder(provider, cache_size=10, first_pause=5)  # the next call comes within it, however loaded
     watch_breaker(embedder)  # the metric reads the breaker at each scrape
 
     def state() -> str:
@@ -312,7 +312,7 @@ async def test_embedder_pauses_a_failing_provider(embedding_server):
         with pytest.raises(ProviderDown):  # fails at once: no request sent during the pause
             await embedder.embed(["second"], scope="t")
         assert len(embedding_server.requests) == asked
-        await asyncio.sleep(embedder.seconds_until_retry() + 0.05)  # the first pause is 1 s
+        await asyncio.sleep(embedder.seconds_until_retry() + 0.05)
         assert state() == "half_open"  # the next call tries the provider
         embedding_server.down = False
         assert len(await embedder.embed(["third"], scope="t")) == 1

@@ -35,8 +35,17 @@ class Embedder:
     at once instead of each waiting for a timeout.
     """
 
-    def __init__(self, provider: Provider, cache_size: int, *, workers: int = 1, queue_texts: int = 4096) -> None:
+    def __init__(
+        self,
+        provider: Provider,
+        cache_size: int,
+        *,
+        workers: int = 1,
+        queue_texts: int = 4096,
+        first_pause: float = _FIRST_PAUSE_SECONDS,
+    ) -> None:
         self.provider = provider
+        self._first_pause = first_pause
         self.pool = EmbeddingQueue(workers=workers, max_write_texts=queue_texts)
         self._cache: OrderedDict[_Key, bytes] = OrderedDict()  # float32s, packed
         self._cache_size = cache_size
@@ -189,7 +198,7 @@ class Embedder:
 
     def _failed(self, exc: Exception) -> None:
         self._failures += 1
-        pause = min(_LONGEST_PAUSE_SECONDS, _FIRST_PAUSE_SECONDS * 2 ** (self._failures - 1))
+        pause = min(_LONGEST_PAUSE_SECONDS, self._first_pause * 2 ** (self._failures - 1))
         self._next_try = time.monotonic() + pause
         self.last_error = str(exc) if isinstance(exc, EmbeddingError) else type(exc).__name__
         logger.warning("embedding provider failed (%s); next try in %.0f s", self.last_error, pause)

@@ -58,8 +58,7 @@ USAGE = {
   invalidate_observations / invalidate_relations (reads can still see it with `as_of`); fix
   mistakes with update_entity and remove_observations; remove_entities is undone by
   restore_entities.
-- pin_facts keeps a few facts (at most 50) at the head of every session's brief and of the recall
-  answers they belong to; unpin_facts lets them go.
+- pin_facts keeps key facts (at most 50) at the head of every session's brief and of recall.
 - Private and shared: entities, observations and relations are shared with your whole tenant. An
   episode is shared too unless you add it with `private: true`: then only you ever see it (no one
   else, administrators included), and recall, list_episodes and the session briefs mark it

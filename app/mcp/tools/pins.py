@@ -21,14 +21,13 @@ def register(tool: ToolSet, services: Services) -> None:
     async def pin_facts(
         who: Principal, items: Annotated[list[models.ObservationsIn], Field(min_length=1, max_length=batch)]
     ) -> PinResult:
-        """Pin facts (exact texts) so they lead every session's brief and any recall they answer: the
-        memory's core. At most 50; unknown texts come back in `not_found`.
-        """
+        """Pin facts (exact texts): they lead every session's brief and the recalls that find them.
+        At most 50."""
         return await services.pins.mark(who, items, pin=True)
 
     @tool(WRITE, ADDITIVE, title="Unpin facts", answer=partial(shown.marked, verb="Unpinned"))
     async def unpin_facts(
         who: Principal, items: Annotated[list[models.ObservationsIn], Field(min_length=1, max_length=batch)]
     ) -> PinResult:
-        """Unpin facts (exact texts); they stay stored. Unknown texts come back in `not_found`."""
+        """Unpin facts (exact texts); they stay stored."""
         return await services.pins.mark(who, items, pin=False)

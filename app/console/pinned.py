@@ -32,7 +32,7 @@ class PinnedPage:
         visit.require(READ)
         listed = await self.c.run(visit.who, "pinned_facts", self.pins.listing, moment(None, True), writes=False)
         now = datetime.now(UTC)
-        ended = {p.observation_id for p in listed if p.valid_until is not None and p.valid_until <= now}
+        ended = {p.observation_id for p in listed if p.record.valid_until is not None and p.record.valid_until <= now}
         context = {"pins": listed, "ended": ended, "max_pinned": MAX_PINNED}
         return self.c.page(request, "pinned.html", context, visit)
 

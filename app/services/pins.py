@@ -9,7 +9,7 @@ whole tenant, and so are their pins: pinning marks a fact every member sees, nev
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from dataclasses import asdict
 
 from pydantic import BaseModel, Field
 
@@ -53,14 +53,8 @@ class PinnedFact(BaseModel):
     entity_id: str
     entity_name: str
     entity_type: str
-    text: str
-    source: str | None = None
-    created_by: str
-    created_at: datetime
-    valid_from: datetime | None = None
-    valid_until: datetime | None = None
-    pinned_at: datetime
     pinned_by: str
+    record: models.ObservationRecord
 
 
 class Pins(Service):
@@ -107,14 +101,14 @@ class Pins(Service):
         too, which still count against the bound), oldest pin first."""
         async with self.tx(who, readonly=True) as tx:
             rows = await pins.listing(tx, MAX_PINNED, when)
-        return [PinnedFact.model_validate(r, from_attributes=True) for r in rows]
+        return [_pinned(r) for r in rows]
 
 
 async def pinned_facts(tx: Tx) -> list[Fact]:
     """The tenant's pins on facts valid now (at most MAX_PINNED, oldest pin first), as recall and the
     briefs print facts: what every session's brief leads with."""
     rows = await pins.listing(tx, MAX_PINNED)
-    return [_fact(PinnedFact.model_validate(r, from_attributes=True)) for r in rows]
+    return [_fact(_pinned(r)) for r in rows]
 
 
 def _count(marked: Sequence[pins.Marked]) -> int:
@@ -131,16 +125,13 @@ async def _recorded(tx: Tx, marked: Sequence[pins.Marked], pin: bool, actor: str
     await history.record(tx, [Event(e, action, {"observations": t}) for e, t in texts.items()], actor)
 
 
+def _pinned(p: pins.Pin) -> PinnedFact:
+    fields = asdict(p)
+    return PinnedFact(record=models.ObservationRecord(**fields.pop("fact")), **fields)
+
+
 def _fact(p: PinnedFact) -> Fact:
-    return Fact(
-        kind="observation",
-        text=p.text,
-        entity=EntityRef(id=p.entity_id, name=p.entity_name, type=p.entity_type),
-        source=p.source,
-        created_by=p.created_by,
-        created_at=p.created_at,
-        valid_from=p.valid_from,
-        valid_until=p.valid_until,
-        pinned=True,
-        scores=RecallScores(fused=1.0),
-    )
+    """A pin as recall's facts are: an observation of its entity, marked pinned."""
+    entity = EntityRef(id=p.entity_id, name=p.entity_name, type=p.entity_type)
+    record = p.record.model_dump(exclude={"pinned_at"})
+    return Fact(kind="observation", entity=entity, pinned=True, scores=RecallScores(fused=1.0), **record)

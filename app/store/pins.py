@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 
 from app.store.database import Tx, timed
+from app.store.relations import Fact
 from app.store.validity import NOW, When, holds
 
 
@@ -26,19 +26,13 @@ class Marked:
 
 @dataclass(frozen=True, slots=True)
 class Pin:
-    """A pinned observation with its entity and its record."""
+    """A pinned observation: its entity, and the fact with its record (`pinned_at` set)."""
 
     observation_id: int
     entity_id: str
     entity_name: str
     entity_type: str
-    text: str
-    source: str | None
-    created_by: str
-    created_at: datetime
-    valid_from: datetime | None
-    valid_until: datetime | None
-    pinned_at: datetime
+    fact: Fact
     pinned_by: str
 
 
@@ -89,8 +83,8 @@ async def listing(tx: Tx, limit: int, when: When = NOW) -> list[Pin]:
     """The pins on live entities whose facts count at `when`, oldest pin first, at most `limit`."""
     rows = await tx.fetch(
         f"""
-        SELECT o.id, e.id::text, e.name, e.type, o.content, o.source, o.created_by, o.created_at,
-               o.valid_from, o.valid_until, o.pinned_at, o.pinned_by
+        SELECT o.id, e.id::text, e.name, e.type, o.pinned_by,
+               ROW(o.content, o.source, o.created_by, o.created_at, o.valid_from, o.valid_until, o.pinned_at) AS fact
         FROM {{s}}.observations o JOIN {{s}}.entities e ON e.id = o.entity_id AND e.deleted_at IS NULL
         WHERE o.pinned_at IS NOT NULL AND {holds("o", "$2", "$3")}
         ORDER BY o.pinned_at, o.id LIMIT $1
@@ -98,7 +92,7 @@ async def listing(tx: Tx, limit: int, when: When = NOW) -> list[Pin]:
         limit,
         *when.params(),
     )
-    return [Pin(*r) for r in rows]
+    return [Pin(r[0], r[1], r[2], r[3], Fact(*r["fact"]), r[4]) for r in rows]
 
 
 @timed

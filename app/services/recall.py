@@ -265,7 +265,8 @@ class Recall(Ranker):
 
 async def _pinned_first(tx: Tx, ranked: list[_Candidate]) -> list[_Candidate]:
     """The ranking with the pinned facts among its first PIN_WINDOW candidates moved to its top, in
-    their own order (docs/pinned-facts.md); unchanged when none is pinned."""
+    their own order (docs/pinned-facts.md; before a reranker, which orders them with the others);
+    unchanged when none is pinned."""
     window = ranked[:PIN_WINDOW]
     marked = await pins.pinned_documents(tx, [c.doc_id for c in window])
     if not marked:

@@ -252,6 +252,8 @@ def catalogue(s: Seeded) -> dict[str, dict[str, Any]]:
             "reason": "moved",
         },
         "remove_observations": {"items": [{"entity": "Ada", "observations": ["o1"]}]},
+        "pin_facts": {"items": [{"entity": "Ada", "observations": ["o1"]}]},
+        "unpin_facts": {"items": [{"entity": ada, "observations": ["o1"]}]},
         "entity_history": {"name": "Ada"},
         "find_entities": {
             "name_contains": "Ad",
@@ -728,6 +730,8 @@ async def test_another_tenant_reaches_nothing_with_this_tenants_ids_names_and_cu
         ("restore_entities", {"ids": [a["Gone"]]}, {"not_found"}),
         ("append_observations", {"items": [{"entity": a["Acme"], "observations": ["planted"]}]}, {"not_found"}),
         ("remove_observations", {"items": [{"entity": "Ada", "observations": ["o1"]}]}, {"not_found"}),
+        ("pin_facts", {"items": [{"entity": a["Ada"], "observations": ["o1"]}]}, {"not_found"}),
+        ("unpin_facts", {"items": [{"entity": "Ada", "observations": ["o1"]}]}, {"not_found"}),
         ("connect_entities", {"relations": [{"from": "B0", "to": a["Acme"], "type": "steals"}]}, {"not_found"}),
         ("disconnect_entities", {"ids": [seeded.relation_id]}, {"ok"}),
         ("merge_entities", {"into": "B0", "merge": [a["Acme"]]}, {"not_found"}),

@@ -1,5 +1,6 @@
-"""The brief a hook injects into a session (app/hooks/routes.py): its heading, the latest episodes
-one a line, then the facts, printed as `recall` and `list_episodes` print them (app/answers/recall.py).
+"""The brief a hook injects into a session (app/hooks/routes.py): its heading, the tenant's pinned
+facts at a session's start (docs/pinned-facts.md), the latest episodes one a line, then the facts,
+printed as `recall` and `list_episodes` print them (app/answers/recall.py).
 
     Engram memory: the latest from other sessions.
     #412 2023-05-20 13:56 Melanie: I ran a charity race last Saturday! (D2:1)
@@ -23,12 +24,18 @@ from app.services.hook_models import Brief
 from app.services.recall_models import Episode, Fact
 
 Item = Episode | Fact
+PINNED_HEADING = "Pinned facts (kept in view for every session):\n"
+
+
+def _run(item: Item) -> tuple[type, bool]:
+    """Which run an item belongs to: episodes, pinned facts (which lead), or the other facts."""
+    return type(item), isinstance(item, Fact) and bool(item.pinned)
 
 
 def _chunks(items: Sequence[Item]) -> list[str]:
     """Each run of episodes, and of facts, printed as its own answers print it."""
     out: list[str] = []
-    for _, run in groupby(items, type):
+    for _, run in groupby(items, _run):
         some = list(run)
         episodes = [x for x in some if isinstance(x, Episode)]
         out += episode_chunks(episodes) if episodes else fact_chunks([x for x in some if isinstance(x, Fact)])
@@ -36,9 +43,11 @@ def _chunks(items: Sequence[Item]) -> list[str]:
 
 
 def _brief(brief: Brief, chunks: list[str]) -> str:
+    pinned, chunks = chunks[: len(brief.pinned)], chunks[len(brief.pinned) :]
     episodes, facts = chunks[: len(brief.episodes)], chunks[len(brief.episodes) :]
     heading = [brief.facts_heading] if brief.facts and brief.facts_heading else []
-    return lines([f"{brief.heading}\n", *episodes, *(f"{h}\n" for h in heading), *facts])
+    lead = [PINNED_HEADING, *pinned] if pinned else []
+    return lines([f"{brief.heading}\n", *lead, *episodes, *(f"{h}\n" for h in heading), *facts])
 
 
-BRIEF = Form[Brief, Item](lambda b: [*b.episodes, *b.facts], _chunks, _brief)
+BRIEF = Form[Brief, Item](lambda b: [*b.pinned, *b.episodes, *b.facts], _chunks, _brief)

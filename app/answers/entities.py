@@ -22,7 +22,7 @@ import orjson
 
 from app.answers.form import Form
 from app.answers.summaries import entity_line, relation_line
-from app.answers.text import block, day, lines, more, note
+from app.answers.text import PINNED, block, day, lines, more, note
 from app.services import models
 from app.services.budget import clip
 from app.services.parts import EntityPart, entity_parts
@@ -44,7 +44,9 @@ def _part(part: EntityPart) -> str:
     if isinstance(part, models.Entity):
         return _head(part)
     if isinstance(part, models.ObservationRecord):
-        return f"- {block(part.text)}{note(part.valid_from or part.created_at, part.source, until=part.valid_until)}\n"
+        pin = PINNED if part.pinned_at else ""
+        when = part.valid_from or part.created_at
+        return f"- {pin}{block(part.text)}{note(when, part.source, until=part.valid_until)}\n"
     if isinstance(part, models.Relation):
         return f"{relation_line(part)}\n"
     return f"- {change_line(part)}\n"

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from app.answers.form import Form
-from app.answers.text import block, lines, moment, more, note, notices
+from app.answers.text import PINNED, block, lines, moment, more, note, notices
 from app.services.recall_models import (
     Episode,
     EpisodePage,
@@ -57,7 +57,7 @@ def fact_chunks(facts: Sequence[Fact]) -> list[str]:
 
 
 def _fact_line(f: Fact) -> str:
-    text = block(f.text)
+    text = (PINNED if f.pinned else "") + block(f.text)
     if f.kind == "relation" and f.relation and f.relation.get("notes"):
         text += f": {block(str(f.relation['notes']))}"
     when = None if f.kind == "entity" else (f.valid_from or f.created_at)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
+PINNED = "[pinned] "  # marks a pinned fact (pin_facts) where facts are listed
+
 
 def day(at: datetime) -> str:
     return at.astimezone(UTC).date().isoformat()

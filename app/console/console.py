@@ -36,6 +36,7 @@ from app.console.hook_pages import HookPages
 from app.console.kit import Visit
 from app.console.memory import MemoryPages
 from app.console.merging import MergePages
+from app.console.pinned import PinnedPage
 from app.console.plugin_download import PluginDownload
 from app.console.sessions import PendingSignIn, Session, Sessions
 from app.console.signin import SignIn, challenge_of
@@ -278,6 +279,7 @@ class Console:
         apps = ConnectedApps(self, auth.connections, self.signed_out)
         account = AccountPage(self, auth.accounts, auth.cookies.session)
         cypher = QueryPage(self, services.queries)
+        pinned = PinnedPage(self, services.pins)
         connect = ConnectPage(self, self.endpoints, self.base_url)
         hook_pages = HookPages(self, services.hooks, self.base_url)
         get = [
@@ -289,6 +291,7 @@ class Console:
             ("/entity/{id}/merge", self.signed_in(merging.review)),
             ("/graph", self.signed_in(pages.graph)),
             ("/query", self.signed_in(cypher.show)),
+            ("/pinned", self.signed_in(pinned.show)),
             ("/hooks", self.signed_in(hook_pages.show)),
             ("/api/graph", self.signed_in(pages.graph_data)),
             ("/admin", self.signed_in(tenant_admin.overview)),
@@ -303,6 +306,7 @@ class Console:
             ("/apps/disconnect", apps.disconnect),
             ("/account/password", account.change_password),
             ("/query", cypher.run),
+            ("/pinned/unpin", pinned.unpin),
             ("/hooks/settings", hook_pages.save),
             *((f"/entity/{{id}}/{name}", action) for name, action in {**pages.actions(), **merging.actions()}.items()),
             *((f"/admin/{name}", action) for name, action in tenant_admin.actions().items() if name != "import"),

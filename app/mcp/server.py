@@ -27,6 +27,7 @@ from app.mcp.tools import (
     memory_dialect,
     merges,
     neo4j_dialect,
+    pins,
     purge,
     recall,
     relations,
@@ -57,6 +58,7 @@ USAGE = {
   invalidate_observations / invalidate_relations (reads can still see it with `as_of`); fix
   mistakes with update_entity and remove_observations; remove_entities is undone by
   restore_entities.
+- pin_facts keeps key facts (at most 50) at the head of every session's brief and of recall.
 - Private and shared: entities, observations and relations are shared with your whole tenant. An
   episode is shared too unless you add it with `private: true`: then only you ever see it (no one
   else, administrators included), and recall, list_episodes and the session briefs mark it
@@ -169,7 +171,7 @@ def _endpoint(name: str, settings: Settings, services: Services, verifier: Token
 
 
 _MODULES: dict[str, tuple[ModuleType, ...]] = {
-    "native": (entities, relations, graph, search, recall, admin, merges, graph_query, purge),
+    "native": (entities, relations, pins, graph, search, recall, admin, merges, graph_query, purge),
     "memory": (memory_dialect,),
     "neo4j": (neo4j_dialect,),
     "chatgpt": (),  # registered with the entity pages' address

@@ -20,6 +20,7 @@ from app.services.hooks import DEFAULT_POLICY, Hooks, policy_from_settings
 from app.services.indexing import Indexer
 from app.services.live import Live
 from app.services.merges import Merges
+from app.services.pins import Pins
 from app.services.purges import Purges
 from app.services.ranking import CommonWords, Pager
 from app.services.recall import Recall
@@ -45,6 +46,7 @@ class Services:
     episodes: Episodes
     transfer: Transfer
     merges: Merges
+    pins: Pins
     duplicates: Duplicates
     queries: GraphQueries
     purges: Purges
@@ -88,6 +90,7 @@ class Services:
             episodes=episodes,
             transfer=Transfer(*shared),
             merges=Merges(*shared),
+            pins=Pins(*shared),
             duplicates=Duplicates(*shared),
             queries=GraphQueries(*shared),
             purges=Purges(*shared),

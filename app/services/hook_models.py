@@ -68,13 +68,14 @@ class Brief(BaseModel):
     """What a hook injects: recent episodes (a session's start) and facts, best first."""
 
     heading: str
+    pinned: list[Fact] = Field(default_factory=list, description="The tenant's pinned facts: they lead.")
     episodes: list[Episode] = Field(default_factory=list)
     facts: list[Fact] = Field(default_factory=list)
     facts_heading: str | None = None
 
     @property
     def empty(self) -> bool:
-        return not self.episodes and not self.facts
+        return not self.pinned and not self.episodes and not self.facts
 
 
 class HookOutcome(BaseModel):

@@ -43,13 +43,14 @@ from app.auth.principal import ADMIN, READ, WRITE, Principal
 from app.config import Settings
 from app.errors import EngramError
 from app.services.base import Service
-from app.services.budget import Budget, clip
+from app.services.budget import BYTES_PER_TOKEN, Budget, clip
 from app.services.calls import GRACE, retrying, within
 from app.services.episodes import HOOK_SOURCE as PREFIX
 from app.services.episodes import Episodes, episode_model
 from app.services.filters import Scope
 from app.services.hook_models import Brief, HookCall, HookOutcome, HookPolicy, HookTurn, Prompt, Said, Start
 from app.services.hook_tasks import Detached
+from app.services.pins import pinned_facts
 from app.services.recall import Recall, RecallQuery
 from app.services.recall_models import EPISODE_MAX_CHARS, Episode, EpisodeIn, Fact
 from app.services.redaction import redact_off_loop as redact
@@ -324,6 +325,7 @@ class Hooks(Service):
                 tx, entity_id=None, sources=None, since=None, until=None, limit=RECENT + 20
             )
             hooked = await store.captured_ids(tx, [r.id for r in rows]) if rows else set()
+            pinned = await pinned_facts(tx)
         # answers and notes, not asks, nor this session's own turns
         recent = [episode_model(r) for r in rows if not _withheld(r.source, r.id in hooked, session, None)]
         project = project_words(start.directory)
@@ -331,18 +333,21 @@ class Hooks(Service):
         if project is not None:
             result = await self._recall.recall(who, RecallQuery(text=project, limit=CANDIDATES, scope=Scope()))
             wanted = [f for f in result.facts if f.scores.fused >= policy.min_score and f.kind != "episode"]
-        half = max(policy.start_tokens // 2, 100)
         async with self.tx(who, primary=True) as tx:
-            shown = Shown(tx, key, await store.shown(tx, key, _keys(recent[: 2 * RECENT], wanted)))
+            shown = Shown(tx, key, await store.shown(tx, key, _keys(recent[: 2 * RECENT], [*wanted, *pinned])))
+            lead = shown.give(pinned, fact_keys, Budget(max(policy.start_tokens // 2, 100), sizes))
+            tokens = policy.start_tokens - (-(-sum(sizes(lead)) // BYTES_PER_TOKEN) if lead else 0)
+            half = max(tokens // 2, 100)
             episodes = shown.take(recent[:RECENT], episode_keys, Budget(half, sizes))
-            room = policy.start_tokens - half if episodes else policy.start_tokens
+            room = tokens - half if episodes else tokens
             facts = shown.take(wanted, fact_keys, Budget(room, sizes))
             await shown.mark()
             await store.forget_old(tx, self._session_days, FORGET_BATCH)
-        if not episodes and not facts:
+        if not episodes and not facts and not lead:
             return None
         return Brief(
             heading="Engram memory: the latest from other sessions.",
+            pinned=lead,
             episodes=episodes,
             facts=facts,
             facts_heading=f"About {project}:" if facts else None,
@@ -486,6 +491,16 @@ class Shown:
                 fresh.append((item, keys))
         taken = budget.take([item for item, _ in fresh])
         for _, keys in fresh[: len(taken)]:
+            self.seen.update(keys)
+            self.new.extend(keys)
+        return taken
+
+    def give(self, items: Sequence[T], keys_of: Callable[[T], list[int]], budget: Budget[Any]) -> list[T]:
+        """As many of `items` as fit `budget`, given before or not (pinned facts lead every brief);
+        marked given, so that nothing else repeats them."""
+        taken = budget.take(items)
+        for item in taken:
+            keys = keys_of(item)
             self.seen.update(keys)
             self.new.extend(keys)
         return taken

@@ -314,6 +314,7 @@ class ObservationRecord(Clipped):
     created_at: datetime
     valid_from: datetime | None = Field(None, description="When it became true; absent: no lower bound.")
     valid_until: datetime | None = Field(None, description="When it stopped (or stops) being true; absent: no end.")
+    pinned_at: datetime | None = Field(None, description="When it was pinned (pin_facts); absent: not pinned.")
 
 
 class HistoryEntry(Clipped):

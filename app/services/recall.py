@@ -39,7 +39,7 @@ from app.services.mentions import keys as name_keys
 from app.services.ranking import CANDIDATES, Fused, QueryVector, Ranker, fuse, pending_note, rounded, strict
 from app.services.recall_models import EntityRef, Fact, FactRecord, Involved, RecallResult, RecallScores
 from app.services.search_models import Mode
-from app.store import rankings, recall, scopes
+from app.store import pins, rankings, recall, scopes
 from app.store.database import Tx
 from app.store.rankings import Ranked
 
@@ -63,6 +63,7 @@ SPREAD_FLOOR = 0.6  # likeness below which two facts do not count as alike
 RERANK_WEIGHT = 2.0
 RERANK_K = 10
 RERANK_MARGIN = 0.2  # seconds of a call's deadline kept for what follows the reranker (a hook's write)
+PIN_WINDOW = 50  # candidates, from the top of the ranking, whose pinned facts lead the answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +91,7 @@ class _Candidate:
     episode: bool = False
     fused: float = 0.0
     also: list[int] = field(default_factory=list)  # documents folded into this one
+    pinned: bool = False  # a pinned fact (pins.py), lifted to the top
 
 
 class Recall(Ranker):
@@ -122,6 +124,7 @@ class Recall(Ranker):
                         legs["named"] = await within
                 ranked = _candidates(fuse(legs, WEIGHTS, _doc))
                 ranked = await self._adjusted(tx, q.text, ranked, scope, vector is not None, texts, depth)
+                ranked = await _pinned_first(tx, ranked)
                 rereading = self._rereading(ranked)
                 bodies = await recall.bodies(tx, [c.doc_id for c in rereading]) if rereading else {}
                 reach = _reach(ranked, offset, depth, len(rereading))
@@ -260,6 +263,19 @@ class Recall(Ranker):
         ranked[:] = kept + [c for c in ranked[len(window) :] if c.doc_id not in gone]
 
 
+async def _pinned_first(tx: Tx, ranked: list[_Candidate]) -> list[_Candidate]:
+    """The ranking with the pinned facts among its first PIN_WINDOW candidates moved to its top, in
+    their own order (docs/pinned-facts.md; before a reranker, which orders them with the others);
+    unchanged when none is pinned."""
+    window = ranked[:PIN_WINDOW]
+    marked = await pins.pinned_documents(tx, [c.doc_id for c in window])
+    if not marked:
+        return ranked
+    for c in window:
+        c.pinned = c.doc_id in marked
+    return [c for c in window if c.pinned] + [c for c in window if not c.pinned] + ranked[PIN_WINDOW:]
+
+
 def _spread(window: list[_Candidate], pairs: list[tuple[int, int, float]]) -> list[_Candidate]:
     """The window in maximal-marginal-relevance order: each next fact the one whose score, less SPREAD
     times its likeness to the nearest fact already chosen, is highest."""
@@ -335,6 +351,7 @@ def _fact(found: dict[int, recall.Fact], c: _Candidate, question: str) -> Fact:
         if f.kind == "episode"
         else None,
         private=f.private if f.kind == "episode" else None,
+        pinned=True if c.pinned else None,
         source=f.source,
         created_by=f.created_by,
         created_at=f.created_at,

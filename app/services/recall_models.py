@@ -119,6 +119,7 @@ class Fact(Clipped):
     at: datetime | None = Field(None, description="When an episode happened.")
     entities: list[Involved] | None = Field(None, description="An episode's entities.")
     private: bool | None = Field(None, description="An episode's: true when in your private memory (only you see it).")
+    pinned: bool | None = Field(None, description="True: a pinned fact, which leads answers (pin_facts).")
     source: str | None = None
     created_by: str | None = None
     created_at: datetime | None = Field(None, description="When it was written.")

@@ -275,6 +275,7 @@ class Fact:
     created_at: datetime
     valid_from: datetime | None
     valid_until: datetime | None
+    pinned_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,7 +358,7 @@ async def detail(
     rows = await tx.fetch(
         f"""
         SELECT {COLUMNS}, {CANDIDATE_EXTRAS},
-            ARRAY(SELECT ROW(o.content, o.source, o.created_by, o.created_at, o.valid_from, o.valid_until)
+            ARRAY(SELECT ROW(o.content, o.source, o.created_by, o.created_at, o.valid_from, o.valid_until, o.pinned_at)
                   FROM {{s}}.observations o WHERE o.entity_id = e.id AND {holds("o", "$6", "$7")}
                   ORDER BY {order.clause()} LIMIT $4) AS observations,
             (SELECT count(*) FROM {{s}}.observations o WHERE o.entity_id = e.id AND {holds("o", "$6", "$7")})

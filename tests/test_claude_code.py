@@ -71,6 +71,9 @@ class Claude:
             "ANTHROPIC_API_KEY": "sk-ant-stand-in",
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
             "DISABLE_AUTOUPDATER": "1",
+            # Its documented bound on an MCP server's start, in ms: a loaded machine's server may take
+            # longer than the default to list its tools, and the test is about what it lists.
+            "MCP_TIMEOUT": "120000",
             "ENGRAM_URL": self.server.base,
             "ENGRAM_API_KEY": self.key,
         }

@@ -210,7 +210,8 @@ def _deny_spans(data: bytes, deny: tuple[str, ...], steps: list[int]) -> Iterabl
     while globs is not None and (hit := globs.search(data, pos)) is not None:
         _step(steps)
         start = max(data.rfind(c, pos, hit.start()) for c in _SPACES) + 1 or pos  # never looks back past `pos`
-        end = _WORD.match(data, hit.start()).end()  # type: ignore[union-attr]  # \S* always matches
+        word_end = _WORD.match(data, hit.start())  # \S* matches at any position: never None
+        end = word_end.end() if word_end else hit.start()
         word = data[start:end]
         core = word.strip(_TRAILING + b"([{'\"<")
         if globs.fullmatch(word):

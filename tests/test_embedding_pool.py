@@ -5,6 +5,7 @@ is found by meaning") end to end: the real model, server, client and database.""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 import httpx2
@@ -118,3 +119,31 @@ async def test_a_write_within_its_budget_is_found_by_meaning_at_once(client_for,
         entity = {"name": "Quiet Orchard", "type": "place", "observations": ["apple trees planted by my grandfather"]}
         assert ok(await c.call_tool("upsert_entities", {"entities": [entity]}))["embeddings_pending"] == 0
         assert names(await search(c, "fruit trees from my family", mode="semantic"))[0] == "Quiet Orchard"
+
+
+async def test_a_tenant_with_a_backlog_keeps_no_other_waiting(db_settings):
+    """The filler gives each tenant with pending texts a batch in turn: a fresh write of one tenant
+    is embedded while another's backlog of 1,200 texts (19 batches) still waits."""
+    big, small = (f"fill-{n}-{uuid.uuid4().hex[:8]}" for n in ("big", "small"))
+    with serve(db_settings, ENGRAM_EMBED_WRITE_BUDGET_MS="0", ENGRAM_EMBEDDING_BATCH_SIZE="64") as server:
+        async with server.client(big) as c:
+            for part in range(12):
+                texts = [f"note {part}-{i} on the quarterly ledger of warehouse {i}" for i in range(99)]
+                ok(
+                    await c.call_tool(
+                        "upsert_entities",
+                        {"entities": [{"name": f"Ledger {part}", "type": "t", "observations": texts}]},
+                    )
+                )
+        async with server.client(small) as c:
+            entity = {"name": "Harbor Lights", "type": "project", "observations": ["a lighthouse restoration plan"]}
+            ok(await c.call_tool("upsert_entities", {"entities": [entity]}))
+
+            async def found_by_meaning() -> Any:
+                return names(await search(c, "fixing up an old beacon tower by the sea", mode="semantic"))
+
+            assert (await eventually(found_by_meaning))[0] == "Harbor Lights"
+        async with server.client(big) as c:
+            notices = (await search(c, "ledger", mode="keyword"))["notices"]
+            hybrid = (await search(c, "quarterly ledger"))["notices"]
+        assert any("no embedding yet" in n for n in [*notices, *hybrid]), "the backlog was done first"

@@ -11,6 +11,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from app.config import MAIN_CELL, Settings
 from app.embeddings.embedder import Embedder, ProviderDown
@@ -43,6 +44,18 @@ class ReindexReport:
     texts: int
     complete: bool  # every tenant's texts now carry the model's vectors
     current: bool  # ... and the model was made current
+
+
+class _Turn(NamedTuple):
+    """A tenant's filling so far: its texts after id `after` are still to embed (`replacing`: those
+    not of that model, else those with no vector), `done` embedded; `generation` the pending
+    marker's when it began."""
+
+    tenant: Tenant
+    replacing: index.Model | None
+    generation: int | None
+    after: int = 0
+    done: int = 0
 
 
 class Indexer:
@@ -232,32 +245,62 @@ class Indexer:
         """Embed the tenant's pending texts (or, with `replace`, every text not embedded by this
         server's model), batch by batch, each batch in its own short transaction. Returns how many
         texts got vectors; resumable at any point, since finished rows no longer qualify."""
+        turn: _Turn | None = await self._first_turn(tenant, replace=replace)
+        done = 0
+        while turn is not None:
+            if max_texts is not None and done >= max_texts:
+                return done  # stopped early: the marker stays
+            size = self._batch if max_texts is None else min(self._batch, max_texts - done)
+            turn = await self._next_batch(turn, size)
+            if turn is not None:
+                done = turn.done
+                if progress is not None:
+                    progress(done)
+        return done
+
+    async def _fill_in_turns(self) -> None:
+        """Every tenant with pending texts gets a batch in turn, round after round, until none has
+        any; the tenants are listed again at each round, so a tenant with a large backlog (an
+        import, a model change) keeps no other's fresh write waiting for its vectors. A tenant
+        leaves the rounds when it has no text left (its pending marker is cleared then)."""
+        turns: dict[str, _Turn] = {}
+        while True:
+            for tenant in await self._tenants(pending_only=True):
+                if tenant.id not in turns:
+                    turns[tenant.id] = await self._first_turn(tenant)
+            if not turns:
+                return
+            for key, turn in list(turns.items()):
+                if (after := await self._next_batch(turn, self._batch)) is None:
+                    del turns[key]
+                else:
+                    turns[key] = after
+
+    async def _first_turn(self, tenant: Tenant, *, replace: bool = False) -> _Turn:
+        """Where a tenant's filling starts: before its first text, with its pending marker's
+        generation (cleared at the end only if no write set a newer one meanwhile)."""
         assert self.embedder is not None and self.model is not None
-        model = self.model
         generation = None
         if not replace:
             async with self._db.transaction(tenant, readonly=True, viewer=SYSTEM) as tx:
                 generation = await vectors.pending_generation(tx)
-        done, after = 0, 0
-        while True:
-            if max_texts is not None and done >= max_texts:
-                return done  # stopped early: the marker stays
-            size = self._batch if max_texts is None else min(self._batch, max_texts - done)
-            async with self._db.transaction(tenant, readonly=True, viewer=SYSTEM) as tx:
-                docs = await vectors.docs_to_embed(tx, model if replace else None, after, size)
-            if not docs:
-                break
-            embedded = await self._embed_docs(tenant, docs)
-            async with self._db.transaction(tenant, viewer=SYSTEM) as tx:
-                await vectors.store_vectors(tx, model, [(d.id, d.body_hash, v) for d, v in embedded])
-            after = docs[-1].id
-            done += len(docs)
-            if progress is not None:
-                progress(done)
-        if generation is not None:
-            async with self._db.transaction(tenant, viewer=SYSTEM) as tx:
-                await vectors.clear_pending(tx, generation)
-        return done
+        return _Turn(tenant, self.model if replace else None, generation)
+
+    async def _next_batch(self, turn: _Turn, size: int) -> _Turn | None:
+        """One batch of the tenant's texts embedded after `turn`'s last: the turn after it, or None
+        when none was left (its pending marker cleared then)."""
+        assert self.model is not None
+        async with self._db.transaction(turn.tenant, readonly=True, viewer=SYSTEM) as tx:
+            docs = await vectors.docs_to_embed(tx, turn.replacing, turn.after, size)
+        if not docs:
+            if turn.generation is not None:
+                async with self._db.transaction(turn.tenant, viewer=SYSTEM) as tx:
+                    await vectors.clear_pending(tx, turn.generation)
+            return None
+        embedded = await self._embed_docs(turn.tenant, docs)
+        async with self._db.transaction(turn.tenant, viewer=SYSTEM) as tx:
+            await vectors.store_vectors(tx, self.model, [(d.id, d.body_hash, v) for d, v in embedded])
+        return turn._replace(after=docs[-1].id, done=turn.done + len(docs))
 
     async def _embed_docs(self, tenant: Tenant, docs: Sequence[Doc]) -> list[tuple[Doc, Vector]]:
         """Vectors for a batch of documents. When the provider refuses the batch's texts, they are
@@ -286,8 +329,7 @@ class Indexer:
                     await self.register()
                 else:
                     self.current_model = await vectors.current_model_name(self._db.control)
-                for tenant in await self._tenants(pending_only=True):
-                    await self.fill(tenant)
+                await self._fill_in_turns()
                 metrics.EMBED_PENDING.set(0)
             except ProviderDown:
                 wait = max(self.embedder.seconds_until_retry(), 0.5)

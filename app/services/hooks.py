@@ -43,7 +43,7 @@ from app.auth.principal import ADMIN, READ, WRITE, Principal
 from app.config import Settings
 from app.errors import EngramError
 from app.services.base import Service
-from app.services.budget import BYTES_PER_TOKEN, Budget, clip
+from app.services.budget import Budget, byte_tokens, clip
 from app.services.calls import GRACE, retrying, within
 from app.services.episodes import HOOK_SOURCE as PREFIX
 from app.services.episodes import Episodes, episode_model
@@ -335,8 +335,8 @@ class Hooks(Service):
             wanted = [f for f in result.facts if f.scores.fused >= policy.min_score and f.kind != "episode"]
         async with self.tx(who, primary=True) as tx:
             shown = Shown(tx, key, await store.shown(tx, key, _keys(recent[: 2 * RECENT], [*wanted, *pinned])))
-            lead = shown.give(pinned, fact_keys, Budget(max(policy.start_tokens // 2, 100), sizes))
-            tokens = policy.start_tokens - (-(-sum(sizes(lead)) // BYTES_PER_TOKEN) if lead else 0)
+            lead = shown.take(pinned, fact_keys, Budget(max(policy.start_tokens // 2, 100), sizes), again=True)
+            tokens = policy.start_tokens - byte_tokens(sum(sizes(lead)))
             half = max(tokens // 2, 100)
             episodes = shown.take(recent[:RECENT], episode_keys, Budget(half, sizes))
             room = tokens - half if episodes else tokens
@@ -476,31 +476,19 @@ class Shown:
         self.new: list[int] = []
 
     def take(
-        self,
-        items: Sequence[T],
-        keys_of: Callable[[T], list[int]],
-        budget: Budget[Any],
+        self, items: Sequence[T], keys_of: Callable[[T], list[int]], budget: Budget[Any], *, again: bool = False
     ) -> list[T]:
-        """Those of `items` not given yet, once each, as many as fit `budget`."""
+        """Those of `items` not given yet (`again`: given before or not, as pinned facts lead every
+        brief), once each, as many as fit `budget`; marked given, so that nothing else repeats them."""
         fresh: list[tuple[T, list[int]]] = []
         here: set[int] = set()
         for item in items:
             keys = keys_of(item)
-            if self.seen.isdisjoint(keys) and here.isdisjoint(keys):
+            if (again or self.seen.isdisjoint(keys)) and here.isdisjoint(keys):
                 here.update(keys)
                 fresh.append((item, keys))
         taken = budget.take([item for item, _ in fresh])
         for _, keys in fresh[: len(taken)]:
-            self.seen.update(keys)
-            self.new.extend(keys)
-        return taken
-
-    def give(self, items: Sequence[T], keys_of: Callable[[T], list[int]], budget: Budget[Any]) -> list[T]:
-        """As many of `items` as fit `budget`, given before or not (pinned facts lead every brief);
-        marked given, so that nothing else repeats them."""
-        taken = budget.take(items)
-        for item in taken:
-            keys = keys_of(item)
             self.seen.update(keys)
             self.new.extend(keys)
         return taken

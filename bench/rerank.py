@@ -27,6 +27,7 @@ from typing import Any
 import asyncpg
 import orjson
 
+from app.store import migrate
 from bench import env
 from bench.recall import DATA, locomo
 from bench.stats import Latency
@@ -80,6 +81,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         return {"machine": {**env.machine(), "quick": args.quick}, "skipped": f"{DATA} is absent"}
     conversation = locomo(DATA)[0]
     s = env.on_database(env.settings(), args.database or env.scratch_name("recall"))
+    await migrate.migrate(s.admin_dsn(), s.migrations_dir)  # a recall run's database may be older than the code
     tenants = [f"bench-{conversation.name}-{layout}" for layout in ("facts", "episodes")]
     questions = [q.text for q in conversation.questions][: args.questions]
     runs = {"no reranker": await measure(s, tenants, questions)}
